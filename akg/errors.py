@@ -1,0 +1,116 @@
+"""Typed errors for every stage of akg; the CLI turns them into one line and an exit code."""
+
+from __future__ import annotations
+
+
+class AkgError(Exception):
+    """Base of every error akg raises on purpose. `exit_code` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+# --- bad input (models, files, graphs) --------------------------------------------------
+
+
+class InputError(AkgError):
+    """The user's input is malformed or inconsistent."""
+
+    exit_code = 3
+
+
+class MirParseError(InputError):
+    """A syntax or semantic error in a `.mir` file, located at file:line:col."""
+
+    def __init__(self, message: str, filename: str = "<string>", line: int = 0, col: int = 0):
+        self.filename, self.line, self.col, self.reason = filename, line, col, message
+        super().__init__(f"{filename}:{line}:{col}: {message}")
+
+
+class ImportFormatError(InputError):
+    """A model file of another format (composite JSON, MindIR, ...) cannot be read."""
+
+
+class InvalidGraphError(InputError):
+    """A graph breaks an IR rule: undefined value, cycle, type mismatch, duplicate name."""
+
+
+class ShapeError(InvalidGraphError):
+    """Shapes or dtypes of an op's inputs do not fit the op."""
+
+
+class AttrError(InvalidGraphError):
+    """An op attribute is missing, unknown, of the wrong type or out of range."""
+
+
+class WeightsError(InputError):
+    """A weights file is missing, unreadable, or lacks a tensor the model references."""
+
+
+class InputDataError(InputError):
+    """Arrays given to run a graph or kernel do not match its inputs."""
+
+
+# --- unsupported things -----------------------------------------------------------------
+
+
+class UnsupportedError(AkgError):
+    """Something valid that akg does not (yet) handle."""
+
+    exit_code = 4
+
+
+class UnknownOpError(UnsupportedError):
+    """An op name that is not in the registry."""
+
+    def __init__(self, op: str, known: list[str] | None = None):
+        self.op = op
+        hint = ""
+        if known:
+            import difflib
+
+            close = difflib.get_close_matches(op, known, n=3)
+            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+        super().__init__(f"unknown op '{op}'{hint}")
+
+
+class UnsupportedOpError(UnsupportedError):
+    """An op that exists but has no implementation for a stage or target."""
+
+    def __init__(self, op: str, target: str | None = None, reason: str = ""):
+        self.op, self.target = op, target
+        where = f" on target '{target}'" if target else ""
+        super().__init__(f"op '{op}' is not supported{where}" + (f": {reason}" if reason else ""))
+
+
+class MissingRuleError(UnsupportedError):
+    """A registry has no entry for a key (`no VJP rule for 'erf'`)."""
+
+
+class UnknownTargetError(UnsupportedError):
+    """A target name that akg does not know; the message lists the known ones."""
+
+
+# --- compilation ------------------------------------------------------------------------
+
+
+class CompileError(AkgError):
+    exit_code = 5
+
+
+class ScheduleError(CompileError):
+    """A schedule or mapping Config is illegal for the subgraph (the tuner skips it)."""
+
+
+class LoweringError(CompileError):
+    """Turning a schedule into TIR or machine code failed."""
+
+
+class VerificationError(CompileError):
+    """A generated kernel does not match the reference."""
+
+
+# --- infrastructure ---------------------------------------------------------------------
+
+
+class DatabaseError(AkgError):
+    exit_code = 6

@@ -1,0 +1,1 @@
+"""akg.db: the tuning database (schema, migrations, queries, import/export)."""

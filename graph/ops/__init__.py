@@ -1,0 +1,7 @@
+"""The op registry (`OPS`) and every op family, registered on import."""
+
+from akg.graph.ops.registry import (  # noqa: F401
+    COMPOSITE, CONV, ELEMWISE, INDEX, KINDS, LAYOUT, LINALG, OPS, POOL, REDUCE,
+    Attr, Attrs, OpDef, defop, get_op,
+)
+from akg.graph.ops import conv, elementwise, index, layout, linalg, nn, reduce  # noqa: F401,E402

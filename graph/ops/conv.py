@@ -1,0 +1,191 @@
+"""Convolution and pooling on NCHW tensors: conv2d (stride, padding, dilation, groups;
+depthwise is groups == channels), max_pool2d, avg_pool2d, global_avg_pool2d."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from akg.errors import ShapeError
+from akg.graph.ops.registry import CONV, POOL, Attr, defop
+from akg.graph.types import TensorType, is_float
+
+
+def _positive(values) -> str | None:
+    return "must be positive" if any(v <= 0 for v in values) else None
+
+
+def _nonneg(values) -> str | None:
+    return "must not be negative" if any(v < 0 for v in values) else None
+
+
+def pair(values: tuple[int, ...], what: str) -> tuple[int, int]:
+    if len(values) == 1:
+        return values[0], values[0]
+    if len(values) == 2:
+        return values[0], values[1]
+    raise ShapeError(f"{what} needs 1 or 2 values, got {list(values)}")
+
+
+def pads4(padding: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """[p], [ph, pw] or [top, left, bottom, right] -> (top, left, bottom, right)."""
+    if len(padding) in (1, 2):
+        ph, pw = pair(padding, "padding")
+        return ph, pw, ph, pw
+    if len(padding) == 4:
+        return tuple(padding)  # type: ignore[return-value]
+    raise ShapeError(f"padding needs 1, 2 or 4 values, got {list(padding)}")
+
+
+def window_out(size: int, k: int, stride: int, pad_lo: int, pad_hi: int, dilation: int = 1,
+               ceil_mode: bool = False) -> int:
+    """Number of window positions along one axis (PyTorch's rule for ceil_mode)."""
+    span = dilation * (k - 1) + 1
+    room = size + pad_lo + pad_hi - span
+    if room < 0:
+        raise ShapeError(f"window of extent {span} does not fit an axis of {size} (+{pad_lo}+{pad_hi} padding)")
+    if not ceil_mode:
+        return room // stride + 1
+    out = -(-room // stride) + 1
+    if (out - 1) * stride >= size + pad_lo:  # the last window must start inside the input
+        out -= 1
+    return out
+
+
+def _windows(x: np.ndarray, k: tuple[int, int], s: tuple[int, int], d: tuple[int, int],
+             out_hw: tuple[int, int]) -> np.ndarray:
+    """View [N, C, OH, OW, KH, KW] of an already padded x."""
+    eh, ew = d[0] * (k[0] - 1) + 1, d[1] * (k[1] - 1) + 1
+    win = sliding_window_view(x, (eh, ew), axis=(2, 3))
+    return win[:, :, : out_hw[0] * s[0] : s[0], : out_hw[1] * s[1] : s[1], :: d[0], :: d[1]]
+
+
+# --- conv2d -----------------------------------------------------------------------------------
+
+_CONV_ATTRS = [
+    Attr("strides", "ints", (1, 1), check=_positive),
+    Attr("padding", "ints", (0, 0, 0, 0), check=_nonneg),
+    Attr("dilation", "ints", (1, 1), check=_positive),
+    Attr("groups", "int", 1, check=lambda g: None if g > 0 else "must be positive"),
+]
+
+
+def _conv2d_infer(x: TensorType, w: TensorType, strides, padding, dilation, groups) -> TensorType:
+    if x.rank != 4 or w.rank != 4:
+        raise ShapeError(f"needs x[N,C,H,W] and weight[O,C/groups,KH,KW], got {x} and {w}")
+    if x.dtype != w.dtype or not is_float(x.dtype):
+        raise ShapeError(f"needs floating-point operands of one dtype, got {x} and {w}")
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    if c % groups or o % groups or cg * groups != c:
+        raise ShapeError(f"{c} input channels, {o} filters and groups={groups} do not fit weight {w}")
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = pair(strides, "strides"), pair(dilation, "dilation"), pads4(padding)
+    return TensorType(
+        (n, o, window_out(h, kh, sh, pt, pb, dh), window_out(wd, kw, sw, pl, pr, dw)), x.dtype
+    )
+
+
+def _conv2d_flops(ins, outs, attrs) -> int:
+    o, cg, kh, kw = ins[1].shape
+    return 2 * outs[0].size * cg * kh * kw
+
+
+def _accumulate_dtype(dtype) -> np.dtype:
+    return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
+
+
+@defop("conv2d", kind=CONV, infer=_conv2d_infer, attrs=_CONV_ATTRS, flops=_conv2d_flops)
+def conv2d(x, w, strides, padding, dilation, groups):
+    """2-D cross-correlation, NCHW input, OIHW weight (fp16 accumulates in fp32)."""
+    out_t = _conv2d_infer(TensorType.of(x), TensorType.of(w), strides, padding, dilation, groups)
+    pt, pl, pb, pr = pads4(padding)
+    acc = _accumulate_dtype(x.dtype)
+    xp = np.pad(x.astype(acc), [(0, 0), (0, 0), (pt, pb), (pl, pr)])
+    o, cg, kh, kw = w.shape
+    win = _windows(xp, (kh, kw), pair(strides, "strides"), pair(dilation, "dilation"), out_t.shape[2:])
+    n, _, oh, ow = out_t.shape
+    win = win.reshape(n, groups, cg, oh, ow, kh, kw)
+    wg = w.astype(acc).reshape(groups, o // groups, cg, kh, kw)
+    out = np.einsum("ngcyxij,gocij->ngoyx", win, wg, optimize=True)
+    return out.reshape(out_t.shape).astype(x.dtype)
+
+
+# --- pooling ----------------------------------------------------------------------------------
+
+_POOL_ATTRS = [
+    Attr("kernel", "ints", check=_positive),
+    Attr("strides", "ints", None, optional=True, check=_positive),
+    Attr("padding", "ints", (0, 0, 0, 0), check=_nonneg),
+    Attr("ceil_mode", "bool", False),
+]
+
+
+def pool_geometry(x: TensorType, kernel, strides, padding, ceil_mode):
+    """(kernel, strides, pads4, output [N, C, OH, OW]) of a pooling window."""
+    if x.rank != 4 or not is_float(x.dtype):
+        raise ShapeError(f"needs a floating-point x[N,C,H,W], got {x}")
+    k = pair(kernel, "kernel")
+    s = pair(strides, "strides") if strides is not None else k
+    p = pads4(padding)
+    if p[0] >= k[0] + 1 or p[1] >= k[1] + 1:
+        raise ShapeError(f"padding {list(p)} must be smaller than the kernel {list(k)}")
+    n, c, h, w = x.shape
+    oh = window_out(h, k[0], s[0], p[0], p[2], 1, ceil_mode)
+    ow = window_out(w, k[1], s[1], p[1], p[3], 1, ceil_mode)
+    return k, s, p, (n, c, oh, ow)
+
+
+def _pool_infer(x: TensorType, kernel, strides, padding, ceil_mode, **_) -> TensorType:
+    return x.with_shape(pool_geometry(x, kernel, strides, padding, ceil_mode)[3])
+
+
+def _pool_flops(ins, outs, attrs) -> int:
+    kh, kw = pair(attrs["kernel"], "kernel")
+    return outs[0].size * kh * kw
+
+
+def _padded_windows(x, kernel, strides, padding, ceil_mode, fill):
+    k, s, (pt, pl, pb, pr), out = pool_geometry(TensorType.of(x), kernel, strides, padding, ceil_mode)
+    # ceil_mode may need more than the declared padding on the high side
+    extra_h = max(0, (out[2] - 1) * s[0] + k[0] - (x.shape[2] + pt + pb))
+    extra_w = max(0, (out[3] - 1) * s[1] + k[1] - (x.shape[3] + pl + pr))
+    xp = np.pad(x, [(0, 0), (0, 0), (pt, pb + extra_h), (pl, pr + extra_w)], constant_values=fill)
+    return _windows(xp, k, s, (1, 1), out[2:]), (k, s, (pt, pl, pb, pr), out)
+
+
+@defop("max_pool2d", kind=POOL, infer=_pool_infer, attrs=_POOL_ATTRS, flops=_pool_flops)
+def max_pool2d(x, kernel, strides, padding, ceil_mode):
+    """Max over each window; padding never wins (it is -inf)."""
+    win, _ = _padded_windows(x, kernel, strides, padding, ceil_mode, -np.inf)
+    return win.max(axis=(-2, -1))
+
+
+@defop("avg_pool2d", kind=POOL, infer=_pool_infer, flops=_pool_flops,
+       attrs=[*_POOL_ATTRS, Attr("count_include_pad", "bool", True)])
+def avg_pool2d(x, kernel, strides, padding, ceil_mode, count_include_pad):
+    """Mean over each window; the divisor counts declared padding when count_include_pad,
+    never the extra cells that ceil_mode adds past the padding."""
+    win, (k, s, (pt, pl, pb, pr), out) = _padded_windows(x, kernel, strides, padding, ceil_mode, 0)
+    acc = _accumulate_dtype(x.dtype)
+    total = win.astype(acc).sum(axis=(-2, -1))
+    h, w = x.shape[2:]
+    lo_h = np.arange(out[2]) * s[0] - (0 if count_include_pad else pt)
+    lo_w = np.arange(out[3]) * s[1] - (0 if count_include_pad else pl)
+    lim_h = h + (pt + pb if count_include_pad else 0)
+    lim_w = w + (pl + pr if count_include_pad else 0)
+    cnt_h = np.minimum(lo_h + k[0], lim_h) - np.maximum(lo_h, 0)
+    cnt_w = np.minimum(lo_w + k[1], lim_w) - np.maximum(lo_w, 0)
+    return (total / np.outer(cnt_h, cnt_w)).astype(x.dtype)
+
+
+def _gap_infer(x: TensorType, keepdims) -> TensorType:
+    if x.rank != 4 or not is_float(x.dtype):
+        raise ShapeError(f"needs a floating-point x[N,C,H,W], got {x}")
+    return x.with_shape((*x.shape[:2], 1, 1) if keepdims else x.shape[:2])
+
+
+@defop("global_avg_pool2d", kind=POOL, infer=_gap_infer, attrs=[Attr("keepdims", "bool", True)],
+       flops=lambda ins, outs, attrs: ins[0].size)
+def global_avg_pool2d(x, keepdims):
+    """Mean over H and W."""
+    return x.astype(_accumulate_dtype(x.dtype)).mean(axis=(2, 3), keepdims=keepdims).astype(x.dtype)

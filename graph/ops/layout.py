@@ -1,0 +1,199 @@
+"""Layout ops (pure index changes): broadcast_to, reshape, transpose, squeeze, expand_dims,
+slice, strided_slice, concat, split, pad."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from akg.errors import AttrError, ShapeError
+from akg.graph.ops.registry import LAYOUT, Attr, defop
+from akg.graph.types import TensorType, broadcast_shapes, normalize_axes, normalize_axis
+
+
+def _zero_flops(ins, outs, attrs) -> int:
+    return 0
+
+
+def _nonneg(values) -> str | None:
+    return "must not be negative" if any(v < 0 for v in values) else None
+
+
+# --- broadcast_to -----------------------------------------------------------------------------
+
+
+def _broadcast_to_infer(x: TensorType, shape) -> TensorType:
+    if broadcast_shapes(x.shape, shape) != tuple(shape):
+        raise ShapeError(f"cannot broadcast {x} to {list(shape)}")
+    return x.with_shape(shape)
+
+
+@defop("broadcast_to", kind=LAYOUT, infer=_broadcast_to_infer, flops=_zero_flops,
+       attrs=[Attr("shape", "ints", check=_nonneg)])
+def broadcast_to(x, shape):
+    return np.broadcast_to(x, shape).copy()
+
+
+# --- reshape ----------------------------------------------------------------------------------
+
+
+def reshape_target(size: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Resolve one -1 in a reshape target; ShapeError if the sizes do not agree."""
+    if sum(d == -1 for d in shape) > 1 or any(d < -1 for d in shape):
+        raise ShapeError(f"reshape target {list(shape)} may hold at most one -1 and no other negatives")
+    known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+    if -1 in shape:
+        if known == 0 or size % known:
+            raise ShapeError(f"cannot reshape {size} elements into {list(shape)}")
+        shape = tuple(size // known if d == -1 else d for d in shape)
+    elif known != size:
+        raise ShapeError(f"cannot reshape {size} elements into {list(shape)}")
+    return shape
+
+
+@defop("reshape", kind=LAYOUT, flops=_zero_flops, attrs=[Attr("shape", "ints")],
+       infer=lambda x, shape: x.with_shape(reshape_target(x.size, shape)))
+def reshape(x, shape):
+    return x.reshape(reshape_target(x.size, shape))
+
+
+# --- transpose --------------------------------------------------------------------------------
+
+
+def transpose_perm(rank: int, perm) -> tuple[int, ...]:
+    if perm is None:
+        return tuple(reversed(range(rank)))
+    if sorted(normalize_axis(p, rank, "perm entry") for p in perm) != list(range(rank)):
+        raise ShapeError(f"perm {list(perm)} is not a permutation of {rank} axes")
+    return tuple(p % rank for p in perm)
+
+
+@defop("transpose", kind=LAYOUT, flops=_zero_flops, attrs=[Attr("perm", "ints", None, optional=True)],
+       infer=lambda x, perm: x.with_shape(x.shape[p] for p in transpose_perm(x.rank, perm)))
+def transpose(x, perm):
+    return np.transpose(x, transpose_perm(x.ndim, perm)).copy()
+
+
+# --- squeeze / expand_dims --------------------------------------------------------------------
+
+
+def _squeeze_axes(x: TensorType, axes) -> tuple[int, ...]:
+    if axes is None:
+        return tuple(i for i, d in enumerate(x.shape) if d == 1)
+    axes = normalize_axes(axes, x.rank)
+    if any(x.shape[a] != 1 for a in axes):
+        raise ShapeError(f"cannot squeeze axes {list(axes)} of {x}: their size is not 1")
+    return axes
+
+
+@defop("squeeze", kind=LAYOUT, flops=_zero_flops, attrs=[Attr("axes", "ints", None, optional=True)],
+       infer=lambda x, axes: x.with_shape(
+           d for i, d in enumerate(x.shape) if i not in _squeeze_axes(x, axes)))
+def squeeze(x, axes):
+    return np.squeeze(x, _squeeze_axes(TensorType.of(x), axes))
+
+
+@defop("expand_dims", kind=LAYOUT, flops=_zero_flops, attrs=[Attr("axis", "int")],
+       infer=lambda x, axis: x.with_shape(
+           np.expand_dims(np.empty(x.shape, np.int8), normalize_axis(axis, x.rank + 1)).shape))
+def expand_dims(x, axis):
+    return np.expand_dims(x, normalize_axis(axis, x.ndim + 1))
+
+
+# --- slice / strided_slice --------------------------------------------------------------------
+
+
+def slice_spec(x: TensorType, begin, end, strides=None) -> tuple[slice, ...]:
+    """Python-slice semantics per axis (negative indices count from the end, clamped)."""
+    strides = strides or (1,) * x.rank
+    if not len(begin) == len(end) == len(strides) == x.rank:
+        raise ShapeError(
+            f"begin/end/strides need one entry per axis of {x}, got "
+            f"{list(begin)}, {list(end)}, {list(strides)}"
+        )
+    if 0 in strides:
+        raise ShapeError("strides must not be 0")
+    return tuple(slice(b, e, s) for b, e, s in zip(begin, end, strides))
+
+
+def _slice_shape(x: TensorType, spec: tuple[slice, ...]) -> tuple[int, ...]:
+    return tuple(len(range(*s.indices(d))) for s, d in zip(spec, x.shape))
+
+
+@defop("slice", kind=LAYOUT, flops=_zero_flops, attrs=[Attr("begin", "ints"), Attr("end", "ints")],
+       infer=lambda x, begin, end: x.with_shape(_slice_shape(x, slice_spec(x, begin, end))))
+def slice_(x, begin, end):
+    return x[slice_spec(TensorType.of(x), begin, end)].copy()
+
+
+@defop("strided_slice", kind=LAYOUT, flops=_zero_flops,
+       attrs=[Attr("begin", "ints"), Attr("end", "ints"), Attr("strides", "ints")],
+       infer=lambda x, begin, end, strides: x.with_shape(
+           _slice_shape(x, slice_spec(x, begin, end, strides))))
+def strided_slice(x, begin, end, strides):
+    return x[slice_spec(TensorType.of(x), begin, end, strides)].copy()
+
+
+# --- concat / split ---------------------------------------------------------------------------
+
+
+def _concat_infer(*xs: TensorType, axis: int) -> TensorType:
+    first = xs[0]
+    ax = normalize_axis(axis, first.rank)
+    for t in xs[1:]:
+        if t.dtype != first.dtype or t.rank != first.rank or any(
+            a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != ax
+        ):
+            raise ShapeError(f"cannot concatenate {first} and {t} along axis {axis}")
+    return first.with_shape(
+        sum(t.shape[ax] for t in xs) if i == ax else d for i, d in enumerate(first.shape)
+    )
+
+
+@defop("concat", kind=LAYOUT, flops=_zero_flops, infer=_concat_infer, attrs=[Attr("axis", "int", 0)])
+def concat(*xs, axis):
+    return np.concatenate(xs, axis=axis)
+
+
+def split_sizes(x: TensorType, axis: int, sections, sizes) -> tuple[int, ...]:
+    dim = x.shape[normalize_axis(axis, x.rank)]
+    if (sections is None) == (sizes is None):
+        raise AttrError("op 'split' needs exactly one of 'sections' or 'sizes'")
+    if sizes is None:
+        if sections <= 0 or dim % sections:
+            raise ShapeError(f"axis {axis} of size {dim} does not split into {sections} equal parts")
+        return (dim // sections,) * sections
+    if any(s < 0 for s in sizes) or sum(sizes) != dim:
+        raise ShapeError(f"sizes {list(sizes)} do not add up to axis {axis} of size {dim}")
+    return tuple(sizes)
+
+
+def _split_infer(x: TensorType, axis, sections, sizes) -> tuple[TensorType, ...]:
+    ax = normalize_axis(axis, x.rank)
+    return tuple(
+        x.with_shape(s if i == ax else d for i, d in enumerate(x.shape))
+        for s in split_sizes(x, axis, sections, sizes)
+    )
+
+
+@defop("split", kind=LAYOUT, flops=_zero_flops, infer=_split_infer,
+       attrs=[Attr("axis", "int", 0), Attr("sections", "int", None, optional=True),
+              Attr("sizes", "ints", None, optional=True, check=_nonneg)])
+def split(x, axis, sections, sizes):
+    bounds = np.cumsum(split_sizes(TensorType.of(x), axis, sections, sizes))[:-1]
+    return tuple(p.copy() for p in np.split(x, bounds, axis=axis))
+
+
+# --- pad --------------------------------------------------------------------------------------
+
+
+def _pad_infer(x: TensorType, before, after, value) -> TensorType:
+    if len(before) != x.rank or len(after) != x.rank:
+        raise ShapeError(f"pad needs before/after for each of the {x.rank} axes of {x}")
+    return x.with_shape(d + b + a for d, b, a in zip(x.shape, before, after))
+
+
+@defop("pad", kind=LAYOUT, flops=_zero_flops, infer=_pad_infer,
+       attrs=[Attr("before", "ints", check=_nonneg), Attr("after", "ints", check=_nonneg),
+              Attr("value", "float", 0.0)])
+def pad(x, before, after, value):
+    return np.pad(x, list(zip(before, after)), constant_values=np.array(value).astype(x.dtype))

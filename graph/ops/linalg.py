@@ -1,0 +1,84 @@
+"""Matrix products: matmul (2-D), batch_matmul (broadcast batch dims), dense (linear layer)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from akg.errors import ShapeError
+from akg.graph.ops.registry import COMPOSITE, LINALG, Attr, defop
+from akg.graph.types import TensorType, broadcast_shapes, is_float
+
+_TRANSPOSE_ATTRS = [Attr("transpose_a", "bool", False), Attr("transpose_b", "bool", False)]
+
+
+def _numeric_pair(a: TensorType, b: TensorType) -> None:
+    if a.dtype != b.dtype or a.dtype == "bool":
+        raise ShapeError(f"operands must share one numeric dtype, got {a} and {b}")
+
+
+def _mk(t: TensorType, transposed: bool) -> tuple[int, int]:
+    rows, cols = t.shape[-2:]
+    return (cols, rows) if transposed else (rows, cols)
+
+
+def _matmul_infer(a: TensorType, b: TensorType, transpose_a, transpose_b) -> TensorType:
+    _numeric_pair(a, b)
+    if a.rank != 2 or b.rank != 2:
+        raise ShapeError(f"needs 2-D operands (use batch_matmul for more), got {a} and {b}")
+    (m, k), (k2, n) = _mk(a, transpose_a), _mk(b, transpose_b)
+    if k != k2:
+        raise ShapeError(f"contraction sizes differ: {a} @ {b} (k={k} vs {k2})")
+    return TensorType((m, n), a.dtype)
+
+
+def _matmul_flops(ins, outs, attrs) -> int:
+    a = ins[0]
+    k = a.shape[-2] if attrs["transpose_a"] else a.shape[-1]
+    return 2 * outs[0].size * k
+
+
+def _t(x: np.ndarray, flag: bool) -> np.ndarray:
+    return np.swapaxes(x, -1, -2) if flag else x
+
+
+@defop("matmul", kind=LINALG, infer=_matmul_infer, attrs=_TRANSPOSE_ATTRS, flops=_matmul_flops)
+def matmul(a, b, transpose_a, transpose_b):
+    """op(a) @ op(b) for 2-D a, b; op transposes when its flag is set."""
+    return _t(a, transpose_a) @ _t(b, transpose_b)
+
+
+def _batch_matmul_infer(a: TensorType, b: TensorType, transpose_a, transpose_b) -> TensorType:
+    _numeric_pair(a, b)
+    if a.rank < 3 and b.rank < 3 or a.rank < 2 or b.rank < 2:
+        raise ShapeError(f"needs operands of rank >= 2, one of them >= 3, got {a} and {b}")
+    (m, k), (k2, n) = _mk(a, transpose_a), _mk(b, transpose_b)
+    if k != k2:
+        raise ShapeError(f"contraction sizes differ: {a} @ {b} (k={k} vs {k2})")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return TensorType((*batch, m, n), a.dtype)
+
+
+@defop("batch_matmul", kind=LINALG, infer=_batch_matmul_infer, attrs=_TRANSPOSE_ATTRS,
+       flops=_matmul_flops)
+def batch_matmul(a, b, transpose_a, transpose_b):
+    """Batched op(a) @ op(b) over the leading axes, which broadcast."""
+    return np.matmul(_t(a, transpose_a), _t(b, transpose_b))
+
+
+def _dense_infer(x: TensorType, w: TensorType, *bias: TensorType) -> TensorType:
+    if not is_float(x.dtype):
+        raise ShapeError(f"needs floating-point input, got {x}")
+    _numeric_pair(x, w)
+    if x.rank < 1 or w.rank != 2 or x.shape[-1] != w.shape[1]:
+        raise ShapeError(f"needs x[..., in] and weight[out, in], got {x} and {w}")
+    if bias and (bias[0].shape != (w.shape[0],) or bias[0].dtype != x.dtype):
+        raise ShapeError(f"bias must be {x.dtype}[{w.shape[0]}], got {bias[0]}")
+    return x.with_shape((*x.shape[:-1], w.shape[0]))
+
+
+@defop("dense", kind=COMPOSITE, arity=(2, 3), infer=_dense_infer,
+       flops=lambda ins, outs, attrs: 2 * outs[0].size * ins[1].shape[1] + outs[0].size * (len(ins) - 2))
+def dense(x, w, *bias):
+    """Linear layer: x @ weight.T (+ bias), weight laid out [out_features, in_features]."""
+    y = x @ w.T
+    return y + bias[0] if bias else y

@@ -1,0 +1,139 @@
+"""Neural-network composites (expanded into basic ops before kernel generation): softmax,
+log_softmax, layer_norm, batch_norm (inference), dropout, cross_entropy, nll_loss."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from akg.errors import ShapeError
+from akg.graph.ops.registry import COMPOSITE, Attr, defop
+from akg.graph.types import TensorType, is_float, is_int, normalize_axis
+
+
+def _float(x: TensorType) -> TensorType:
+    if not is_float(x.dtype):
+        raise ShapeError(f"needs floating-point input, got {x}")
+    return x
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    """fp16 statistics are computed in fp32."""
+    return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+def _scaled_flops(factor: int):
+    return lambda ins, outs, attrs: factor * ins[0].size
+
+
+_AXIS = [Attr("axis", "int", -1)]
+
+
+def _axis_infer(x: TensorType, axis: int) -> TensorType:
+    normalize_axis(axis, _float(x).rank)
+    return x
+
+
+@defop("softmax", kind=COMPOSITE, infer=_axis_infer, attrs=_AXIS, flops=_scaled_flops(5))
+def softmax(x, axis):
+    """exp(x - max) / sum(exp(x - max)) along axis."""
+    xw = _wide(x)
+    e = np.exp(xw - xw.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
+
+
+@defop("log_softmax", kind=COMPOSITE, infer=_axis_infer, attrs=_AXIS, flops=_scaled_flops(5))
+def log_softmax(x, axis):
+    """x - max - log(sum(exp(x - max))) along axis."""
+    xw = _wide(x)
+    z = xw - xw.max(axis=axis, keepdims=True)
+    return (z - np.log(np.exp(z).sum(axis=axis, keepdims=True))).astype(x.dtype)
+
+
+# --- normalisation ----------------------------------------------------------------------------
+
+
+def _layer_norm_infer(x, gamma, beta, begin_norm_axis, epsilon) -> TensorType:
+    axis = normalize_axis(begin_norm_axis, _float(x).rank, "begin_norm_axis")
+    for name, t in (("gamma", gamma), ("beta", beta)):
+        if t.shape != x.shape[axis:] or t.dtype != x.dtype:
+            raise ShapeError(f"{name} must be {TensorType(x.shape[axis:], x.dtype)}, got {t}")
+    return x
+
+
+@defop("layer_norm", kind=COMPOSITE, infer=_layer_norm_infer, flops=_scaled_flops(8),
+       attrs=[Attr("begin_norm_axis", "int", -1), Attr("epsilon", "float", 1e-5)])
+def layer_norm(x, gamma, beta, begin_norm_axis, epsilon):
+    """(x - mean) / sqrt(var + eps) * gamma + beta over axes [begin_norm_axis, rank)."""
+    axes = tuple(range(normalize_axis(begin_norm_axis, x.ndim), x.ndim))
+    xw = _wide(x)
+    mean = xw.mean(axis=axes, keepdims=True)
+    var = ((xw - mean) ** 2).mean(axis=axes, keepdims=True)
+    return ((xw - mean) / np.sqrt(var + epsilon) * gamma + beta).astype(x.dtype)
+
+
+def _batch_norm_infer(x, gamma, beta, mean, var, axis, epsilon) -> TensorType:
+    ax = normalize_axis(axis, _float(x).rank)
+    want = TensorType((x.shape[ax],), x.dtype)
+    for name, t in (("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var)):
+        if t != want:
+            raise ShapeError(f"{name} must be {want}, got {t}")
+    return x
+
+
+@defop("batch_norm", kind=COMPOSITE, infer=_batch_norm_infer, flops=_scaled_flops(4),
+       attrs=[Attr("axis", "int", 1), Attr("epsilon", "float", 1e-5)])
+def batch_norm(x, gamma, beta, mean, var, axis, epsilon):
+    """Inference batch norm with given (moving) statistics along the channel axis."""
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    c = lambda v: _wide(v).reshape(shape)  # noqa: E731
+    return ((_wide(x) - c(mean)) / np.sqrt(c(var) + epsilon) * c(gamma) + c(beta)).astype(x.dtype)
+
+
+@defop("dropout", kind=COMPOSITE, flops=lambda ins, outs, attrs: 0,
+       infer=lambda x, rate: _float(x),
+       attrs=[Attr("rate", "float", 0.5, check=lambda r: None if 0 <= r < 1 else "must be in [0, 1)")])
+def dropout(x, rate):
+    """Inference dropout: the identity."""
+    return x.copy()
+
+
+# --- losses -----------------------------------------------------------------------------------
+
+_REDUCTION = [Attr("reduction", "str", "mean", choices=("mean", "sum", "none"))]
+
+
+def _loss_infer(scores: TensorType, labels: TensorType, reduction: str) -> TensorType:
+    _float(scores)
+    if scores.rank != 2 or labels.rank != 1 or labels.shape[0] != scores.shape[0]:
+        raise ShapeError(f"needs scores[N, C] and labels[N], got {scores} and {labels}")
+    if not is_int(labels.dtype):
+        raise ShapeError(f"labels must be integer class indices, got {labels}")
+    return scores.with_shape((scores.shape[0],) if reduction == "none" else ())
+
+
+def _reduce_loss(per_row: np.ndarray, reduction: str, dtype) -> np.ndarray:
+    if reduction == "mean":
+        per_row = per_row.mean()
+    elif reduction == "sum":
+        per_row = per_row.sum()
+    return np.asarray(per_row).astype(dtype)
+
+
+def _labels_bound(scores: TensorType, labels: TensorType, **_) -> dict[int, int]:
+    return {1: scores.shape[1]}
+
+
+@defop("nll_loss", kind=COMPOSITE, infer=_loss_infer, attrs=_REDUCTION,
+       flops=_scaled_flops(1), index_bounds=_labels_bound)
+def nll_loss(logp, labels, reduction):
+    """-logp[i, labels[i]], reduced by mean, sum or none."""
+    picked = np.take_along_axis(_wide(logp), labels.astype(np.int64)[:, None], axis=1)[:, 0]
+    return _reduce_loss(-picked, reduction, logp.dtype)
+
+
+@defop("cross_entropy", kind=COMPOSITE, infer=_loss_infer, attrs=_REDUCTION,
+       flops=_scaled_flops(6), index_bounds=_labels_bound)
+def cross_entropy(logits, labels, reduction):
+    """nll_loss(log_softmax(logits, axis=1), labels)."""
+    return nll_loss(log_softmax(_wide(logits), axis=1), labels, reduction).astype(logits.dtype)

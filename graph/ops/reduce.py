@@ -1,0 +1,71 @@
+"""Reductions over axes (sum mean max min prod) and arg-reductions (argmax argmin)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from akg.errors import ShapeError
+from akg.graph.ops.registry import REDUCE, Attr, defop
+from akg.graph.types import TensorType, is_float, normalize_axes, normalize_axis
+
+
+def reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _reduce_infer(x: TensorType, axes, keepdims, *, float_only=False, nonempty=False) -> TensorType:
+    if x.dtype == "bool" or (float_only and not is_float(x.dtype)):
+        raise ShapeError(f"cannot reduce {x} ({'floating-point' if float_only else 'numeric'} input needed)")
+    ax = normalize_axes(axes, x.rank)
+    if nonempty and any(x.shape[a] == 0 for a in ax):
+        raise ShapeError(f"cannot take this reduction over an empty axis of {x}")
+    return x.with_shape(reduced_shape(x.shape, ax, keepdims))
+
+
+def _reduce_flops(ins, outs, attrs) -> int:
+    return ins[0].size
+
+
+_REDUCE_ATTRS = [Attr("axes", "ints", None, optional=True), Attr("keepdims", "bool", False)]
+
+
+def _reduction(name: str, fn, **rules):
+    def reference(x, axes, keepdims):
+        ax = normalize_axes(axes, x.ndim)
+        return np.asarray(fn(x, axis=ax, keepdims=keepdims)).astype(x.dtype)
+
+    reference.__doc__ = f"{name} over `axes` (all when None)"
+    defop(name, kind=REDUCE, arity=1, attrs=_REDUCE_ATTRS, flops=_reduce_flops,
+          infer=lambda x, axes, keepdims: _reduce_infer(x, axes, keepdims, **rules))(reference)
+
+
+_reduction("sum", np.sum)
+_reduction("mean", np.mean, float_only=True)
+_reduction("max", np.max, nonempty=True)
+_reduction("min", np.min, nonempty=True)
+_reduction("prod", np.prod)
+
+
+def _arg_infer(x: TensorType, axis, keepdims) -> TensorType:
+    ax = normalize_axis(axis, x.rank)
+    _reduce_infer(x, (ax,), keepdims, nonempty=True)
+    return TensorType(reduced_shape(x.shape, (ax,), keepdims), "int32")
+
+
+_ARG_ATTRS = [Attr("axis", "int", -1), Attr("keepdims", "bool", False)]
+
+
+@defop("argmax", kind=REDUCE, infer=_arg_infer, attrs=_ARG_ATTRS, flops=_reduce_flops,
+       differentiable=False)
+def argmax(x, axis, keepdims):
+    """Index (int32) of the first maximum along `axis`."""
+    return np.argmax(x, axis=axis, keepdims=keepdims).astype(np.int32)
+
+
+@defop("argmin", kind=REDUCE, infer=_arg_infer, attrs=_ARG_ATTRS, flops=_reduce_flops,
+       differentiable=False)
+def argmin(x, axis, keepdims):
+    """Index (int32) of the first minimum along `axis`."""
+    return np.argmin(x, axis=axis, keepdims=keepdims).astype(np.int32)

@@ -1,0 +1,131 @@
+"""Tensor types of the graph IR: dtypes with short names, shapes, and broadcasting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from akg.errors import ShapeError
+
+# Canonical dtype names are NumPy's; `.mir` text uses the short names.
+_SHORT = {
+    "bool": "bool",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "float16": "f16",
+    "float32": "f32",
+    "float64": "f64",
+}
+_LONG = {short: long for long, short in _SHORT.items()}
+DTYPES = tuple(_SHORT)
+FLOAT_DTYPES = ("float16", "float32", "float64")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
+
+
+def canonical_dtype(dtype: object) -> str:
+    """'f32', 'float32', np.float32 or np.dtype('float32') -> 'float32'; ValueError otherwise."""
+    if isinstance(dtype, str):
+        if dtype in _SHORT:
+            return dtype
+        if dtype in _LONG:
+            return _LONG[dtype]
+        raise ValueError(f"unknown dtype '{dtype}' (known: {', '.join(DTYPES)})")
+    try:
+        name = np.dtype(dtype).name  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"unknown dtype {dtype!r}") from None
+    if name not in _SHORT:
+        raise ValueError(f"unsupported dtype '{name}' (known: {', '.join(DTYPES)})")
+    return name
+
+
+def short_dtype(dtype: str) -> str:
+    return _SHORT[canonical_dtype(dtype)]
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+def is_int(dtype: str) -> bool:
+    return dtype in INT_DTYPES
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A static shape (tuple of non-negative ints; () is a scalar) and a canonical dtype."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __init__(self, shape: Iterable[int], dtype: object):
+        shape = tuple(shape)
+        for d in shape:
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+                raise ShapeError(f"bad dimension {d!r} in shape {shape}")
+        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        try:
+            object.__setattr__(self, "dtype", canonical_dtype(dtype))
+        except ValueError as e:
+            raise ShapeError(str(e)) from None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def with_shape(self, shape: Iterable[int]) -> "TensorType":
+        return TensorType(shape, self.dtype)
+
+    def with_dtype(self, dtype: object) -> "TensorType":
+        return TensorType(self.shape, dtype)
+
+    def __str__(self) -> str:
+        return f"{short_dtype(self.dtype)}[{','.join(map(str, self.shape))}]"
+
+    @staticmethod
+    def of(array: np.ndarray) -> "TensorType":
+        return TensorType(array.shape, array.dtype)
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """NumPy broadcasting of static shapes; ShapeError names the shapes that do not fit."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(rank):
+        dims = {s[len(s) - rank + axis] for s in shapes if len(s) - rank + axis >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            pretty = " and ".join(str(list(s)) for s in shapes)
+            raise ShapeError(f"shapes {pretty} cannot be broadcast together")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
+    """Map a possibly negative axis into [0, rank); ShapeError if out of range."""
+    if not -rank <= axis < max(rank, 1) or (rank == 0 and axis not in (0, -1)):
+        raise ShapeError(f"{what} {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def normalize_axes(axes: Iterable[int] | None, rank: int, what: str = "axes") -> tuple[int, ...]:
+    """None means all axes; duplicates are an error; result sorted."""
+    if axes is None:
+        return tuple(range(rank))
+    out = [normalize_axis(a, rank, what) for a in axes]
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{what} {list(axes)} repeat an axis")
+    return tuple(sorted(out))

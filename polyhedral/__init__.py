@@ -1,0 +1,1 @@
+"""akg.polyhedral: the only code that imports islpy (model, dependences, scheduling, AST -> TIR)."""

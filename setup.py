@@ -1,0 +1,68 @@
+"""Packaging for akg: the top-level folders install as subpackages of one `akg` package."""
+
+import re
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "akg" / "_version.py").read_text()).group(1)
+
+# Folder -> import name (see docs/architecture.md, "Folders and import names").
+SUBPACKAGES = {
+    "akg.graph": "graph",
+    "akg.polyhedral": "polyhedral",
+    "akg.schedules": "schedules",
+    "akg.tuner": "tuner",
+    "akg.db": "db",
+}
+
+
+def find_packages_under(root: str, prefix: str) -> dict[str, str]:
+    """Every folder holding an __init__.py below `root`, as {import name: folder}."""
+    found = {}
+    for init in sorted((HERE / root).rglob("__init__.py")):
+        rel = init.parent.relative_to(HERE / root)
+        name = ".".join((prefix, *rel.parts)) if rel.parts else prefix
+        found[name] = init.parent.relative_to(HERE).as_posix()
+    return found
+
+
+package_dir = find_packages_under("akg", "akg")
+for name, folder in SUBPACKAGES.items():
+    package_dir.update(find_packages_under(folder, name))
+
+setup(
+    name="akg",
+    version=VERSION,
+    description="Automatic operator generator and kernel autotuner (polyhedral scheduling on isl, TVM TIR backends)",
+    long_description=(HERE / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=sorted(package_dir),
+    package_dir=package_dir,
+    package_data={"akg": ["py.typed"]},
+    install_requires=[
+        "numpy>=1.26,<3",
+        "scipy>=1.11,<2",
+        "apache-tvm>=0.27,<0.28",
+        # 0.1.15 segfaults in tvm.ir.save_json (kills MetaSchedule's database).
+        "apache-tvm-ffi<0.1.15",
+        "islpy>=2024.1",
+        "xgboost>=2.0,<4",
+        "sqlalchemy>=2.0,<3",
+        "alembic>=1.12,<2",
+        "click>=8.1,<9",
+        "rich>=13,<16",
+        "psutil>=5.9",
+        "cloudpickle>=2.0",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8,<10",
+            "hypothesis>=6.100",
+            "pytest-timeout>=2.2",
+        ],
+    },
+    entry_points={"console_scripts": ["akg = akg.cli:main"]},
+)

@@ -1,0 +1,1 @@
+"""akg.tuner: features, cost models, search, measurement and task scheduling."""
