@@ -66,7 +66,7 @@ def tokenize(text: str, filename: str) -> list[Token]:
 class _Statement:
     token: Token  # where it starts, for error messages
     names: list[Token]
-    op: str | None = None  # None for constants / weights
+    op: Token | None = None  # None for constants / weights
     args: list[Token] | None = None
     attrs: dict[str, Any] | None = None
     types: list[TensorType] | None = None
@@ -210,7 +210,7 @@ class _Parser:
             types.append(self.type())
         if len(types) != len(names):
             raise self.error(f"{len(names)} result name(s) but {len(types)} type(s)", first)
-        return _Statement(first, names, op.text, args, attrs, types)
+        return _Statement(first, names, op, args, attrs, types)
 
     def literal(self) -> Any:
         tok = self.tok
@@ -332,9 +332,9 @@ def parse_mir(text: str, filename: str = "<string>", *,
                 raise p.error(f"value {tok.text} is used but never defined", tok)
             args.append(values[tok.text[1:]])
         try:
-            nodes.append(Node(st.op, args, st.attrs, [values[t.text[1:]] for t in st.names]))
+            nodes.append(Node(st.op.text, args, st.attrs, [values[t.text[1:]] for t in st.names]))
         except AkgError as e:
-            raise located(e, st.token) from None
+            raise located(e, st.op) from None
     for tok in outputs:
         if tok.text[1:] not in values:
             raise p.error(f"returned value {tok.text} is never defined", tok)

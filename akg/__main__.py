@@ -1,0 +1,5 @@
+import sys
+
+from akg.cli import main
+
+sys.exit(main())
