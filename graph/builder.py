@@ -17,7 +17,7 @@ class GraphBuilder:
 
     Any registered op is a method: `b.add(x, y)`, `b.conv2d(x, w, strides=[2, 2])`,
     `b.split(x, sections=2)` (a tuple for multi-output ops). Python numbers given as inputs
-    become scalar constants of the dtype of the op's first tensor input.
+    become scalar constants of the dtype of the op's first non-bool tensor input.
     """
 
     def __init__(self, name: str = "main"):
@@ -62,7 +62,8 @@ class GraphBuilder:
            **attrs: Any) -> Value | tuple[Value, ...]:
         opdef = get_op(op)
         tensors = [v for v in inputs if isinstance(v, Value)]
-        dtype = tensors[0].dtype if tensors else "float32"
+        numeric = [v for v in tensors if v.dtype != "bool"] or tensors  # where(cond, 1.0, x)
+        dtype = numeric[0].dtype if numeric else "float32"
         values = [v if isinstance(v, Value) else self.const(v, dtype=dtype) for v in inputs]
         checked = opdef.check_attrs(attrs)
         types = opdef.infer_types([v.type for v in values], checked)

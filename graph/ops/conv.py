@@ -127,7 +127,7 @@ def pool_geometry(x: TensorType, kernel, strides, padding, ceil_mode):
     k = pair(kernel, "kernel")
     s = pair(strides, "strides") if strides is not None else k
     p = pads4(padding)
-    if p[0] >= k[0] + 1 or p[1] >= k[1] + 1:
+    if p[0] >= k[0] or p[2] >= k[0] or p[1] >= k[1] or p[3] >= k[1]:
         raise ShapeError(f"padding {list(p)} must be smaller than the kernel {list(k)}")
     n, c, h, w = x.shape
     oh = window_out(h, k[0], s[0], p[0], p[2], 1, ceil_mode)

@@ -16,6 +16,8 @@ def _int_indices(t: TensorType) -> None:
 
 def _gather_infer(data: TensorType, indices: TensorType, axis: int) -> TensorType:
     _int_indices(indices)
+    if data.rank == 0:
+        raise ShapeError(f"cannot gather from the scalar {data}")
     ax = normalize_axis(axis, data.rank)
     return data.with_shape((*data.shape[:ax], *indices.shape, *data.shape[ax + 1 :]))
 

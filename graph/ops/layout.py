@@ -92,9 +92,13 @@ def squeeze(x, axes):
     return np.squeeze(x, _squeeze_axes(TensorType.of(x), axes))
 
 
+def _expand_dims_infer(x: TensorType, axis: int) -> TensorType:
+    ax = normalize_axis(axis, x.rank + 1)
+    return x.with_shape((*x.shape[:ax], 1, *x.shape[ax:]))
+
+
 @defop("expand_dims", kind=LAYOUT, flops=_zero_flops, attrs=[Attr("axis", "int")],
-       infer=lambda x, axis: x.with_shape(
-           np.expand_dims(np.empty(x.shape, np.int8), normalize_axis(axis, x.rank + 1)).shape))
+       infer=_expand_dims_infer)
 def expand_dims(x, axis):
     return np.expand_dims(x, normalize_axis(axis, x.ndim + 1))
 
@@ -138,6 +142,8 @@ def strided_slice(x, begin, end, strides):
 
 def _concat_infer(*xs: TensorType, axis: int) -> TensorType:
     first = xs[0]
+    if first.rank == 0:
+        raise ShapeError(f"cannot concatenate scalars ({first})")
     ax = normalize_axis(axis, first.rank)
     for t in xs[1:]:
         if t.dtype != first.dtype or t.rank != first.rank or any(
@@ -155,6 +161,8 @@ def concat(*xs, axis):
 
 
 def split_sizes(x: TensorType, axis: int, sections, sizes) -> tuple[int, ...]:
+    if x.rank == 0:
+        raise ShapeError(f"cannot split a scalar ({x})")
     dim = x.shape[normalize_axis(axis, x.rank)]
     if (sections is None) == (sizes is None):
         raise AttrError("op 'split' needs exactly one of 'sections' or 'sizes'")
@@ -177,7 +185,8 @@ def _split_infer(x: TensorType, axis, sections, sizes) -> tuple[TensorType, ...]
 
 @defop("split", kind=LAYOUT, flops=_zero_flops, infer=_split_infer,
        attrs=[Attr("axis", "int", 0), Attr("sections", "int", None, optional=True),
-              Attr("sizes", "ints", None, optional=True, check=_nonneg)])
+              Attr("sizes", "ints", None, optional=True,
+                   check=lambda v: _nonneg(v) or (None if v else "must not be empty"))])
 def split(x, axis, sections, sizes):
     bounds = np.cumsum(split_sizes(TensorType.of(x), axis, sections, sizes))[:-1]
     return tuple(p.copy() for p in np.split(x, bounds, axis=axis))

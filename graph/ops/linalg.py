@@ -72,7 +72,7 @@ def _dense_infer(x: TensorType, w: TensorType, *bias: TensorType) -> TensorType:
     if x.rank < 1 or w.rank != 2 or x.shape[-1] != w.shape[1]:
         raise ShapeError(f"needs x[..., in] and weight[out, in], got {x} and {w}")
     if bias and (bias[0].shape != (w.shape[0],) or bias[0].dtype != x.dtype):
-        raise ShapeError(f"bias must be {x.dtype}[{w.shape[0]}], got {bias[0]}")
+        raise ShapeError(f"bias must be {TensorType((w.shape[0],), x.dtype)}, got {bias[0]}")
     return x.with_shape((*x.shape[:-1], w.shape[0]))
 
 

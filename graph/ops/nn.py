@@ -72,7 +72,9 @@ def layer_norm(x, gamma, beta, begin_norm_axis, epsilon):
 
 
 def _batch_norm_infer(x, gamma, beta, mean, var, axis, epsilon) -> TensorType:
-    ax = normalize_axis(axis, _float(x).rank)
+    if _float(x).rank == 0:
+        raise ShapeError(f"needs a channel axis, got the scalar {x}")
+    ax = normalize_axis(axis, x.rank)
     want = TensorType((x.shape[ax],), x.dtype)
     for name, t in (("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var)):
         if t != want:
@@ -128,6 +130,8 @@ def _labels_bound(scores: TensorType, labels: TensorType, **_) -> dict[int, int]
        flops=_scaled_flops(1), index_bounds=_labels_bound)
 def nll_loss(logp, labels, reduction):
     """-logp[i, labels[i]], reduced by mean, sum or none."""
+    if labels.size and (labels.min() < 0 or labels.max() >= logp.shape[1]):
+        raise IndexError(f"label out of range [0, {logp.shape[1]})")
     picked = np.take_along_axis(_wide(logp), labels.astype(np.int64)[:, None], axis=1)[:, 0]
     return _reduce_loss(-picked, reduction, logp.dtype)
 

@@ -19,6 +19,8 @@ def _reduce_infer(x: TensorType, axes, keepdims, *, float_only=False, nonempty=F
     if x.dtype == "bool" or (float_only and not is_float(x.dtype)):
         raise ShapeError(f"cannot reduce {x} ({'floating-point' if float_only else 'numeric'} input needed)")
     ax = normalize_axes(axes, x.rank)
+    if x.rank == 0 and ax:
+        raise ShapeError(f"cannot reduce the scalar {x} over axes {list(ax)}")
     if nonempty and any(x.shape[a] == 0 for a in ax):
         raise ShapeError(f"cannot take this reduction over an empty axis of {x}")
     return x.with_shape(reduced_shape(x.shape, ax, keepdims))
