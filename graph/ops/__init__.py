@@ -2,6 +2,6 @@
 
 from akg.graph.ops.registry import (  # noqa: F401
     COMPOSITE, CONV, ELEMWISE, INDEX, KINDS, LAYOUT, LINALG, OPS, POOL, REDUCE,
-    Attr, Attrs, OpDef, defop, get_op,
+    COMPUTES, EXPANDERS, Attr, Attrs, ComputeCtx, OpDef, defcompute, defexpand, defop, get_op,
 )
 from akg.graph.ops import conv, elementwise, index, layout, linalg, nn, reduce  # noqa: F401,E402

@@ -189,3 +189,101 @@ def _gap_infer(x: TensorType, keepdims) -> TensorType:
 def global_avg_pool2d(x, keepdims):
     """Mean over H and W."""
     return x.astype(_accumulate_dtype(x.dtype)).mean(axis=(2, 3), keepdims=keepdims).astype(x.dtype)
+
+
+# --- compute definitions ----------------------------------------------------------------------
+
+from akg.graph.compute.expr import call, cast, compute, const, reduce, reduce_axis, select  # noqa: E402
+from akg.graph.compute.helpers import inside  # noqa: E402
+from akg.graph.ops.reduce import accumulate_dtype  # noqa: E402
+from akg.graph.ops.registry import defcompute  # noqa: E402
+
+
+def padded(name: str, x, pads: tuple[int, int, int, int], fill: float):
+    """x with its H and W axes padded by (top, left, bottom, right) cells of `fill`."""
+    pt, pl, pb, pr = pads
+    if not any(pads):
+        return x
+    n, c, h, w = x.shape
+    return compute((n, c, h + pt + pb, w + pl + pr),
+                   lambda b, ch, y, z: select(inside((y - pt, z - pl), (h, w)), x[b, ch, y - pt, z - pl],
+                                              const(fill, x.dtype)), f"{name}.pad")
+
+
+@defcompute("conv2d")
+def _conv2d_compute(ctx, x, w, strides, padding, dilation, groups):
+    (sh, sw), (dh, dw) = pair(strides, "strides"), pair(dilation, "dilation")
+    o, cg, kh, kw = w.shape
+    per_group = o // groups
+    acc = accumulate_dtype(x.dtype)
+    xp = padded(ctx.name, x, pads4(padding), 0.0)
+
+    def body(b, f, y, z):
+        c, ry, rx = (reduce_axis(cg, f"{ctx.name}.rc"), reduce_axis(kh, f"{ctx.name}.ry"),
+                     reduce_axis(kw, f"{ctx.name}.rx"))
+        channel = c if groups == 1 else (f // per_group) * cg + c
+        term = cast(acc, xp[b, channel, y * sh + ry * dh, z * sw + rx * dw]) * cast(acc, w[f, c, ry, rx])
+        return reduce("sum", term, [c, ry, rx])
+
+    name = ctx.name if acc == x.dtype else ctx.name + ".acc"
+    total = compute(ctx.out.shape, body, name)
+    if acc != x.dtype:
+        total = compute(ctx.out.shape, lambda *i: cast(x.dtype, total[i]), ctx.name)
+    return total
+
+
+def _pool_source(ctx, x, kernel, strides, padding, ceil_mode, fill):
+    k, s, p, out = pool_geometry(TensorType(x.shape, x.dtype), kernel, strides, padding, ceil_mode)
+    extra = (max(0, (out[2] - 1) * s[0] + k[0] - (x.shape[2] + p[0] + p[2])),
+             max(0, (out[3] - 1) * s[1] + k[1] - (x.shape[3] + p[1] + p[3])))
+    xp = padded(ctx.name, x, (p[0], p[1], p[2] + extra[0], p[3] + extra[1]), fill)
+    return k, s, p, out, xp
+
+
+@defcompute("max_pool2d")
+def _max_pool_compute(ctx, x, kernel, strides, padding, ceil_mode):
+    k, s, _, out, xp = _pool_source(ctx, x, kernel, strides, padding, ceil_mode, float("-inf"))
+
+    def body(b, c, y, z):
+        ry, rx = reduce_axis(k[0], f"{ctx.name}.ry"), reduce_axis(k[1], f"{ctx.name}.rx")
+        return reduce("max", xp[b, c, y * s[0] + ry, z * s[1] + rx], [ry, rx])
+
+    return compute(out, body, ctx.name)
+
+
+@defcompute("avg_pool2d")
+def _avg_pool_compute(ctx, x, kernel, strides, padding, ceil_mode, count_include_pad):
+    k, s, (pt, pl, pb, pr), out, xp = _pool_source(ctx, x, kernel, strides, padding, ceil_mode, 0.0)
+    acc = accumulate_dtype(x.dtype)
+
+    def window_sum(b, c, y, z):
+        ry, rx = reduce_axis(k[0], f"{ctx.name}.ry"), reduce_axis(k[1], f"{ctx.name}.rx")
+        return reduce("sum", cast(acc, xp[b, c, y * s[0] + ry, z * s[1] + rx]), [ry, rx])
+
+    total = compute(out, window_sum, ctx.name + ".sum")
+    h, w = x.shape[2:]
+    lim_h, lim_w = (h + pt + pb, w + pl + pr) if count_include_pad else (h, w)
+    off_h, off_w = (0, 0) if count_include_pad else (pt, pl)
+
+    def count(v, stride, kk, off, lim):  # window cells inside [0, lim) along one axis
+        lo = v * stride - off
+        return call("min", lo + kk, const(lim, "int32")) - call("max", lo, const(0, "int32"))
+
+    def body(b, c, y, z):
+        cells = count(y, s[0], k[0], off_h, lim_h) * count(z, s[1], k[1], off_w, lim_w)
+        return cast(x.dtype, total[b, c, y, z] / cast(acc, cells))
+
+    return compute(out, body, ctx.name)
+
+
+@defcompute("global_avg_pool2d")
+def _global_avg_pool_compute(ctx, x, keepdims):
+    n, c, h, w = x.shape
+    acc = accumulate_dtype(x.dtype)
+
+    def window_sum(b, ch, *_):
+        ry, rx = reduce_axis(h, f"{ctx.name}.ry"), reduce_axis(w, f"{ctx.name}.rx")
+        return reduce("sum", cast(acc, x[b, ch, ry, rx]), [ry, rx])
+
+    total = compute(ctx.out.shape, window_sum, ctx.name + ".sum")
+    return compute(ctx.out.shape, lambda *i: cast(x.dtype, total[i] / const(h * w, acc)), ctx.name)

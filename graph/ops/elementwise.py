@@ -148,3 +148,96 @@ def where(cond, a, b):
 def cast(x, to):
     """Convert dtype; float -> int truncates toward zero, anything -> bool is x != 0."""
     return x.astype(to)
+
+
+# --- compute definitions ----------------------------------------------------------------------
+
+from akg.graph.compute.expr import call, cast as cast_expr, compute, const, select  # noqa: E402
+from akg.graph.compute.helpers import broadcast_load  # noqa: E402
+from akg.graph.ops.registry import defcompute  # noqa: E402
+
+
+def _map(ctx, fn, *inputs):
+    """out[i] = fn(inputs read at i under broadcasting)."""
+    return compute(ctx.out.shape, lambda *i: fn(*(broadcast_load(t, i) for t in inputs)), ctx.name)
+
+
+_DIRECT_UNARY = {
+    "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
+    "tanh": "tanh", "sigmoid": "sigmoid", "erf": "erf", "sin": "sin", "cos": "cos",
+    "floor": "floor", "ceil": "ceil", "round": "round", "logical_not": "not",
+    "isnan": "isnan", "isinf": "isinf",
+}
+
+
+@defcompute(*_DIRECT_UNARY)
+def _unary_compute(ctx, x):
+    op = _DIRECT_UNARY[ctx.op]
+    return _map(ctx, lambda v: call(op, v), x)
+
+
+@defcompute("relu")
+def _relu_compute(ctx, x):
+    return _map(ctx, lambda v: call("max", v, const(0, v.dtype)), x)
+
+
+@defcompute("relu6")
+def _relu6_compute(ctx, x):
+    return _map(ctx, lambda v: call("min", call("max", v, const(0, v.dtype)), const(6, v.dtype)), x)
+
+
+@defcompute("reciprocal")
+def _reciprocal_compute(ctx, x):
+    return _map(ctx, lambda v: const(1, v.dtype) / v, x)
+
+
+@defcompute("sign")
+def _sign_compute(ctx, x):
+    def sign(v):
+        zero = const(0, v.dtype)
+        return select(call("gt", v, zero), const(1, v.dtype),
+                      select(call("lt", v, zero), const(-1, v.dtype), zero))
+    return _map(ctx, sign, x)
+
+
+def gelu_expr(v, approximate: str):
+    half, one = const(0.5, v.dtype), const(1, v.dtype)
+    if approximate == "tanh":
+        inner = const(float(np.sqrt(2 / np.pi)), v.dtype) * (v + const(0.044715, v.dtype) * v * v * v)
+        return half * v * (one + call("tanh", inner))
+    return half * v * (one + call("erf", v * const(float(1 / np.sqrt(2)), v.dtype)))
+
+
+@defcompute("gelu")
+def _gelu_compute(ctx, x, approximate):
+    return _map(ctx, lambda v: gelu_expr(v, approximate), x)
+
+
+_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "pow": "pow", "maximum": "max",
+           "minimum": "min", "mod": "floormod", "equal": "eq", "not_equal": "ne", "less": "lt",
+           "less_equal": "le", "greater": "gt", "greater_equal": "ge", "logical_and": "and",
+           "logical_or": "or"}
+
+
+@defcompute(*_BINARY)
+def _binary_compute(ctx, a, b):
+    op = _BINARY[ctx.op]
+    return _map(ctx, lambda x, y: call(op, x, y), a, b)
+
+
+@defcompute("div")
+def _div_compute(ctx, a, b):
+    op = "div" if is_float(a.dtype) else "floordiv"
+    return _map(ctx, lambda x, y: call(op, x, y), a, b)
+
+
+@defcompute("where")
+def _where_compute(ctx, c, a, b):
+    return _map(ctx, select, c, a, b)
+
+
+@defcompute("cast")
+def _cast_compute(ctx, x, to):
+    if to == "bool":
+        return _map(ctx, lambda v: call("ne", v, const(0, v.dtype)), x)
+    return _map(ctx, lambda v: cast_expr(to, v), x)

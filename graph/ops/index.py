@@ -54,3 +54,33 @@ def one_hot(indices, depth, on_value, off_value, axis, dtype):
     hot = np.expand_dims(indices, ax) == np.arange(depth).reshape(
         [depth if i == ax else 1 for i in range(indices.ndim + 1)])
     return np.where(hot, on_value, off_value).astype(dtype)
+
+
+# --- compute definitions ----------------------------------------------------------------------
+
+from akg.graph.compute.expr import call, cast, compute, const, select  # noqa: E402
+from akg.graph.ops.registry import defcompute  # noqa: E402
+
+
+@defcompute("gather")
+def _gather_compute(ctx, data, indices, axis):
+    """Data-dependent row index: the polyhedral model over-approximates this access."""
+    ax = normalize_axis(axis, data.ndim)
+    k = indices.ndim
+
+    def body(*i):
+        row = cast("int32", indices[i[ax:ax + k]])
+        return data[(*i[:ax], row, *i[ax + k:])]
+
+    return compute(ctx.out.shape, body, ctx.name)
+
+
+@defcompute("one_hot")
+def _one_hot_compute(ctx, indices, depth, on_value, off_value, axis, dtype):
+    ax = normalize_axis(axis, indices.ndim + 1)
+
+    def body(*i):
+        hit = call("eq", cast("int32", indices[i[:ax] + i[ax + 1:]]), i[ax])
+        return select(hit, const(on_value, dtype), const(off_value, dtype))
+
+    return compute(ctx.out.shape, body, ctx.name)

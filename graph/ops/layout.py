@@ -206,3 +206,119 @@ def _pad_infer(x: TensorType, before, after, value) -> TensorType:
               Attr("value", "float", 0.0)])
 def pad(x, before, after, value):
     return np.pad(x, list(zip(before, after)), constant_values=np.array(value).astype(x.dtype))
+
+
+# --- compute definitions ----------------------------------------------------------------------
+
+from akg.graph.compute.expr import call, compute, const, select  # noqa: E402
+from akg.graph.compute.helpers import broadcast_load, inside, ravel, unravel  # noqa: E402
+from akg.graph.ops.registry import defcompute  # noqa: E402
+
+
+@defcompute("broadcast_to")
+def _broadcast_to_compute(ctx, x, shape):
+    return compute(ctx.out.shape, lambda *i: broadcast_load(x, i), ctx.name)
+
+
+def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[range, range]]:
+    """Split two shapes of equal size into runs of axes with equal products, so each output
+    index depends only on the input indices of its own run."""
+    groups, i, j = [], 0, 0
+    while i < len(src) or j < len(dst):
+        i0, j0, a, b = i, j, 1, 1
+        while True:
+            if a <= b and i < len(src):
+                a *= src[i]
+                i += 1
+            elif j < len(dst):
+                b *= dst[j]
+                j += 1
+            else:
+                a *= src[i]
+                i += 1
+            if a == b and (i == len(src) or src[i] != 1 or j == len(dst)) and (
+                    j == len(dst) or dst[j] != 1 or i == len(src)):
+                break
+        groups.append((range(i0, i), range(j0, j)))
+    return groups
+
+
+@defcompute("reshape", "squeeze", "expand_dims")
+def _reshape_compute(ctx, x, **_):
+    out = ctx.out.shape
+    if 0 in out:
+        return compute(out, lambda *i: const(0, x.dtype), ctx.name)
+    groups = reshape_groups(x.shape, out)
+
+    def index(*i):
+        src = [None] * x.ndim
+        for ins, outs in groups:
+            linear = ravel([i[d] for d in outs], [out[d] for d in outs])
+            for d, v in zip(ins, unravel(linear, [x.shape[d] for d in ins])):
+                src[d] = v
+        return x[tuple(src)]
+
+    return compute(out, index, ctx.name)
+
+
+@defcompute("transpose")
+def _transpose_compute(ctx, x, perm):
+    perm = transpose_perm(x.ndim, perm)
+    inverse = [perm.index(d) for d in range(x.ndim)]
+    return compute(ctx.out.shape, lambda *i: x[tuple(i[inverse[d]] for d in range(x.ndim))], ctx.name)
+
+
+def _strided(ctx, x, spec):
+    starts = [s.indices(d)[0] for s, d in zip(spec, x.shape)]
+    steps = [s.indices(d)[2] for s, d in zip(spec, x.shape)]
+    return compute(ctx.out.shape, lambda *i: x[tuple(b + v * s for v, b, s in zip(i, starts, steps))],
+                   ctx.name)
+
+
+@defcompute("slice")
+def _slice_compute(ctx, x, begin, end):
+    return _strided(ctx, x, slice_spec(TensorType(x.shape, x.dtype), begin, end))
+
+
+@defcompute("strided_slice")
+def _strided_slice_compute(ctx, x, begin, end, strides):
+    return _strided(ctx, x, slice_spec(TensorType(x.shape, x.dtype), begin, end, strides))
+
+
+@defcompute("concat")
+def _concat_compute(ctx, *xs, axis):
+    ax = normalize_axis(axis, xs[0].ndim)
+
+    def body(*i):
+        offsets = np.cumsum([0] + [t.shape[ax] for t in xs])
+        expr = None
+        for t, lo in reversed(list(zip(xs, offsets))):
+            if t.shape[ax] == 0:
+                continue
+            idx = tuple(v - int(lo) if d == ax else v for d, v in enumerate(i))
+            expr = t[idx] if expr is None else select(call("lt", i[ax], const(int(lo + t.shape[ax]), "int32")),
+                                                     t[idx], expr)
+        return expr
+
+    return compute(ctx.out.shape, body, ctx.name)
+
+
+@defcompute("split")
+def _split_compute(ctx, x, axis, sections, sizes):
+    ax = normalize_axis(axis, x.ndim)
+    outs, lo = [], 0
+    for k, t in enumerate(ctx.outs):
+        outs.append(compute(t.shape, lambda *i, lo=lo: x[tuple(v + lo if d == ax else v for d, v in enumerate(i))],
+                            f"{ctx.name}.{k}"))
+        lo += t.shape[ax]
+    return tuple(outs)
+
+
+@defcompute("pad")
+def _pad_compute(ctx, x, before, after, value):
+    def body(*i):
+        src = [v - b for v, b in zip(i, before)]
+        if not any(before) and not any(after):
+            return x[tuple(src)]
+        return select(inside(src, x.shape), x[tuple(src)], const(value, x.dtype))
+    return compute(ctx.out.shape, body, ctx.name)

@@ -37,14 +37,18 @@ def _matmul_flops(ins, outs, attrs) -> int:
     return 2 * outs[0].size * k
 
 
+def _wide(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
 def _t(x: np.ndarray, flag: bool) -> np.ndarray:
     return np.swapaxes(x, -1, -2) if flag else x
 
 
 @defop("matmul", kind=LINALG, infer=_matmul_infer, attrs=_TRANSPOSE_ATTRS, flops=_matmul_flops)
 def matmul(a, b, transpose_a, transpose_b):
-    """op(a) @ op(b) for 2-D a, b; op transposes when its flag is set."""
-    return _t(a, transpose_a) @ _t(b, transpose_b)
+    """op(a) @ op(b) for 2-D a, b; op transposes when its flag is set (fp16 accumulates in fp32)."""
+    return (_wide(_t(a, transpose_a)) @ _wide(_t(b, transpose_b))).astype(a.dtype)
 
 
 def _batch_matmul_infer(a: TensorType, b: TensorType, transpose_a, transpose_b) -> TensorType:
@@ -61,8 +65,8 @@ def _batch_matmul_infer(a: TensorType, b: TensorType, transpose_a, transpose_b) 
 @defop("batch_matmul", kind=LINALG, infer=_batch_matmul_infer, attrs=_TRANSPOSE_ATTRS,
        flops=_matmul_flops)
 def batch_matmul(a, b, transpose_a, transpose_b):
-    """Batched op(a) @ op(b) over the leading axes, which broadcast."""
-    return np.matmul(_t(a, transpose_a), _t(b, transpose_b))
+    """Batched op(a) @ op(b) over the leading axes, which broadcast (fp16 accumulates in fp32)."""
+    return np.matmul(_wide(_t(a, transpose_a)), _wide(_t(b, transpose_b))).astype(a.dtype)
 
 
 def _dense_infer(x: TensorType, w: TensorType, *bias: TensorType) -> TensorType:
@@ -82,3 +86,52 @@ def dense(x, w, *bias):
     """Linear layer: x @ weight.T (+ bias), weight laid out [out_features, in_features]."""
     y = x @ w.T
     return y + bias[0] if bias else y
+
+
+# --- compute definitions ----------------------------------------------------------------------
+
+from akg.graph.compute.expr import cast, compute, reduce, reduce_axis  # noqa: E402
+from akg.graph.ops.reduce import accumulate_dtype  # noqa: E402
+from akg.graph.ops.registry import defcompute  # noqa: E402
+
+
+@defcompute("matmul", "batch_matmul")
+def _matmul_compute(ctx, a, b, transpose_a, transpose_b):
+    out = ctx.out.shape
+    k_extent = a.shape[-2] if transpose_a else a.shape[-1]
+    acc = accumulate_dtype(a.dtype)
+    batch = len(out) - 2
+
+    def operand(t, row, col, transposed, batch_index):
+        lead = tuple(0 if d == 1 else v for d, v in zip(t.shape[:-2], batch_index[len(batch_index) - (t.ndim - 2):]))
+        return t[lead + ((col, row) if transposed else (row, col))]
+
+    def body(*i):
+        k = reduce_axis(k_extent, f"{ctx.name}.k")
+        bi, m, n = i[:batch], i[batch], i[batch + 1]
+        x = cast(acc, operand(a, m, k, transpose_a, bi)) * cast(acc, operand(b, k, n, transpose_b, bi))
+        return reduce("sum", x, [k])
+
+    name = ctx.name if acc == a.dtype else ctx.name + ".acc"
+    total = compute(out, body, name)
+    if acc != a.dtype:
+        total = compute(out, lambda *i: cast(a.dtype, total[i]), ctx.name)
+    return total
+
+
+# --- expanders ----------------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defexpand  # noqa: E402
+
+
+@defexpand("dense")
+def _expand_dense(e, x, w, *bias):
+    """x @ w.T (+ bias): matmul for 2-D x, batch_matmul with a broadcast weight otherwise."""
+    vector = x.type.rank == 1
+    if vector:
+        x = e.op("reshape", x, shape=[1, x.shape[0]], hint="row")
+    op = "matmul" if x.type.rank == 2 else "batch_matmul"
+    y = e.op(op, x, w, transpose_b=True, hint="matmul", final=not bias and not vector)
+    if bias:
+        y = e.op("add", y, bias[0], hint="biased", final=not vector)
+    return e.op("reshape", y, shape=[w.shape[0]], final=True) if vector else y

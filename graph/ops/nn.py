@@ -141,3 +141,99 @@ def nll_loss(logp, labels, reduction):
 def cross_entropy(logits, labels, reduction):
     """nll_loss(log_softmax(logits, axis=1), labels)."""
     return nll_loss(log_softmax(_wide(logits), axis=1), labels, reduction).astype(logits.dtype)
+
+
+# --- expanders ----------------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defexpand  # noqa: E402
+
+
+def _stat_dtype(x) -> str:
+    return "float32" if x.dtype == "float16" else x.dtype
+
+
+@defexpand("softmax")
+def _expand_softmax(e, x, axis):
+    """exp(x - max) / sum(exp(x - max)): the max keeps exp from overflowing."""
+    m = e.op("max", x, axes=[axis], keepdims=True, hint="max")
+    z = e.op("exp", e.op("sub", x, m, hint="shifted"), hint="exp")
+    s = e.op("sum", z, axes=[axis], keepdims=True, hint="sum")
+    return e.op("div", z, s, final=True)
+
+
+@defexpand("log_softmax")
+def _expand_log_softmax(e, x, axis):
+    m = e.op("max", x, axes=[axis], keepdims=True, hint="max")
+    z = e.op("sub", x, m, hint="shifted")
+    s = e.op("sum", e.op("exp", z, hint="exp"), axes=[axis], keepdims=True, hint="sum")
+    return e.op("sub", z, e.op("log", s, hint="logsum"), final=True)
+
+
+@defexpand("layer_norm")
+def _expand_layer_norm(e, x, gamma, beta, begin_norm_axis, epsilon):
+    axes = list(range(normalize_axis(begin_norm_axis, x.type.rank), x.type.rank))
+    wide = _stat_dtype(x)
+    xw = x if wide == x.dtype else e.op("cast", x, to=wide, hint="wide")
+    mean = e.op("mean", xw, axes=axes, keepdims=True, hint="mean")
+    centred = e.op("sub", xw, mean, hint="centred")
+    var = e.op("mean", e.op("mul", centred, centred, hint="sq"), axes=axes, keepdims=True, hint="var")
+    rstd = e.op("rsqrt", e.op("add", var, e.const(epsilon, dtype=wide), hint="var_eps"), hint="rstd")
+    y = e.op("mul", centred, rstd, hint="normed")
+    if wide != x.dtype:
+        y = e.op("cast", y, to=x.dtype, hint="narrow")
+    return e.op("add", e.op("mul", y, gamma, hint="scaled"), beta, final=True)
+
+
+@defexpand("batch_norm")
+def _expand_batch_norm(e, x, gamma, beta, mean, var, axis, epsilon):
+    """y = x * a + c with a = gamma * rsqrt(var + eps), c = beta - mean * a (per channel)."""
+    ax = normalize_axis(axis, x.type.rank)
+    shape = [1] * x.type.rank
+    shape[ax] = x.shape[ax]
+    a = e.op("mul", gamma, e.op("rsqrt", e.op("add", var, e.const(epsilon, like=(x,)), hint="var_eps"),
+                                hint="rstd"), hint="a")
+    c = e.op("sub", beta, e.op("mul", mean, a, hint="ma"), hint="c")
+    a4 = e.op("reshape", a, shape=shape, hint="a4")
+    c4 = e.op("reshape", c, shape=shape, hint="c4")
+    return e.op("add", e.op("mul", x, a4, hint="xa"), c4, final=True)
+
+
+@defexpand("dropout")
+def _expand_dropout(e, x, rate):
+    return e.op("reshape", x, shape=list(x.shape), final=True)
+
+
+def _pick_and_reduce(e, logp, labels, reduction):
+    n, c = logp.shape
+    hot = e.op("one_hot", labels, depth=c, dtype=logp.dtype, hint="onehot")
+    picked = e.op("sum", e.op("mul", logp, hot, hint="masked"), axes=[1], hint="picked")
+    if reduction == "none":
+        return e.op("neg", picked, final=True)
+    total = e.op("sum", picked, axes=[0], hint="total")
+    if reduction == "sum":
+        return e.op("neg", total, final=True)
+    return e.op("div", total, e.const(-n, like=(logp,)), final=True)
+
+
+@defexpand("nll_loss")
+def _expand_nll_loss(e, logp, labels, reduction):
+    return _pick_and_reduce(e, logp, labels, reduction)
+
+
+@defexpand("cross_entropy")
+def _expand_cross_entropy(e, logits, labels, reduction):
+    logp = _expand_log_softmax(_Inner(e, "logp"), logits, axis=1)
+    return _pick_and_reduce(e, logp, labels, reduction)
+
+
+class _Inner:
+    """An emitter view whose `final` outputs are ordinary internal values (for nesting)."""
+
+    def __init__(self, e, hint: str):
+        self._e, self._hint = e, hint
+
+    def op(self, op, *inputs, final=False, hint=None, **attrs):
+        return self._e.op(op, *inputs, hint=self._hint if final else hint, **attrs)
+
+    def const(self, *args, **kwargs):
+        return self._e.const(*args, **kwargs)

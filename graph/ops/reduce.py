@@ -36,9 +36,10 @@ _REDUCE_ATTRS = [Attr("axes", "ints", None, optional=True), Attr("keepdims", "bo
 def _reduction(name: str, fn, **rules):
     def reference(x, axes, keepdims):
         ax = normalize_axes(axes, x.ndim)
-        return np.asarray(fn(x, axis=ax, keepdims=keepdims)).astype(x.dtype)
+        wide = x.astype(np.float32) if x.dtype == np.float16 and name in ("sum", "mean", "prod") else x
+        return np.asarray(fn(wide, axis=ax, keepdims=keepdims)).astype(x.dtype)
 
-    reference.__doc__ = f"{name} over `axes` (all when None)"
+    reference.__doc__ = f"{name} over `axes` (all when None); fp16 sums/products accumulate in fp32"
     defop(name, kind=REDUCE, arity=1, attrs=_REDUCE_ATTRS, flops=_reduce_flops,
           infer=lambda x, axes, keepdims: _reduce_infer(x, axes, keepdims, **rules))(reference)
 
@@ -71,3 +72,60 @@ def argmax(x, axis, keepdims):
 def argmin(x, axis, keepdims):
     """Index (int32) of the first minimum along `axis`."""
     return np.argmin(x, axis=axis, keepdims=keepdims).astype(np.int32)
+
+
+# --- compute definitions ----------------------------------------------------------------------
+
+from akg.graph.compute.expr import cast, compute, const, reduce, reduce_axis  # noqa: E402
+from akg.graph.ops.registry import defcompute  # noqa: E402
+
+
+def accumulate_dtype(dtype: str) -> str:
+    """Reductions and products of fp16 accumulate in fp32."""
+    return "float32" if dtype == "float16" else dtype
+
+
+def reduction(ctx_name: str, reducer: str, x, axes: tuple[int, ...], keepdims: bool, source=None,
+              keep_accumulator: bool = False):
+    """Tensor of x reduced by `reducer` over `axes`; `source(index)` may transform each element.
+    With keep_accumulator, fp16 sums come back in their fp32 accumulator."""
+    raxes = {a: reduce_axis(x.shape[a], f"{ctx_name}.r{a}") for a in axes}
+    out_shape = reduced_shape(x.shape, axes, keepdims)
+    acc = accumulate_dtype(x.dtype) if reducer in ("sum", "prod") else x.dtype
+
+    def body(*i):
+        it = iter(i)
+        index = []
+        for d in range(x.ndim):
+            if d in raxes:
+                index.append(raxes[d])
+                if keepdims:
+                    next(it)
+            else:
+                index.append(next(it))
+        element = x[tuple(index)] if source is None else source(tuple(index))
+        return reduce(reducer, cast(acc, element), [raxes[a] for a in axes])
+
+    total = compute(out_shape, body, ctx_name if acc == x.dtype else ctx_name + ".acc")
+    if acc != x.dtype and not keep_accumulator:
+        total = compute(out_shape, lambda *i: cast(x.dtype, total[i]), ctx_name)
+    return total
+
+
+@defcompute("sum", "max", "min", "prod")
+def _reduce_compute(ctx, x, axes, keepdims):
+    return reduction(ctx.name, ctx.op, x, normalize_axes(axes, x.ndim), keepdims)
+
+
+@defcompute("mean")
+def _mean_compute(ctx, x, axes, keepdims):
+    ax = normalize_axes(axes, x.ndim)
+    count = int(np.prod([x.shape[a] for a in ax], dtype=np.int64))
+    acc = accumulate_dtype(x.dtype)
+    total = reduction(ctx.name + ".sum", "sum", x, ax, keepdims, keep_accumulator=True)
+    return compute(total.shape, lambda *i: cast(x.dtype, total[i] / const(count, acc)), ctx.name)
+
+
+@defcompute("argmax", "argmin")
+def _arg_compute(ctx, x, axis, keepdims):
+    return reduction(ctx.name, ctx.op, x, (normalize_axis(axis, x.ndim),), keepdims)

@@ -278,3 +278,52 @@ def defop(
         return reference
 
     return wrap
+
+
+# --- compute definitions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComputeCtx:
+    """What a compute definition gets besides its input tensors: the op, a name for the tensors
+    it creates and the output types the op inferred."""
+
+    op: str
+    name: str
+    outs: tuple[TensorType, ...]
+
+    @property
+    def out(self) -> TensorType:
+        return self.outs[0]
+
+
+COMPUTES: Registry[Callable] = Registry("compute definition")
+
+
+def defcompute(*names: str) -> Callable[[Callable], Callable]:
+    """Register `fn(ctx, *input_tensors, **attrs) -> Tensor | tuple[Tensor, ...]` as the tensor
+    expression of the named basic op(s)."""
+
+    def wrap(fn: Callable) -> Callable:
+        for name in names:
+            COMPUTES.register(name, fn)
+        return fn
+
+    return wrap
+
+
+# --- expanders ----------------------------------------------------------------------------------
+
+EXPANDERS: Registry[Callable] = Registry("expander")
+
+
+def defexpand(*names: str) -> Callable[[Callable], Callable]:
+    """Register `fn(e, *input_values, **attrs) -> Value | tuple` that rewrites a composite op
+    into basic ops through `e` (an `akg.graph.expand.Emitter`: `e.op(...)`, `e.const(...)`)."""
+
+    def wrap(fn: Callable) -> Callable:
+        for name in names:
+            EXPANDERS.register(name, fn)
+        return fn
+
+    return wrap

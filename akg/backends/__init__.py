@@ -1,0 +1,1 @@
+"""Backends: TIR -> machine code for each target kind."""

@@ -1,0 +1,30 @@
+"""CPU backend: TIR PrimFunc -> LLVM machine code through TVM, for the host CPU."""
+
+from __future__ import annotations
+
+import tvm
+
+from akg.errors import LoweringError
+from akg.target import CpuTarget
+
+
+def compile_cpu(func, target: CpuTarget):
+    """An executable module whose function `main` is the kernel."""
+    try:
+        return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm_target())
+    except Exception as e:  # TVM reports every failure as its own error types
+        first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise LoweringError(f"LLVM compilation failed: {first}") from e
+
+
+def source(exe, kind: str = "asm") -> str:
+    """Generated code of an executable: 'asm' or 'll' (LLVM IR)."""
+    mod = exe.mod
+    for m in [mod, *getattr(mod, "imports", [])]:
+        try:
+            text = m.inspect_source(kind)
+        except Exception:
+            continue
+        if text:
+            return text
+    return ""

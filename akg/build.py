@@ -1,0 +1,105 @@
+"""akg.build: one subgraph + target + config -> a compiled Kernel, through the polyhedral
+pipeline (model, dependences, isl schedule, target mapping, promotion, AST -> TIR, backend)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import islpy as isl
+
+from akg.errors import AkgError, LoweringError, ScheduleError, UnsupportedError
+from akg.graph.compute.lower import Program, lower_graph
+from akg.graph.ir import Graph
+from akg.kernel import Kernel, KernelStats
+from akg.polyhedral.astgen import lower_to_tir
+from akg.polyhedral.deps import compute_dependences
+from akg.polyhedral.model import build_model
+from akg.polyhedral.promote import PromotionPlan, plan_promotions
+from akg.polyhedral.schedule import schedule as isl_schedule
+from akg.polyhedral.tree import analyze, apply_plan
+from akg.schedules import cpu as cpu_mapping
+from akg.schedules.space import Config, Space, make_space
+from akg.target import CpuTarget, Target, get_target
+
+log = logging.getLogger(__name__)
+
+
+def _main_dtype(program: Program) -> str:
+    floats = [op.output.dtype for op in program.ops() if op.output.dtype.startswith("float")]
+    return max(floats, key=floats.count) if floats else "float32"
+
+
+class Pipeline:
+    """The polyhedral stages for one program on one target, kept so that the tuner can ask
+    for the knob space and build many configs without redoing the front end."""
+
+    def __init__(self, program: Program, target: Target, fusion: str = "smart"):
+        self.program, self.target, self.fusion = program, target, fusion
+        self.stats = KernelStats()
+        t0 = time.perf_counter()
+        try:
+            self.model = build_model(program)
+            self.deps = compute_dependences(self.model)
+            result = isl_schedule(self.model, self.deps, fusion)
+            self.schedule = result.schedule
+            self.stats.fallback = result.fallback
+            self.bands = analyze(self.model, self.schedule)
+        except isl.Error as e:
+            raise ScheduleError(f"{program.name}: polyhedral analysis failed: {e}") from e
+        self.stats.schedule_s = time.perf_counter() - t0
+        self.stats.statements = len(self.model.statements)
+        self.dtype = _main_dtype(program)
+
+    def space(self) -> Space:
+        return make_space(self.fusion, self.bands)
+
+    def default_config(self) -> Config:
+        return cpu_mapping.default_config(self.bands, self.target, self.dtype, self.fusion)
+
+    def lower(self, config: Config):
+        """The TIR PrimFunc of this program under `config` (ScheduleError if illegal)."""
+        if config.fusion != self.fusion:
+            raise ScheduleError(f"config is for fusion '{config.fusion}', pipeline for '{self.fusion}'")
+        t0 = time.perf_counter()
+        plan = cpu_mapping.to_plan(config, self.bands, self.target, self.dtype)
+        try:
+            mapped = apply_plan(self.model, self.schedule, plan)
+            promotions = plan_promotions(self.model, mapped) if config.promote else PromotionPlan()
+            func = lower_to_tir(self.model, mapped, promotions, name=self.program.name)
+        except isl.Error as e:
+            raise LoweringError(f"{self.program.name}: code generation failed in isl: {e}") from e
+        self.stats.codegen_s = time.perf_counter() - t0
+        self.stats.local_tensors = len(promotions.local_only)
+        return func
+
+    def build(self, config: Config | None = None, config_source: str = "default") -> Kernel:
+        config = config or self.default_config()
+        func = self.lower(config)
+        if not isinstance(self.target, CpuTarget):
+            raise UnsupportedError(f"no backend for target '{self.target}' yet")
+        from akg.backends.cpu import compile_cpu
+
+        t0 = time.perf_counter()
+        exe = compile_cpu(func, self.target)
+        stats = KernelStats(**vars(self.stats))
+        stats.compile_s = time.perf_counter() - t0
+        return Kernel(self.program.name, self.target, config, self.program, func, exe, stats, config_source)
+
+
+def build(subgraph: Graph | Program, target: str | Target = "cpu", config: Config | None = None) -> Kernel:
+    """Compile one subgraph (a Graph of basic or composite ops) into a Kernel.
+
+    `config=None` uses the target's default heuristic config.
+    """
+    target = get_target(target)
+    t0 = time.perf_counter()
+    program = subgraph if isinstance(subgraph, Program) else lower_graph(subgraph)
+    lower_s = time.perf_counter() - t0
+    fusion = config.fusion if config is not None else "smart"
+    try:
+        pipeline = Pipeline(program, target, fusion)
+    except AkgError:
+        raise
+    pipeline.stats.lower_s = lower_s
+    return pipeline.build(config)

@@ -1,0 +1,95 @@
+"""Kernel: the compiled artifact of one subgraph and config, callable on NumPy arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from akg.errors import InputDataError
+from akg.graph.compute.lower import Program
+
+
+@dataclass
+class KernelStats:
+    """Seconds spent per stage, plus what the stages decided."""
+
+    lower_s: float = 0.0
+    schedule_s: float = 0.0
+    codegen_s: float = 0.0
+    compile_s: float = 0.0
+    fallback: str | None = None
+    statements: int = 0
+    local_tensors: int = 0
+
+    @property
+    def schedule_and_codegen_s(self) -> float:
+        return self.lower_s + self.schedule_s + self.codegen_s
+
+
+@dataclass
+class Kernel:
+    name: str
+    target: object
+    config: object
+    program: Program
+    func: object  # TIR PrimFunc
+    executable: object
+    stats: KernelStats = field(default_factory=KernelStats)
+    config_source: str = "default"  # "default" heuristic, or where the config came from
+
+    @property
+    def input_names(self) -> list[str]:
+        return [t.name for t in self.program.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.program.outputs]
+
+    def tir(self) -> str:
+        return self.func.script()
+
+    def source(self, kind: str = "asm") -> str:
+        from akg.backends.cpu import source
+
+        return source(self.executable, kind)
+
+    def _arguments(self, args: Sequence[np.ndarray], named: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        ins = self.program.inputs
+        if args and named:
+            raise InputDataError("pass inputs by position or by name, not both")
+        if named:
+            missing = [t.name for t in ins if t.name not in named]
+            if missing:
+                raise InputDataError(f"missing input(s): {', '.join(missing)}")
+            extra = sorted(set(named) - {t.name for t in ins})
+            if extra:
+                raise InputDataError(f"unknown input(s): {', '.join(extra)}")
+            args = [named[t.name] for t in ins]
+        if len(args) != len(ins):
+            raise InputDataError(f"kernel {self.name} takes {len(ins)} inputs, got {len(args)}")
+        out = []
+        for t, a in zip(ins, args):
+            a = np.asarray(a)
+            if a.shape != t.shape or a.dtype != np.dtype(t.dtype):
+                raise InputDataError(
+                    f"input {t.name} must be {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}")
+            out.append(np.ascontiguousarray(a))
+        return out
+
+    def device_arguments(self, *args: np.ndarray, **named: np.ndarray):
+        """TVM tensors for inputs, parameters and (fresh) outputs, in call order."""
+        import tvm
+
+        dev = tvm.cpu()
+        arrays = [*self._arguments(args, named), *(np.ascontiguousarray(a) for a in self.program.params.values())]
+        tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
+        outs = [tvm.runtime.tensor(np.zeros(t.shape, t.dtype), dev) for t in self.program.outputs]
+        return tensors, outs
+
+    def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
+        """Run on NumPy arrays (by position or input name); returns the outputs in order."""
+        tensors, outs = self.device_arguments(*args, **named)
+        self.executable["main"](*tensors, *outs)
+        return [o.numpy() for o in outs]

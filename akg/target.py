@@ -1,0 +1,100 @@
+"""Hardware descriptions. Targets differ in data (vector width, cores, cache sizes), turned
+into objects once at the API/CLI edge by `get_target`."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+
+from akg.errors import UnknownTargetError
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str
+
+    @property
+    def key(self) -> str:
+        """What changes generated code; part of every tuning record's identity."""
+        return self.kind
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True)
+class CpuTarget(Target):
+    """The host CPU as LLVM sees it."""
+
+    kind: str = "cpu"
+    mcpu: str = "generic"
+    triple: str = ""
+    features: tuple[str, ...] = ()
+    cores: int = 1
+    vector_bits: int = 128
+    l1_bytes: int = 32 * 1024
+    l2_bytes: int = 1024 * 1024
+    fast_math_reassoc: bool = True  # lets LLVM vectorize reductions (sum order may change)
+    extra: tuple = field(default=(), compare=False)
+
+    @property
+    def key(self) -> str:
+        return f"cpu-{self.mcpu}-{self.vector_bits}b-{self.cores}c"
+
+    def vector_lanes(self, dtype: str) -> int:
+        import numpy as np
+
+        return max(1, self.vector_bits // (8 * np.dtype(dtype).itemsize))
+
+    def tvm_target(self):
+        import tvm
+
+        spec = {"kind": "llvm", "mcpu": self.mcpu, "num-cores": self.cores}
+        if self.triple:
+            spec["mtriple"] = self.triple
+        if self.fast_math_reassoc:
+            spec["fast-math-reassoc"] = True
+            spec["fast-math-contract"] = True
+        return tvm.target.Target(spec)
+
+
+def _cache_size(level: int, default: int) -> int:
+    path = f"/sys/devices/system/cpu/cpu0/cache/index{level}/size"
+    try:
+        text = open(path).read().strip()
+    except OSError:
+        return default
+    mult = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
+    return int(text.rstrip("KM")) * mult
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu() -> CpuTarget:
+    import tvm
+    from tvm.target import codegen
+
+    mcpu = codegen.llvm_get_system_cpu() or "generic"
+    probe = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    try:
+        width = int(codegen.llvm_get_vector_width(probe))
+    except Exception:  # older/odd LLVM builds
+        width = 128
+    feats = codegen.llvm_get_cpu_features(probe)
+    return CpuTarget(mcpu=mcpu, triple=codegen.llvm_get_system_triple(), features=tuple(sorted(feats)),
+                     cores=os.cpu_count() or 1, vector_bits=max(width, 128),
+                     l1_bytes=_cache_size(0, 32 * 1024), l2_bytes=_cache_size(2, 1024 * 1024))
+
+
+TARGETS = {"cpu": host_cpu, "llvm": host_cpu}
+
+
+def get_target(target: "str | Target") -> Target:
+    """A Target object from a name ('cpu') or a Target; UnknownTargetError lists the known."""
+    if isinstance(target, Target):
+        return target
+    factory = TARGETS.get(str(target).lower())
+    if factory is None:
+        raise UnknownTargetError(
+            f"unknown target '{target}' (known: {', '.join(sorted(TARGETS))})")
+    return factory()

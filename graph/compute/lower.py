@@ -1,0 +1,158 @@
+"""Graph -> Program: every basic op replaced by its compute definition, then injective
+producers inlined into their consumers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from akg.errors import UnsupportedOpError
+from akg.graph.compute.expr import (ComputeOp, Expr, Load, Reduce, Select, Tensor, compute, const,
+                                    placeholder, rebuild, size, substitute, walk)
+from akg.graph.expand import expand
+from akg.graph.ir import Graph, Value
+from akg.graph.ops import COMPUTES, ComputeCtx
+
+
+@dataclass
+class Program:
+    """A kernel as tensor expressions: placeholders in, computed tensors out.
+
+    `inputs` are the kernel's data arguments in graph-input order; `params` are the graph's
+    non-trivial constants, also placeholders, bound to their data when the kernel is built.
+    """
+
+    name: str
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    params: dict[Tensor, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def placeholders(self) -> list[Tensor]:
+        return [*self.inputs, *self.params]
+
+    def ops(self) -> list[ComputeOp]:
+        """Compute ops reachable from the outputs, producers before consumers."""
+        order: list[ComputeOp] = []
+        seen: set[int] = set()
+
+        def visit(t: Tensor) -> None:
+            stack = [(t, False)]
+            while stack:
+                tensor, done = stack.pop()
+                op = tensor.op
+                if op is None or (id(op) in seen and not done):
+                    continue
+                if done:
+                    order.append(op)
+                    continue
+                seen.add(id(op))
+                stack.append((tensor, True))
+                for ld in loads_of(op):
+                    if ld.tensor.op is not None and id(ld.tensor.op) not in seen:
+                        stack.append((ld.tensor, False))
+
+        for t in self.outputs:
+            visit(t)
+        return order
+
+    def __str__(self) -> str:
+        lines = [f"program {self.name}"]
+        lines += [f"  input {t!r}" for t in self.placeholders]
+        lines += [f"  {op!r}" for op in self.ops()]
+        lines += [f"  output {t.name}" for t in self.outputs]
+        return "\n".join(lines)
+
+
+def loads_of(op: ComputeOp) -> list[Load]:
+    return [n for n in walk(op.body) if isinstance(n, Load)]
+
+
+def lower_graph(graph: Graph) -> Program:
+    """Expand composites, then build each basic op's tensor expression."""
+    graph = expand(graph)
+    env: dict[Value, Tensor] = {}
+    inputs = []
+    for v in graph.inputs:
+        env[v] = placeholder(v.shape, v.dtype, v.name)
+        inputs.append(env[v])
+    params: dict[Tensor, np.ndarray] = {}
+    for v, a in graph.constants.items():
+        if a.size and (a == a.flat[0]).all() or a.size == 0:
+            value = a.flat[0].item() if a.size else 0
+            env[v] = compute(v.shape, lambda *i, value=value, dt=v.dtype: const(value, dt), v.name)
+        else:
+            env[v] = placeholder(v.shape, v.dtype, v.name)
+            params[env[v]] = np.asarray(a)
+    for node in graph.nodes:
+        if node.op not in COMPUTES:
+            raise UnsupportedOpError(node.op, reason="it has no compute definition")
+        ctx = ComputeCtx(node.op, node.outputs[0].name, tuple(v.type for v in node.outputs))
+        out = COMPUTES.get(node.op)(ctx, *(env[v] for v in node.inputs), **node.attrs)
+        for v, t in zip(node.outputs, out if isinstance(out, tuple) else (out,)):
+            env[v] = t
+    outputs = []
+    for v in graph.outputs:
+        t = env[v]
+        if t.op is None or t in outputs:  # an output needs its own buffer
+            t = compute(t.shape, lambda *i, src=t: src[i], f"{v.name}.copy")
+        outputs.append(t)
+    return inline(Program(graph.name, inputs, outputs, params))
+
+
+# --- inlining -----------------------------------------------------------------------------------
+
+SMALL_BODY = 24  # nodes; a producer this small is recomputed by each consumer
+
+
+def _guarded(op: ComputeOp) -> bool:
+    """Bodies that select between a load and a fill value (padding): kept as buffers when
+    read inside a reduction, so the reduction's inner loop carries no condition."""
+    return any(isinstance(n, Select) for n in walk(op.body)) and any(isinstance(n, Load) for n in walk(op.body))
+
+
+def inline(program: Program) -> Program:
+    """Inline every injective (non-reduction) producer that is not a kernel output into its
+    consumers, unless it is large and read several times, or it is padding read by a reduction."""
+    ops = program.ops()
+    outputs = {id(t) for t in program.outputs}
+    uses: dict[int, int] = {}
+    reduce_readers: set[int] = set()
+    for op in ops:
+        for ld in loads_of(op):
+            uses[id(ld.tensor)] = uses.get(id(ld.tensor), 0) + 1
+            if isinstance(op.body, Reduce):
+                reduce_readers.add(id(ld.tensor))
+
+    def inlinable(op: ComputeOp) -> bool:
+        t = op.output
+        if id(t) in outputs or isinstance(op.body, Reduce):
+            return False
+        if id(t) in reduce_readers and _guarded(op):
+            return False
+        return uses.get(id(t), 0) <= 1 or size(op.body) <= SMALL_BODY
+
+    new_body: dict[int, tuple[ComputeOp, Expr]] = {}  # old tensor id -> (old op, rewritten body)
+    remap: dict[int, Tensor] = {}
+
+    def rewrite(e: Expr) -> Expr:
+        def fn(node: Expr):
+            if not isinstance(node, Load):
+                return None
+            src = id(node.tensor)
+            if src in new_body:
+                old, body = new_body[src]
+                return substitute(body, dict(zip(old.axes, node.indices)))
+            if src in remap:
+                return Load(remap[src], node.indices)
+            return None
+        return rebuild(e, fn)
+
+    for op in ops:
+        body = rewrite(op.body)
+        if inlinable(op):
+            new_body[id(op.output)] = (op, body)
+        else:
+            remap[id(op.output)] = ComputeOp(op.name, op.axes, body).output
+    return Program(program.name, program.inputs, [remap[id(t)] for t in program.outputs], program.params)

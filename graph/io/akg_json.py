@@ -1,0 +1,792 @@
+"""Importer for AKG "composite JSON" (`.info` / `.json`): the fused-kernel descriptions that
+MindSpore's graph-kernel fusion hands to a kernel generator.
+
+A file holds `input_desc`, `op_desc` (ops in order: `name`, `attr`, `input_desc`,
+`output_desc`; an input with a `value` is a constant), `output_desc` and `process`. The Graph's
+inputs and outputs are named by the file's `tensor_name`s, so an `.npz` keyed by them runs it.
+`AKG_OPS` is the op table. Modelling choices:
+
+* Shapes are physical. FRACTAL_NZ `[..., N1, M1, M0, N0]` (logical `[..., M1*M0, N1*N0]`) stays
+  as stored; these files reduce and reshape it on physical axes. Where an elementwise op meets a
+  FRACTAL_NZ and a DefaultFormat operand `[..., m, n]` (AKG's ReshapeTensor pass), the latter is
+  re-laid out as NZ: a reshape when m or n is 1, reshape + transpose otherwise; one that would
+  need padding is unsupported. Other formats (NCHW, NHWC, NC1HWC0) broadcast as NumPy does;
+  Conv2D on NHWC tensors is wrapped in transposes around our NCHW conv2d.
+* InplaceAssign(a, b, c) writes b into a's buffer and yields c: its output is c, later reads of
+  `a` (in op order) see b, and b becomes an extra graph output `<a>.inplace` after the file's
+  outputs (last write wins). `fake_output`, `enable_atomic_add` and other scheduling hints are
+  ignored: the value stored is the one computed.
+* MatMul / BatchMatMul cast fp16 operands to fp32, multiply (our matmul needs equal dtypes) and
+  cast to `dst_type`: fp32 accumulation, as AKG's vector matmul and fp32-accumulating MMA do
+  (NumPy's fp16 matmul also accumulates in fp32, so the numbers are the same, only faster).
+* Each op's result is checked against its `output_desc`: differences in size-1 axes (`[]` vs
+  `[1]`) become a reshape, bool results declared numeric a cast; anything else is an error.
+* UnsupportedOpError names the op and the file; malformed JSON, missing keys and inconsistent
+  shapes give ImportFormatError with the file (and the op's index and output tensor).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from akg.errors import AkgError, ImportFormatError, InvalidGraphError, UnsupportedOpError
+from akg.graph.ir import Graph, Node, Value
+from akg.graph.ops import get_op
+from akg.graph.types import TensorType, canonical_dtype
+
+FRACTAL_NZ = "FRACTAL_NZ"
+DEFAULT_FORMAT = "DefaultFormat"
+
+# AKG data_type names that differ from NumPy's
+_DTYPE_ALIASES = {"float": "float32", "half": "float16", "int": "int32"}
+
+
+class _Fail(Exception):
+    """Internal: a message about the current op, turned into ImportFormatError with context."""
+
+
+@dataclass(frozen=True)
+class _Desc:
+    """One tensor description from the file."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    format: str | None
+    has_value: bool = False
+    value: Any = None
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.shape, self.dtype)
+
+
+@dataclass
+class _Arg:
+    """One resolved op input: its graph value, file description and storage format."""
+
+    value: Value
+    desc: _Desc
+    format: str | None
+    const: np.ndarray | None = None  # the data when the input is a constant
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+
+def _unsupported(file: str, op: str, reason: str) -> UnsupportedOpError:
+    err = UnsupportedOpError(op, reason=reason)
+    err.args = (f"{file}: {err}",)  # the file first, as every importer error
+    return err
+
+
+def _same_data(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Shapes that differ at most in size-1 axes ([] vs [1], [n] vs [n, 1]): a free reshape."""
+    return [d for d in a if d != 1] == [d for d in b if d != 1]
+
+
+def _sanitize(name: str) -> str:
+    """A valid value name close to `name` (invalid characters become '_')."""
+    out = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
+    if not out or not re.match(r"[A-Za-z0-9_]", out[0]):
+        out = "_" + out
+    return out
+
+
+# --- file-level parsing -------------------------------------------------------------------------
+
+
+def _dtype(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise _Fail(f"{where}: data_type must be a string, got {value!r}")
+    try:
+        return canonical_dtype(_DTYPE_ALIASES.get(value, value))
+    except ValueError:
+        raise _Fail(f"{where}: unsupported data_type '{value}'") from None
+
+
+def _desc(d: Any, where: str) -> _Desc:
+    if not isinstance(d, dict):
+        raise _Fail(f"{where}: expected a tensor description (object), got {type(d).__name__}")
+    for key in ("tensor_name", "shape", "data_type"):
+        if key not in d:
+            raise _Fail(f"{where}: missing key '{key}'")
+    name, shape = d["tensor_name"], d["shape"]
+    if not isinstance(name, str) or not name:
+        raise _Fail(f"{where}: tensor_name must be a non-empty string, got {name!r}")
+    if not isinstance(shape, list) or any(
+        isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape
+    ):
+        raise _Fail(f"{where} ({name}): shape must be a list of non-negative integers, got {shape!r}")
+    fmt = d.get("format")
+    return _Desc(name, tuple(shape), _dtype(d["data_type"], f"{where} ({name})"),
+                 fmt if isinstance(fmt, str) else None, "value" in d, d.get("value"))
+
+
+def _desc_lists(value: Any, where: str) -> list[_Desc]:
+    """`input_desc`: a list of lists of tensor descriptions (null: none), flattened."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Fail(f"{where}: expected a list, got {type(value).__name__}")
+    out = []
+    for i, group in enumerate(value):
+        items = group if isinstance(group, list) else [group]
+        out.extend(_desc(d, f"{where}[{i}]") for d in items)
+    return out
+
+
+def _attrs(op: dict, where: str) -> dict[str, Any]:
+    raw = op.get("attr")
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise _Fail(f"{where}: 'attr' must be a list, got {type(raw).__name__}")
+    out = {}
+    for a in raw:
+        if not isinstance(a, dict) or not isinstance(a.get("name"), str):
+            raise _Fail(f"{where}: each attr needs a 'name', got {a!r}")
+        out[a["name"]] = a.get("value")
+    return out
+
+
+# --- the importer -------------------------------------------------------------------------------
+
+
+class _Importer:
+    def __init__(self, desc: Any, filename: str):
+        self.file = filename
+        self.desc = desc
+        self.inputs: list[Value] = []
+        self.constants: dict[Value, np.ndarray] = {}
+        self._const_cache: dict[tuple, Value] = {}
+        self.nodes: list[Node] = []
+        self.env: dict[str, tuple[Value, str | None]] = {}  # tensor_name -> (value, format)
+        self.hint: dict[int, str] = {}  # id(value) -> preferred name (values we may name)
+        self.primary: list[tuple[Value, str]] = []  # op results and the tensor_name they carry
+        self.inplace: dict[str, Value] = {}  # assigned tensor_name -> value written
+        self.defined: set[str] = set()  # tensor names defined so far (inputs, op results)
+        self._tmp = 0
+
+    # --- values -------------------------------------------------------------------------------
+
+    def _temp_name(self) -> str:
+        self._tmp += 1
+        return f"tmp{self._tmp}"
+
+    def emit(self, op: str, inputs: list[Value], hint: str, **attrs: Any) -> Value:
+        opdef = get_op(op)
+        checked = opdef.check_attrs(attrs)
+        types = opdef.infer_types([v.type for v in inputs], checked)
+        if len(types) != 1:
+            raise _Fail(f"internal: '{op}' gives {len(types)} outputs")
+        v = Value(self._temp_name(), types[0])
+        self.hint[id(v)] = hint
+        self.nodes.append(Node(op, inputs, checked, [v]))
+        return v
+
+    def const(self, data: np.ndarray, hint: str) -> Value:
+        data = np.asarray(data)
+        key = (hint, data.dtype.str, data.shape, data.tobytes())
+        if key in self._const_cache:
+            return self._const_cache[key]
+        v = Value(self._temp_name(), TensorType.of(data))
+        self.hint[id(v)] = hint
+        self.constants[v] = data
+        self._const_cache[key] = v
+        return v
+
+    def const_data(self, d: _Desc, where: str) -> np.ndarray:
+        value = d.value
+        try:
+            array = np.asarray(value, dtype=np.float64 if isinstance(value, float) else None)
+            if array.dtype == object or array.dtype.kind not in "biuf":
+                raise ValueError
+            array = array.astype(d.dtype)
+        except (TypeError, ValueError, OverflowError):
+            raise _Fail(f"{where} ({d.name}): constant value {value!r} is not a number "
+                        f"or list of numbers of type {d.dtype}") from None
+        size = math.prod(d.shape)
+        if array.size == size:
+            return array.reshape(d.shape)
+        if array.size == 1:
+            return np.full(d.shape, array.reshape(()), dtype=d.dtype)
+        raise _Fail(f"{where} ({d.name}): constant with {array.size} values does not fill "
+                    f"shape {list(d.shape)}")
+
+    def resolve(self, d: _Desc, where: str) -> _Arg:
+        if d.has_value:
+            data = self.const_data(d, where)
+            return _Arg(self.const(data, d.name), d, d.format, data)
+        if d.name not in self.env:
+            raise _Fail(f"{where}: tensor '{d.name}' is used before it is defined "
+                        "(not a kernel input, nor the output of an earlier op)")
+        v, fmt = self.env[d.name]
+        if v.dtype != d.dtype:
+            raise _Fail(f"{where}: tensor '{d.name}' is {v.type} but is used as {d.dtype}")
+        if math.prod(d.shape) != v.type.size:
+            raise _Fail(f"{where}: tensor '{d.name}' is {v.type} but is used with shape {list(d.shape)}")
+        return _Arg(v, d, fmt)
+
+    # --- the whole file -----------------------------------------------------------------------
+
+    def run(self, name: str) -> Graph:
+        d = self.desc
+        if isinstance(d, list):
+            raise _Fail("not an AKG composite kernel: the file holds a JSON list, not a kernel object")
+        if not isinstance(d, dict):
+            raise _Fail(f"not an AKG composite kernel: the file holds a JSON {type(d).__name__}")
+        if "op_desc" not in d:
+            if d.get("composite") is False or "op" in d and "input_desc" in d:
+                raise _Fail(f"not an AKG composite kernel: a single-op description "
+                            f"(op '{d.get('name', d.get('op'))}', composite: "
+                            f"{json.dumps(d.get('composite'))}) without 'op_desc'")
+            keys = ", ".join(repr(k) for k in list(d)[:3]) + (", ..." if len(d) > 3 else "")
+            raise _Fail(f"not an AKG composite kernel: missing key 'op_desc' "
+                        f"(top-level keys: {keys or 'none'})")
+        if "output_desc" not in d:
+            raise _Fail("missing key 'output_desc'")
+        ops = d["op_desc"]
+        if not isinstance(ops, list):
+            raise _Fail(f"'op_desc' must be a list, got {type(ops).__name__}")
+
+        for t in _desc_lists(d.get("input_desc"), "input_desc"):
+            if t.name in self.env:
+                raise _Fail(f"input_desc: tensor '{t.name}' is declared twice")
+            v = Value(_sanitize(t.name), t.type)
+            if any(u.name == v.name for u in self.inputs):
+                raise _Fail(f"input_desc: tensor names '{t.name}' clash once made valid value names")
+            self.inputs.append(v)
+            self.env[t.name] = (v, t.format)
+            self.defined.add(t.name)
+
+        for k, op in enumerate(ops):
+            self.convert(k, op)
+
+        outputs = _desc_lists(d["output_desc"], "output_desc")
+        if not outputs:
+            raise _Fail("output_desc is empty: the kernel has no outputs")
+        results = []
+        for t in outputs:
+            if t.name not in self.env:
+                raise _Fail(f"output_desc: tensor '{t.name}' is never computed")
+            v, _ = self.env[t.name]
+            if v.dtype != t.dtype or not _same_data(v.shape, t.shape):
+                raise _Fail(f"output_desc: tensor '{t.name}' is {v.type} but is declared {t.type}")
+            if v.shape != t.shape:
+                v = self.emit("reshape", [v], f"{t.name}.out", shape=t.shape)
+            results.append((t.name, v))
+        results.extend((f"{a}.inplace", v) for a, v in self.inplace.items())
+        return self.finish(name, results)
+
+    def finish(self, name: str, results: list[tuple[str, Value]]) -> Graph:
+        """Name every value: graph outputs get their tensor names, op results theirs, helper
+        values `<tensor>.<what>`; a value that must carry two names is copied (reshape)."""
+        fixed = {v.name for v in self.inputs}
+        pinned: dict[int, str] = {}
+        outputs: list[Value] = []
+        for tensor, v in results:
+            want = _sanitize(tensor)
+            if want in fixed or want in pinned.values():
+                if v in self.inputs and v.name == want:
+                    outputs.append(v)  # an input passed straight through
+                    continue
+                raise _Fail(f"output_desc: tensor '{tensor}' is listed twice or clashes with an input")
+            if id(v) not in self.hint or id(v) in pinned:  # an input, or already an output
+                v = self.emit("reshape", [v], tensor, shape=v.shape)  # identity copy
+            pinned[id(v)] = want
+            outputs.append(v)
+        used = fixed | set(pinned.values())
+
+        def unique(base: str) -> str:
+            base = _sanitize(base)
+            cand, n = base, 0
+            while cand in used:
+                n += 1
+                cand = f"{base}.{n}"
+            used.add(cand)
+            return cand
+
+        final: dict[int, str] = dict(pinned)
+        for v, tensor in self.primary:  # op results first: they keep their tensor names
+            if id(v) not in final:
+                final[id(v)] = unique(tensor)
+        values = [*self.constants, *(n.outputs[0] for n in self.nodes)]
+        for v in values:
+            if id(v) not in final:
+                final[id(v)] = unique(self.hint[id(v)])
+        for v in values:
+            v.name = final[id(v)]  # Values are ours until the Graph is built
+        return Graph(name, self.inputs, outputs, self.nodes, self.constants)
+
+    # --- one op -------------------------------------------------------------------------------
+
+    def convert(self, k: int, op: Any) -> None:
+        where = f"op_desc[{k}]"
+        if not isinstance(op, dict):
+            raise _Fail(f"{where}: expected an op object, got {type(op).__name__}")
+        name = op.get("name")
+        if not isinstance(name, str):
+            raise _Fail(f"{where}: missing op 'name'")
+        where = f"op_desc[{k}] ({name})"
+        for key in ("input_desc", "output_desc"):
+            if key not in op:
+                raise _Fail(f"{where}: missing key '{key}'")
+        outs = op["output_desc"]
+        if not isinstance(outs, list) or not outs:
+            raise _Fail(f"{where}: 'output_desc' must be a non-empty list")
+        out_descs = [_desc(o, f"{where}.output_desc[{i}]") for i, o in enumerate(outs)]
+        converter = AKG_OPS.get(name)
+        if converter is None:
+            raise _unsupported(self.file, name, f"no mapping from this AKG op to akg ops ({where})")
+        if len(out_descs) != 1:
+            raise _unsupported(self.file, name, f"{len(out_descs)} outputs; only single-output ops "
+                                                f"are mapped ({where})")
+        out = out_descs[0]
+        where = f"{where} -> {out.name}"
+        args = [self.resolve(t, where) for t in _desc_lists(op["input_desc"], f"{where}: input_desc")]
+        ctx = _OpContext(self, name, _attrs(op, where), args, out, where)
+        try:
+            v = converter.convert(ctx)
+            v = ctx.conform(v)
+        except InvalidGraphError as e:  # shape / attribute errors of our ops
+            raise _Fail(f"{where}: {e}") from None
+        if out.name in self.defined:
+            raise _Fail(f"{where}: tensor '{out.name}' is defined more than once")
+        self.defined.add(out.name)
+        self.env[out.name] = (v, out.format)
+        self.primary.append((v, out.name))
+
+
+class _OpContext:
+    """What a converter sees: the op's attributes, resolved inputs and declared output."""
+
+    def __init__(self, imp: _Importer, name: str, attrs: dict[str, Any], args: list[_Arg],
+                 out: _Desc, where: str):
+        self.imp, self.name, self.attrs, self.args, self.out, self.where = imp, name, attrs, args, out, where
+
+    def fail(self, message: str) -> _Fail:
+        return _Fail(f"{self.where}: {message}")
+
+    def unsupported(self, reason: str) -> UnsupportedOpError:
+        return _unsupported(self.imp.file, self.name, f"{reason} ({self.where})")
+
+    def expect(self, *counts: int) -> None:
+        if len(self.args) not in counts:
+            want = " or ".join(map(str, counts))
+            raise self.fail(f"takes {want} inputs, got {len(self.args)}")
+
+    def emit(self, op: str, inputs: list[Value], what: str | None = None, **attrs: Any) -> Value:
+        """Emit a node; `what` names a helper value `<out>.<what>`, None the op's result."""
+        hint = self.out.name if what is None else f"{self.out.name}.{what}"
+        return self.imp.emit(op, inputs, hint, **attrs)
+
+    def const(self, data: Any, dtype: str, what: str) -> Value:
+        return self.imp.const(np.asarray(data, dtype=dtype), f"{self.out.name}.{what}")
+
+    def v(self, i: int) -> Value:
+        return self.args[i].value
+
+    def attr(self, *names: str, default: Any = None) -> Any:
+        for n in names:
+            if n in self.attrs and self.attrs[n] is not None:
+                return self.attrs[n]
+        return default
+
+    def int_list(self, *names: str, default: Any = None) -> tuple[int, ...] | None:
+        value = self.attr(*names, default=default)
+        if value is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return (value,)
+        if isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+            return tuple(value)
+        raise self.fail(f"attribute '{names[0]}' must be an integer or a list of integers, got {value!r}")
+
+    def out_dtype(self, *names: str) -> str:
+        """The dtype named by an attribute (dst_type), else the declared output dtype."""
+        value = self.attr(*names)
+        return _dtype(value, self.where) if value is not None else self.out.dtype
+
+    def to_nz(self, arg: _Arg, nz: _Arg) -> Value:
+        """Rewrite DefaultFormat `arg` ([..., m, n]) into the FRACTAL_NZ layout of `nz`."""
+        frac = nz.value.shape
+        if len(frac) < 4:
+            raise self.fail(f"FRACTAL_NZ tensor '{nz.desc.name}' has rank {len(frac)} < 4")
+        n1, m1, m0, n0 = frac[-4:]
+        shape = arg.value.shape
+        if len(shape) < 2:
+            shape = (1,) * (2 - len(shape)) + shape
+        *batch, m, n = shape
+        if m not in (1, m1 * m0) or n not in (1, n1 * n0):
+            raise self.unsupported(
+                f"DefaultFormat {arg.value.type} ('{arg.desc.name}') does not broadcast against "
+                f"the logical shape [..., {m1 * m0}, {n1 * n0}] of FRACTAL_NZ "
+                f"'{nz.desc.name}' {nz.value.type}: a data-format transformation with padding "
+                "would be needed")
+        if m == 1 or n == 1:  # moving size-1 axes is a pure reshape
+            target = (*batch, *((1,) if n == 1 else (n1,)), *((1, 1) if m == 1 else (m1, m0)),
+                      *((1,) if n == 1 else (n0,)))
+            return self.emit("reshape", [arg.value], "nz", shape=target)
+        blocked = self.emit("reshape", [arg.value], "nz_blocks", shape=(*batch, m1, m0, n1, n0))
+        r = len(batch)
+        perm = (*range(r), r + 2, r, r + 1, r + 3)
+        return self.emit("transpose", [blocked], "nz", perm=perm)
+
+    def operands(self, *idx: int) -> list[Value]:
+        """Input values for an elementwise op, DefaultFormat ones re-laid out for FRACTAL_NZ."""
+        args = [self.args[i] for i in idx]
+        nz = [a for a in args if a.format == FRACTAL_NZ and not a.is_const]
+        values = [a.value for a in args]
+        if nz:
+            for j, a in enumerate(args):
+                if (a.format != FRACTAL_NZ and not a.is_const and a.value.type.size > 1
+                        and a.value.shape != nz[0].value.shape):
+                    values[j] = self.to_nz(a, nz[0])
+        return values
+
+    def conform(self, v: Value) -> Value:
+        """Make `v` match the declared output: cast bool results declared numeric, reshape away
+        differences in size-1 axes; anything else is an error."""
+        want = self.out.type
+        if v.dtype != want.dtype:
+            if v.dtype != "bool":
+                raise self.fail(f"the op gives {v.type} but the file declares {want}")
+            v = self.emit("cast", [v], "cast", to=want.dtype)
+        if v.shape != want.shape:
+            if not _same_data(v.shape, want.shape):
+                raise self.fail(f"the op gives {v.type} but the file declares {want}")
+            v = self.emit("reshape", [v], "shape", shape=want.shape)
+        return v
+
+
+# --- converters ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpMapping:
+    """How one AKG op becomes akg ops: `ops` summarises the result for docs and reports."""
+
+    ops: str
+    convert: Callable[[_OpContext], Value]
+
+
+AKG_OPS: dict[str, OpMapping] = {}
+
+
+def _register(names: str, ops: str):
+    def wrap(fn: Callable[[_OpContext], Value]):
+        for n in names.split():
+            AKG_OPS[n] = OpMapping(ops, fn)
+        return fn
+
+    return wrap
+
+
+def _elementwise(op: str, arity: int) -> Callable[[_OpContext], Value]:
+    def convert(c: _OpContext) -> Value:
+        c.expect(arity)
+        return c.emit(op, c.operands(*range(arity)))  # NumPy broadcasting (NZ operands aligned)
+
+    return convert
+
+
+_UNARY = ("Abs:abs Neg:neg Exp:exp Log:log Sqrt:sqrt Rsqrt:rsqrt Reciprocal:reciprocal Tanh:tanh "
+          "Sin:sin Cos:cos Erf:erf Floor:floor Sign:sign IsInf:isinf IsNan:isnan "
+          "LogicalNot:logical_not")
+_BINARY = ("Add:add TensorAdd:add Sub:sub Mul:mul RealDiv:div Div:div Maximum:maximum "
+           "Minimum:minimum Pow:pow Equal:equal NotEqual:not_equal Greater:greater "
+           "GreaterEqual:greater_equal Less:less LessEqual:less_equal LogicalAnd:logical_and "
+           "LogicalOr:logical_or")
+for _table, _arity in ((_UNARY, 1), (_BINARY, 2)):
+    for _akg, _op in (pair.split(":") for pair in _table.split()):
+        AKG_OPS[_akg] = OpMapping(_op, _elementwise(_op, _arity))
+
+
+@_register("Select", "where (cond != 0 first when cond is not bool)")
+def _select(c: _OpContext) -> Value:
+    c.expect(3)
+    cond, x, y = c.operands(0, 1, 2)
+    if cond.dtype != "bool":
+        cond = c.emit("not_equal", [cond, c.const(0, cond.dtype, "zero")], "cond")
+    return c.emit("where", [cond, x, y])
+
+
+@_register("Cast", "cast(to=dst_type)")
+def _cast(c: _OpContext) -> Value:
+    c.expect(1)
+    return c.emit("cast", [c.v(0)], to=c.out_dtype("dst_type", "DstT"))
+
+
+@_register("Reshape", "reshape(shape=declared output shape)")
+def _reshape(c: _OpContext) -> Value:
+    c.expect(1)
+    if c.v(0).type.size != c.out.type.size:
+        raise c.fail(f"cannot reshape {c.v(0).type} to {list(c.out.shape)}")
+    return c.emit("reshape", [c.v(0)], shape=c.out.shape)
+
+
+@_register("BroadcastTo", "broadcast_to(shape) (reshape when only size-1 axes change)")
+def _broadcast_to(c: _OpContext) -> Value:
+    c.expect(1)
+    x, target = c.v(0), c.out.shape
+    if _same_data(x.shape, target):
+        return c.emit("reshape", [x], shape=target)  # only size-1 axes differ: no data moves
+    if x.type.rank > len(target):
+        extra = x.type.rank - len(target)
+        if any(d != 1 for d in x.shape[:extra]):
+            raise c.fail(f"cannot broadcast {x.type} to {list(target)}")
+        x = c.emit("reshape", [x], "rank", shape=x.shape[extra:])
+    return c.emit("broadcast_to", [x], shape=target)
+
+
+@_register("Transpose", "transpose(perm)")
+def _transpose(c: _OpContext) -> Value:
+    c.expect(1)
+    perm = c.int_list("perm")
+    if perm is None:
+        raise c.fail("missing attribute 'perm'")
+    return c.emit("transpose", [c.v(0)], perm=perm)
+
+
+@_register("ExpandDims", "expand_dims(axis)")
+def _expand_dims(c: _OpContext) -> Value:
+    c.expect(1)
+    axis = c.int_list("axis")
+    if axis is None or len(axis) != 1:
+        raise c.fail(f"attribute 'axis' must be one integer, got {c.attr('axis')!r}")
+    return c.emit("expand_dims", [c.v(0)], axis=axis[0])
+
+
+@_register("Squeeze", "squeeze(axes)")
+def _squeeze(c: _OpContext) -> Value:
+    c.expect(1)
+    axes = c.int_list("axis")
+    return c.emit("squeeze", [c.v(0)], axes=axes or None)
+
+
+def _reduction(akg: str, op: str) -> None:
+    def convert(c: _OpContext) -> Value:
+        c.expect(1)
+        axes = c.int_list("axis")
+        keep = c.attr("keep_dims", default=False)
+        if not isinstance(keep, bool):
+            raise c.fail(f"attribute 'keep_dims' must be true or false, got {keep!r}")
+        return c.emit(op, [c.v(0)], axes=axes or None, keepdims=keep)  # [] / None: all axes
+
+    AKG_OPS[akg] = OpMapping(f"{op}(axes=axis ([] or none: all), keepdims=keep_dims)", convert)
+
+
+for _akg, _op in [("ReduceSum", "sum"), ("ReduceMax", "max"), ("ReduceMin", "min"),
+                  ("ReduceProd", "prod")]:
+    _reduction(_akg, _op)
+
+
+@_register("MatMul BatchMatMul",
+           "matmul / batch_matmul(transpose_a, transpose_b); fp16 operands cast to fp32 first, "
+           "result cast to dst_type; optional bias added before that cast")
+def _matmul(c: _OpContext) -> Value:
+    c.expect(2, 3)
+    for side in ("left_format", "right_format"):
+        if c.attr(side) == FRACTAL_NZ:
+            raise c.unsupported("MatMul on FRACTAL_NZ operands (the Ascend cube layout) is not modelled")
+    a, b = c.v(0), c.v(1)
+    if a.dtype != b.dtype:
+        raise c.fail(f"operands differ in dtype: {a.type} and {b.type}")
+    ta = c.attr("transpose_a", "transpose_x1", default=False)
+    tb = c.attr("transpose_b", "transpose_x2", default=False)
+    if not isinstance(ta, bool) or not isinstance(tb, bool):
+        raise c.fail(f"transpose flags must be true or false, got {ta!r}, {tb!r}")
+    dst = c.out_dtype("dst_type")
+    acc = "float32" if a.dtype == "float16" else a.dtype
+    if acc != a.dtype:
+        a = c.emit("cast", [a], "a_f32", to=acc)
+        b = c.emit("cast", [b], "b_f32", to=acc)
+    op = "matmul" if a.type.rank == 2 and b.type.rank == 2 else "batch_matmul"
+    last = dst == acc and len(c.args) == 2
+    y = c.emit(op, [a, b], None if last else "acc", transpose_a=ta, transpose_b=tb)
+    if len(c.args) == 3:
+        bias = c.v(2)
+        if bias.dtype != acc:
+            bias = c.emit("cast", [bias], "bias", to=acc)
+        y = c.emit("add", [y, bias], None if dst == acc else "bias_add")
+    if dst != acc:
+        y = c.emit("cast", [y], to=dst)
+    return y
+
+
+@_register("Conv2D", "conv2d(strides, padding, dilation, groups) between transposes for NHWC")
+def _conv2d(c: _OpContext) -> Value:
+    c.expect(2)
+    if c.attr("data_format") == "NC1HWC0":
+        raise c.unsupported("the NC1HWC0 (blocked channel) convolution layout is not modelled")
+    x, w = c.v(0), c.v(1)
+    fmt = c.args[0].format
+    nhwc = fmt == "NHWC"
+    if not nhwc and fmt not in (None, DEFAULT_FORMAT, "NCHW"):
+        raise c.unsupported(f"Conv2D input format '{fmt}' is not modelled")
+    if x.type.rank != 4 or w.type.rank != 4:
+        raise c.fail(f"needs 4-D data and weight, got {x.type} and {w.type}")
+
+    def hw(name: str, default: tuple[int, int]) -> tuple[int, int]:
+        v = c.int_list(name, default=list(default))
+        if len(v) == 4:  # [1, 1, h, w] (NCHW-ordered, as MindSpore stores them)
+            v = v[2:]
+        if len(v) == 1:
+            v = v * 2
+        if len(v) != 2:
+            raise c.fail(f"attribute '{name}' must have 1, 2 or 4 entries, got {list(v)}")
+        return tuple(v)  # type: ignore[return-value]
+
+    strides, dilation = hw("stride", (1, 1)), hw("dilation", (1, 1))
+    pads = c.int_list("pad_list", default=[0, 0, 0, 0])  # top, bottom, left, right
+    if len(pads) != 4:
+        raise c.fail(f"attribute 'pad_list' must have 4 entries, got {list(pads)}")
+    groups = c.attr("groups", "group", default=1)
+    if nhwc:
+        x = c.emit("transpose", [x], "x_nchw", perm=(0, 3, 1, 2))
+        w = c.emit("transpose", [w], "w_oihw", perm=(0, 3, 1, 2))
+    dst = c.out_dtype("dst_type")
+    y = c.emit("conv2d", [x, w], "nchw" if nhwc or dst != x.dtype else None, strides=strides,
+               padding=(pads[0], pads[2], pads[1], pads[3]), dilation=dilation, groups=groups)
+    if nhwc:
+        y = c.emit("transpose", [y], None if dst == y.dtype else "nhwc", perm=(0, 2, 3, 1))
+    if dst != y.dtype:
+        y = c.emit("cast", [y], to=dst)
+    return y
+
+
+@_register("OneHot", "one_hot(depth, axis, on_value, off_value = the constant inputs, dtype)")
+def _one_hot(c: _OpContext) -> Value:
+    c.expect(3)
+    for i, what in ((1, "on_value"), (2, "off_value")):
+        if not c.args[i].is_const or c.args[i].const.size != 1:
+            raise c.unsupported(f"{what} must be a scalar constant (a 'value' in the file)")
+    depth, axis = c.attr("depth"), c.attr("axis", default=-1)
+    if not isinstance(depth, int) or not isinstance(axis, int):
+        raise c.fail(f"attributes depth and axis must be integers, got {depth!r}, {axis!r}")
+    on, off = (float(c.args[i].const.reshape(())) for i in (1, 2))
+    return c.emit("one_hot", [c.v(0)], depth=depth, axis=axis, on_value=on, off_value=off,
+                  dtype=c.out.dtype)
+
+
+@_register("AddN", "add chain ((x0 + x1) + x2 ...)")
+def _add_n(c: _OpContext) -> Value:
+    if not c.args:
+        raise c.fail("AddN needs at least one input")
+    if len(c.args) == 1:
+        return c.emit("reshape", [c.v(0)], shape=c.v(0).shape)
+    acc = c.v(0)
+    for i in range(1, len(c.args)):
+        acc = c.emit("add", [acc, c.v(i)], None if i == len(c.args) - 1 else f"sum{i}")
+    return acc
+
+
+@_register("Concat", "concat(axis)")
+def _concat(c: _OpContext) -> Value:
+    axis = c.int_list("axis", default=0)
+    if len(axis) != 1:
+        raise c.fail(f"attribute 'axis' must be one integer, got {list(axis)}")
+    return c.emit("concat", [a.value for a in c.args], axis=axis[0])
+
+
+@_register("PadAkg", "pad(before=head, after=tail, value=pad_val)")
+def _pad(c: _OpContext) -> Value:
+    c.expect(1)
+    head, tail = c.int_list("head"), c.int_list("tail")
+    if head is None or tail is None:
+        raise c.fail("needs attributes 'head' and 'tail'")
+    value = c.attr("pad_val", default=0)
+    return c.emit("pad", [c.v(0)], before=head, after=tail, value=value)
+
+
+@_register("UnPadAkg", "slice(begin=0, end=shape - tail)")
+def _unpad(c: _OpContext) -> Value:
+    c.expect(1)
+    x, tail = c.v(0), c.int_list("tail")
+    if tail is None or len(tail) != x.type.rank:
+        raise c.fail(f"attribute 'tail' needs one entry per axis of {x.type}, got {tail!r}")
+    return c.emit("slice", [x], begin=(0,) * x.type.rank,
+                  end=tuple(d - t for d, t in zip(x.shape, tail)))
+
+
+@_register("ElemAny", "max over all axes of cast(x > 0 (x itself when bool), dst_type), "
+                      "reshaped to [1]")
+def _elem_any(c: _OpContext) -> Value:
+    c.expect(1)
+    x = c.v(0)
+    hit = x if x.dtype == "bool" else c.emit("greater", [x, c.const(0, x.dtype, "zero")], "hit")
+    dst = c.out_dtype("dst_type")
+    flag_t = dst if dst != "bool" else "float32"
+    flag = c.emit("cast", [hit], "flag", to=flag_t)
+    top = c.emit("max", [flag], "any" if dst != "bool" else "any_f", axes=None, keepdims=False)
+    if dst == "bool":
+        top = c.emit("cast", [top], "any", to="bool")
+    return c.emit("reshape", [top], shape=c.out.shape)
+
+
+@_register("InplaceAssign", "no node: output = c; later reads of a see b; b becomes output "
+                            "'<a>.inplace'")
+def _inplace_assign(c: _OpContext) -> Value:
+    c.expect(2, 3)
+    target, val = c.args[0], c.args[1]
+    if target.is_const:
+        raise c.fail("the assigned tensor (first input) is a constant")
+    v = val.value
+    if v.dtype != target.value.dtype:
+        raise c.fail(f"assigns {v.type} to '{target.desc.name}' of type {target.value.type}")
+    if v.shape != target.value.shape:
+        v = (c.emit("reshape", [v], "assigned", shape=target.value.shape)
+             if v.type.size == target.value.type.size
+             else c.emit("broadcast_to", [v], "assigned", shape=target.value.shape))
+    name = target.desc.name
+    c.imp.inplace.pop(name, None)  # keep the order of the last write
+    c.imp.inplace[name] = v
+    c.imp.env[name] = (v, target.format)
+    return (c.args[2] if len(c.args) == 3 else val).value
+
+
+# --- entry points -------------------------------------------------------------------------------
+
+
+def parse_akg_json(desc: Any, name: str = "<akg_json>") -> Graph:
+    """Turn a parsed composite-JSON description into a Graph; `name` is the file (for errors)."""
+    graph_name = _sanitize(Path(name).stem if name != "<akg_json>" else "akg_kernel")
+    if isinstance(desc, dict) and isinstance(desc.get("op"), str) and desc["op"]:
+        graph_name = _sanitize(desc["op"])
+    try:
+        return _Importer(desc, name).run(graph_name)
+    except _Fail as e:
+        raise ImportFormatError(f"{name}: {e}") from None
+    except InvalidGraphError as e:  # a graph rule broken outside any one op
+        raise ImportFormatError(f"{name}: {e}") from None
+    except AkgError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        # anything the structural checks above missed still comes out as a located error
+        raise ImportFormatError(f"{name}: malformed composite JSON ({type(e).__name__}: {e})") from None
+
+
+def load_akg_json(path: str | Path) -> Graph:
+    """Read an AKG composite-kernel `.info` / `.json` file into a Graph."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ImportFormatError(f"{path}: cannot read file: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ImportFormatError(f"{path}: not a text file (bad UTF-8)") from None
+    try:
+        desc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ImportFormatError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: "
+                                f"{e.msg}") from None
+    return parse_akg_json(desc, str(path))

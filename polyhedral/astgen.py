@@ -1,0 +1,478 @@
+"""isl AST -> TIR PrimFunc: one lowering for every target.
+
+The mapped schedule tree is turned into an isl AST; loops become TIR `For`s (kinds from the
+parallel/vector/unroll marks), user nodes become the statements' stores, and promotion marks
+open a scope with local buffers and the copies the promotion plan asks for. A vector or
+unrolled loop whose trip count is not constant (a partial tile) is split into a full tile
+with a constant trip count and a scalar remainder, so vector loops carry no guards.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import islpy as isl
+import numpy as np
+import tvm
+from tvm.sym.analyzer import Analyzer
+from tvm import tirx
+
+from akg.errors import LoweringError
+from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Reduce, Select, Tensor, Var, walk
+from akg.polyhedral.model import PolyModel, Statement
+from akg.polyhedral.promote import Promotion, PromotionPlan, box_lower
+from akg.polyhedral.tree import MARK_PARALLEL, MARK_PROMOTE, MARK_UNROLL, MARK_VECTORIZE
+
+MAX_VECTOR = 64  # lanes; longer constant loops are left to LLVM's vectorizer
+MAX_UNROLL = 32
+
+_FLOAT_UNARY = {
+    "exp": tirx.exp, "log": tirx.log, "sqrt": tirx.sqrt, "rsqrt": tirx.rsqrt, "tanh": tirx.tanh,
+    "sigmoid": tirx.sigmoid, "erf": tirx.erf, "sin": tirx.sin, "cos": tirx.cos,
+    "floor": tirx.floor, "ceil": tirx.ceil, "round": tirx.nearbyint,
+}
+_COMPARE = {"eq": tirx.EQ, "ne": tirx.NE, "lt": tirx.LT, "le": tirx.LE, "gt": tirx.GT, "ge": tirx.GE}
+
+
+def _ident(name: str) -> str:
+    return re.sub(r"\W", "_", name)
+
+
+@dataclass
+class _Scope:
+    """Buffers and index offsets that a promotion mark puts in effect below it."""
+
+    buffers: dict[int, tuple[tirx.Buffer, list]]  # tensor id -> (local buffer, offsets)
+
+
+class TirLowering:
+    def __init__(self, model: PolyModel, promotions: PromotionPlan, name: str = "main"):
+        self.model = model
+        self.promotions = promotions
+        self.name = name
+        self.buffers: dict[int, tirx.Buffer] = {}
+        self.shadows: dict[int, tirx.Buffer] = {}  # argmax/argmin running values
+        self.params: list[tirx.Buffer] = []
+        self.allocs: list[tirx.Buffer] = []
+        self.loop_vars: dict[str, tirx.Var] = {}
+        self.scopes: list[_Scope] = []
+        self.mark_offsets: dict[str, list[list[isl.AstExpr]]] = {}
+        self.analyzer = Analyzer()
+        self.in_parallel = False
+        self._declare_buffers()
+
+    # --- buffers --------------------------------------------------------------------------------
+
+    def _declare_buffers(self) -> None:
+        program = self.model.program
+        for t in [*program.placeholders, *program.outputs]:
+            buf = tirx.decl_buffer(t.shape, t.dtype, _ident(t.name))
+            self.buffers[id(t)] = buf
+            self.params.append(buf)
+        for op in program.ops():
+            t = op.output
+            if id(t) not in self.buffers and t not in self.promotions.local_only:
+                buf = tirx.decl_buffer(t.shape, t.dtype, _ident(t.name))
+                self.buffers[id(t)] = buf
+                self.allocs.append(buf)
+            red = op.reduce
+            if red is not None and red.reducer.startswith("arg"):
+                val = tirx.decl_buffer(t.shape, red.source.dtype, _ident(t.name) + "_val")
+                self.shadows[id(t)] = val
+                self.allocs.append(val)
+
+    def _buffer(self, t: Tensor, shadow: bool = False) -> tuple[tirx.Buffer, list]:
+        for scope in reversed(self.scopes):
+            if id(t) in scope.buffers and not shadow:
+                return scope.buffers[id(t)]
+            if shadow and ("val", id(t)) in scope.buffers:
+                return scope.buffers[("val", id(t))]
+        if shadow:
+            return self.shadows[id(t)], []
+        if id(t) not in self.buffers:
+            raise LoweringError(f"tensor {t.name} is used outside the region where it is local")
+        return self.buffers[id(t)], []
+
+    def _local_index(self, indices: list, offsets: list) -> list:
+        if not offsets:
+            return indices
+        return [self.analyzer.simplify(i - o) for i, o in zip(indices, offsets)]
+
+    def _load(self, t: Tensor, indices: list, shadow: bool = False) -> tirx.PrimExpr:
+        buf, offsets = self._buffer(t, shadow)
+        return tirx.BufferLoad(buf, self._local_index(indices, offsets))
+
+    def _store(self, t: Tensor, value, indices: list, shadow: bool = False) -> tirx.Stmt:
+        buf, offsets = self._buffer(t, shadow)
+        return tirx.BufferStore(buf, value, self._local_index(indices, offsets))
+
+    # --- entry ----------------------------------------------------------------------------------
+
+    def lower(self, schedule: isl.Schedule) -> tirx.PrimFunc:
+        ctx = self.model.ctx
+        ctx.set_ast_build_atomic_upper_bound(True)
+        ctx.set_ast_build_detect_min_max(True)
+        build = isl.AstBuild.from_context(isl.Set("{ : }", context=ctx))
+
+        failures: list[Exception] = []
+
+        def before_mark(mark: isl.Id, build: isl.AstBuild) -> None:
+            # an exception must not unwind through isl: keep it and raise it afterwards
+            try:
+                name = mark.get_name()
+                promos = self.promotions.by_mark.get(name, [])
+                if promos:
+                    outer = build.get_schedule()  # instance -> the loop nest around the mark
+                    for promo in promos:
+                        footprint = _single_map(outer.reverse().apply_range(promo.accesses))
+                        self.mark_offsets[f"{name}:{promo.tensor.name}"] = [
+                            build.expr_from_pw_aff(pa) for pa in box_lower(footprint)]
+            except Exception as e:  # noqa: BLE001
+                failures.append(e)
+
+        result = build.set_before_each_mark(before_mark)
+        build = result[0] if isinstance(result, tuple) else result
+        ast = build.node_from_schedule(schedule)
+        if failures:
+            raise failures[0]
+        body = self.stmt(ast)
+        body = _seq([*(tirx.AllocBuffer(b) for b in self.allocs), body])
+        func = tirx.PrimFunc(self.params, body)
+        return func.with_attr("global_symbol", self.name).with_attr("tirx.noalias", True)
+
+    # --- AST expressions ------------------------------------------------------------------------
+
+    def expr(self, e: isl.AstExpr) -> tirx.PrimExpr:
+        kind = e.get_type()
+        if kind == isl.ast_expr_type.int:
+            return tirx.const(int(e.get_val().to_python()), "int32")
+        if kind == isl.ast_expr_type.id:
+            name = e.get_id().get_name()
+            if name not in self.loop_vars:
+                raise LoweringError(f"AST refers to unknown iterator {name}")
+            return self.loop_vars[name]
+        op = e.get_op_type()
+        args = [e.get_op_arg(i) for i in range(e.get_op_n_arg())]
+        T = isl.ast_expr_op_type
+        if op in (T.and_, T.and_then):
+            return _fold(tirx.And, [self.expr(a) for a in args])
+        if op in (T.or_, T.or_else):
+            return _fold(tirx.Or, [self.expr(a) for a in args])
+        if op == T.max:
+            return _fold(tirx.Max, [self.expr(a) for a in args])
+        if op == T.min:
+            return _fold(tirx.Min, [self.expr(a) for a in args])
+        if op == T.minus:
+            return -self.expr(args[0])
+        if op in (T.cond, T.select):
+            return tirx.Select(self.expr(args[0]), self.expr(args[1]), self.expr(args[2]))
+        a, b = self.expr(args[0]), self.expr(args[1])
+        if op == T.add:
+            return a + b
+        if op == T.sub:
+            return a - b
+        if op == T.mul:
+            return a * b
+        if op in (T.div, T.fdiv_q, T.pdiv_q):
+            return tirx.floordiv(a, b)
+        if op == T.pdiv_r:
+            return tirx.floormod(a, b)
+        if op == T.zdiv_r:
+            return tirx.truncmod(a, b)
+        compare = {T.eq: tirx.EQ, T.le: tirx.LE, T.lt: tirx.LT, T.ge: tirx.GE, T.gt: tirx.GT}.get(op)
+        if compare is None:
+            raise LoweringError(f"unsupported isl AST operation {op}")
+        return compare(a, b)
+
+    # --- AST nodes ------------------------------------------------------------------------------
+
+    def stmt(self, node: isl.AstNode, kind: str | None = None) -> tirx.Stmt:
+        t = node.get_type()
+        if t == isl.ast_node_type.block:
+            children = node.block_get_children()
+            return _seq([self.stmt(children.get_at(i)) for i in range(children.n_ast_node())])
+        if t == isl.ast_node_type.for_:
+            return self._for(node, kind)
+        if t == isl.ast_node_type.if_:
+            cond = self.expr(node.if_get_cond())
+            then = self.stmt(node.if_get_then_node())
+            other = self.stmt(node.if_get_else_node()) if node.if_has_else_node() else None
+            return tirx.IfThenElse(cond, then, other)
+        if t == isl.ast_node_type.mark:
+            return self._mark(node)
+        if t == isl.ast_node_type.user:
+            return self._user(node.user_get_expr())
+        raise LoweringError(f"unsupported isl AST node {t}")
+
+    def _mark(self, node: isl.AstNode) -> tirx.Stmt:
+        name = node.mark_get_id().get_name()
+        inner = node.mark_get_node()
+        if name in (MARK_PARALLEL, MARK_VECTORIZE, MARK_UNROLL):
+            return self.stmt(inner, kind=name)
+        if name.startswith(MARK_PROMOTE + "."):
+            return self._promoted(name, inner)
+        return self.stmt(inner)
+
+    def _for(self, node: isl.AstNode, kind: str | None) -> tirx.Stmt:
+        it = node.for_get_iterator().get_id().get_name()
+        init = self.expr(node.for_get_init())
+        cond = node.for_get_cond()
+        inc = int(node.for_get_inc().get_val().to_python())
+        if cond.get_type() != isl.ast_expr_type.op or cond.get_op_type() not in (
+                isl.ast_expr_op_type.le, isl.ast_expr_op_type.lt) or \
+                cond.get_op_arg(0).get_type() != isl.ast_expr_type.id or \
+                cond.get_op_arg(0).get_id().get_name() != it:
+            raise LoweringError(f"unsupported loop condition {cond.to_C_str()}")
+        upper = self.expr(cond.get_op_arg(1))
+        count = upper - init + (1 if cond.get_op_type() == isl.ast_expr_op_type.le else 0)
+        if inc != 1:
+            count = tirx.floordiv(count + (inc - 1), inc)
+        count = self.analyzer.simplify(count)
+        bound = self.analyzer.const_int_bound(count)
+        body_node = node.for_get_body()
+
+        def loop(extent, for_kind) -> tirx.Stmt:
+            var = tirx.Var(it, "int32")
+            # the loop runs var in [0, extent); the AST iterator is init + inc * var
+            value = var if inc == 1 else var * inc
+            self.loop_vars[it] = value if _is_zero(init) else self.analyzer.simplify(init + value)
+            self.analyzer.bind(var, tvm.ir.Range.from_min_extent(0, tirx.max(extent, 1)))
+            return tirx.For(var, 0, extent, for_kind, self.stmt(body_node))
+
+        if kind == MARK_PARALLEL and not self.in_parallel:
+            self.in_parallel = True
+            try:
+                return loop(count, tirx.ForKind.PARALLEL)
+            finally:
+                self.in_parallel = False
+        if kind in (MARK_VECTORIZE, MARK_UNROLL):
+            limit = MAX_VECTOR if kind == MARK_VECTORIZE else MAX_UNROLL
+            fast = tirx.ForKind.VECTORIZED if kind == MARK_VECTORIZE else tirx.ForKind.UNROLLED
+            if isinstance(count, tirx.IntImm):
+                if 1 < count.value <= limit:
+                    return loop(count, fast)
+            elif 1 < bound.max_value <= limit:
+                # full/partial tile separation: a constant-trip fast loop, else a plain one
+                full = int(bound.max_value)
+                fast_loop = loop(tirx.const(full, "int32"), fast)
+                return tirx.IfThenElse(tirx.EQ(count, full), fast_loop, loop(count, tirx.ForKind.SERIAL))
+        return loop(count, tirx.ForKind.SERIAL)
+
+    # --- statements -----------------------------------------------------------------------------
+
+    def _user(self, call: isl.AstExpr) -> tirx.Stmt:
+        name = call.get_op_arg(0).get_id().get_name()
+        stmt = self.model.statement(name)
+        args = [self.expr(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg())]
+        env = dict(zip(stmt.iters, args))
+        return self.statement(stmt, env)
+
+    def statement(self, stmt: Statement, env: dict) -> tirx.Stmt:
+        op = stmt.op
+        t = op.output
+        out_index = [env[v] for v in op.axes]
+        red = op.reduce
+        if stmt.role == "assign":
+            return self._store(t, self.value(op.body, env), out_index)
+        if stmt.role == "init":
+            stores = [self._store(t, _identity(red.reducer, t.dtype), out_index)]
+            if id(t) in self.shadows:
+                stores.append(self._store(t, _identity(red.reducer, red.source.dtype, value=True),
+                                          out_index, shadow=True))
+            return _seq(stores)
+        src = self.value(red.source, env)
+        current = self._load(t, out_index)
+        if red.reducer == "sum":
+            return self._store(t, current + src, out_index)
+        if red.reducer == "prod":
+            return self._store(t, current * src, out_index)
+        if red.reducer == "max":
+            return self._store(t, tirx.Max(current, src), out_index)
+        if red.reducer == "min":
+            return self._store(t, tirx.Min(current, src), out_index)
+        # argmax / argmin: strictly better value wins, so the first extreme is kept
+        best = self._load(t, out_index, shadow=True)
+        better = tirx.GT(src, best) if red.reducer == "argmax" else tirx.LT(src, best)
+        position = env[red.axes[0]]
+        return tirx.IfThenElse(better, _seq([
+            self._store(t, src, out_index, shadow=True),
+            self._store(t, tirx.Cast("int32", position), out_index)]))
+
+    def value(self, e: Expr, env: dict) -> tirx.PrimExpr:
+        memo: dict[int, tirx.PrimExpr] = {}
+
+        def go(n: Expr) -> tirx.PrimExpr:
+            key = id(n)
+            if key in memo:
+                return memo[key]
+            if isinstance(n, Const):
+                out = tirx.const(n.value, n.dtype)
+            elif isinstance(n, Var):
+                out = env[n]
+            elif isinstance(n, Load):
+                out = self._load(n.tensor, [go(i) for i in n.indices])
+            elif isinstance(n, Cast):
+                out = tirx.Cast(n.dtype, go(n.value))
+            elif isinstance(n, Select):
+                lazy = any(isinstance(x, Load) for x in (*walk(n.a), *walk(n.b)))
+                c, a, b = go(n.cond), go(n.a), go(n.b)
+                out = tirx.if_then_else(c, a, b) if lazy else tirx.Select(c, a, b)
+            elif isinstance(n, Call):
+                out = _call(n.op, [go(a) for a in n.args], n.args, n.dtype)
+            else:
+                raise LoweringError(f"cannot lower {type(n).__name__} here")
+            memo[key] = out
+            return out
+
+        return go(e)
+
+    # --- promotion ------------------------------------------------------------------------------
+
+    def _promoted(self, name: str, inner: isl.AstNode) -> tirx.Stmt:
+        promos: list[Promotion] = self.promotions.by_mark.get(name, [])
+        if not promos:
+            return self.stmt(inner)
+        scope = _Scope({})
+        before, after, allocs = [], [], []
+        for p in promos:
+            offsets = [self.expr(e) for e in self.mark_offsets[f"{name}:{p.tensor.name}"]]
+            local = tirx.decl_buffer(p.sizes, p.tensor.dtype, _ident(p.tensor.name) + "_local", scope="global")
+            allocs.append(local)
+            glob = self.buffers.get(id(p.tensor))
+            if p.copy_in:
+                before.append(_copy(local, glob, offsets, p, into_local=True))
+            if p.copy_out:
+                after.append(_copy(local, glob, offsets, p, into_local=False))
+            scope.buffers[id(p.tensor)] = (local, offsets)
+            if id(p.tensor) in self.shadows:
+                val = tirx.decl_buffer(p.sizes, self.shadows[id(p.tensor)].dtype,
+                                       _ident(p.tensor.name) + "_val_local", scope="global")
+                allocs.append(val)
+                scope.buffers[("val", id(p.tensor))] = (val, offsets)
+        self.scopes.append(scope)
+        try:
+            body = self.stmt(inner)
+        finally:
+            self.scopes.pop()
+        return _seq([*(tirx.AllocBuffer(b) for b in allocs), *before, body, *after])
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _single_map(umap: isl.UnionMap) -> isl.Map:
+    maps: list[isl.Map] = []
+    umap.foreach_map(maps.append)
+    if len(maps) != 1:
+        raise LoweringError("a promoted footprint spans several loop nests")
+    return maps[0].coalesce()
+
+
+def _copy(local, glob, offsets, p: Promotion, into_local: bool) -> tirx.Stmt:
+    """Loops over the promotion box copying between the local and the global buffer."""
+    if glob is None:
+        raise LoweringError(f"{p.tensor.name} needs a copy but has no memory buffer")
+    vars_ = [tirx.Var(f"{_ident(p.tensor.name)}_e{d}", "int32") for d in range(len(p.sizes))]
+    gidx = [o + v for o, v in zip(offsets, vars_)]
+    if into_local:
+        body = tirx.BufferStore(local, tirx.BufferLoad(glob, gidx), vars_)
+    else:
+        body = tirx.BufferStore(glob, tirx.BufferLoad(local, vars_), gidx)
+    if p.guard:
+        cond = _fold(tirx.And, [tirx.And(tirx.GE(g, 0), tirx.LT(g, n)) for g, n in zip(gidx, p.tensor.shape)])
+        body = tirx.IfThenElse(cond, body, None)
+    for v, n in reversed(list(zip(vars_, p.sizes))):
+        body = tirx.For(v, 0, n, tirx.ForKind.SERIAL, body)
+    return body
+
+
+def _identity(reducer: str, dtype: str, value: bool = False):
+    if reducer == "sum":
+        return tirx.const(0, dtype)
+    if reducer == "prod":
+        return tirx.const(1, dtype)
+    if reducer.startswith("arg") and not value:
+        return tirx.const(0, "int32")
+    lowest = reducer in ("max", "argmax")
+    if dtype.startswith("float"):
+        return tirx.const(-np.inf if lowest else np.inf, dtype)
+    return tirx.min_value(dtype) if lowest else tirx.max_value(dtype)
+
+
+def _call(op: str, args: list, exprs: list, dtype: str) -> tirx.PrimExpr:
+    if op in _FLOAT_UNARY:
+        (x,) = args
+        if exprs[0].dtype == "float16":  # compute fp16 math in fp32
+            return tirx.Cast("float16", _FLOAT_UNARY[op](tirx.Cast("float32", x)))
+        return _FLOAT_UNARY[op](x)
+    if op == "neg":
+        return -args[0]
+    if op == "abs":
+        return tirx.abs(args[0])
+    if op == "not":
+        return tirx.Not(args[0])
+    if op == "isnan":
+        return tirx.isnan(args[0])
+    if op == "isinf":
+        return tirx.isinf(args[0])
+    if op == "sign":
+        raise LoweringError("sign is expanded by its compute definition")
+    a, b = args
+    if op == "add":
+        return a + b
+    if op == "sub":
+        return a - b
+    if op == "mul":
+        return a * b
+    if op == "div":
+        return tirx.Div(a, b)
+    if op == "floordiv":
+        return tirx.floordiv(a, b)
+    if op == "floormod":
+        if dtype.startswith("float"):
+            return a - tirx.floor(a / b) * b
+        return tirx.floormod(a, b)
+    if op == "max":
+        return tirx.Max(a, b)
+    if op == "min":
+        return tirx.Min(a, b)
+    if op == "pow":
+        if dtype == "float16":
+            return tirx.Cast("float16", tirx.power(tirx.Cast("float32", a), tirx.Cast("float32", b)))
+        return tirx.power(a, b)
+    if op == "and":
+        return tirx.And(a, b)
+    if op == "or":
+        return tirx.Or(a, b)
+    if op in _COMPARE:
+        return _COMPARE[op](a, b)
+    raise LoweringError(f"no TIR lowering for '{op}'")
+
+
+def _fold(fn, items: list):
+    out = items[0]
+    for x in items[1:]:
+        out = fn(out, x)
+    return out
+
+
+def _seq(stmts: list) -> tirx.Stmt:
+    flat = []
+    for s in stmts:
+        if isinstance(s, tirx.SeqStmt):
+            flat.extend(s.seq)
+        elif s is not None:
+            flat.append(s)
+    if not flat:
+        return tirx.Evaluate(0)
+    return flat[0] if len(flat) == 1 else tirx.SeqStmt(flat)
+
+
+def _is_zero(e) -> bool:
+    return isinstance(e, tirx.IntImm) and e.value == 0
+
+
+def lower_to_tir(model: PolyModel, schedule: isl.Schedule, promotions: PromotionPlan,
+                 name: str = "main") -> tirx.PrimFunc:
+    return TirLowering(model, promotions, name).lower(schedule)

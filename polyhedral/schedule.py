@@ -1,0 +1,88 @@
+"""Scheduling: the isl scheduler turns statements + dependences into a schedule tree; the
+fusion strategy is a knob, and an operation quota bounds the work."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import islpy as isl
+
+from akg.errors import ScheduleError
+from akg.polyhedral.deps import Dependences
+from akg.polyhedral.model import PolyModel
+
+log = logging.getLogger(__name__)
+
+FUSION_STRATEGIES = ("max", "smart", "none")
+DEFAULT_MAX_OPERATIONS = 2_000_000
+
+
+@dataclass(eq=False)
+class ScheduleResult:
+    schedule: isl.Schedule
+    fusion: str
+    fallback: str | None = None  # why the simple schedule was used instead of isl's
+
+
+def _configure(ctx: isl.Context, fusion: str) -> None:
+    ctx.set_schedule_max_constant_term(0)  # no loop shifting: fuse only where indices line up
+    ctx.set_schedule_serialize_sccs(fusion == "none")
+    ctx.set_schedule_outer_coincidence(fusion == "smart")
+    ctx.set_schedule_whole_component(fusion == "max")
+    ctx.set_schedule_maximize_band_depth(False)
+    ctx.set_schedule_treat_coalescing(True)
+
+
+def schedule(model: PolyModel, deps: Dependences, fusion: str = "smart",
+             max_operations: int = DEFAULT_MAX_OPERATIONS) -> ScheduleResult:
+    """Schedule tree of the model. When isl exceeds `max_operations` (or fails), fall back to
+    the sequential program-order schedule and say so in `fallback`."""
+    if fusion not in FUSION_STRATEGIES:
+        raise ScheduleError(f"unknown fusion strategy '{fusion}' (known: {', '.join(FUSION_STRATEGIES)})")
+    if not model.statements:
+        return ScheduleResult(isl.Schedule.from_domain(model.domain), fusion)
+    ctx = model.ctx
+    _configure(ctx, fusion)
+    constraints = (isl.ScheduleConstraints.on_domain(model.domain)
+                   .set_validity(deps.validity)
+                   .set_coincidence(deps.validity)
+                   .set_proximity(deps.flow))
+    ctx.reset_operations()
+    ctx.set_max_operations(max_operations)
+    try:
+        return ScheduleResult(constraints.compute_schedule(), fusion)
+    except isl.Error as e:
+        text = str(e)
+        reason = ("isl operation quota exceeded" if "maximal number of operations" in text
+                  else f"isl scheduler failed: {text}")
+    finally:
+        ctx.set_max_operations(0)
+        ctx.reset_operations()
+    log.info("schedule of %s: %s; using the sequential schedule", model.program.name, reason)
+    return ScheduleResult(sequential_schedule(model), fusion, fallback=reason)
+
+
+def sequential_schedule(model: PolyModel) -> isl.Schedule:
+    """Program order, one loop nest per statement: always valid, never fused."""
+    root = isl.Schedule.from_domain(model.domain).get_root().child(0)
+    filters = isl.UnionSetList.alloc(model.ctx, len(model.statements))
+    for s in model.statements:
+        filters = filters.add(isl.UnionSet.from_set(s.domain))
+    node = root.insert_sequence(filters)
+    for k, s in enumerate(model.statements):
+        if not s.iters:
+            continue
+        child = node.child(k).child(0)
+        child = child.insert_partial_schedule(_identity_mupa(model.ctx, s))
+        child = child.band_set_permutable(1)
+        for d, v in enumerate(s.iters):
+            child = child.band_member_set_coincident(d, not v.reduce)
+        node = child.parent().parent()
+    return node.get_schedule()
+
+
+def _identity_mupa(ctx: isl.Context, s) -> isl.MultiUnionPwAff:
+    names = ", ".join(f"i{d}" for d in range(len(s.iters)))
+    pieces = ", ".join(f"{{ {s.name}[{names}] -> [(i{d})] }}" for d in range(len(s.iters)))
+    return isl.MultiUnionPwAff(f"[{pieces}]", context=ctx)

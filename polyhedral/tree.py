@@ -1,0 +1,317 @@
+"""Schedule-tree analysis and tiling primitives: what a target mapping needs to know about
+the bands of a schedule, and how a mapping plan (tiles, order, sinking, marks) is applied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from akg.errors import ScheduleError
+from akg.polyhedral.model import PolyModel, linear_coefficients
+
+MARK_PARALLEL = "parallel"
+MARK_VECTORIZE = "vectorize"
+MARK_UNROLL = "unroll"
+MARK_PROMOTE = "promote"  # "promote.<band>.<level>": memory promotion point
+
+
+@dataclass(frozen=True)
+class BandInfo:
+    """An outer band (the first band on a path from the root) as a target mapping sees it."""
+
+    index: int
+    extents: tuple[int, ...]
+    coincident: tuple[bool, ...]
+    permutable: bool
+    statements: tuple[str, ...]
+    contiguity: tuple[int, ...]  # per member: accesses whose fastest index moves with it
+    inner_contiguity: int  # the best such count of any loop below the band
+    has_inner: bool  # bands (loops) below this one, e.g. a reduction
+    reduction_inner: bool  # some loop below carries a dependence (a reduction)
+
+    @property
+    def members(self) -> int:
+        return len(self.extents)
+
+
+@dataclass(frozen=True)
+class BandPlan:
+    """How one outer band is mapped. Sizes are per member after `order` is applied;
+    0 means "not tiled" at that level."""
+
+    order: tuple[int, ...]
+    tile: tuple[int, ...]
+    register: tuple[int, ...]
+    sink: bool
+    parallel: bool
+
+
+@dataclass(frozen=True)
+class TreePlan:
+    bands: tuple[BandPlan, ...]
+    vectorize: bool
+    unroll: bool
+
+
+# --- navigation ---------------------------------------------------------------------------------
+
+
+def outer_band_paths(schedule: isl.Schedule) -> list[tuple[int, ...]]:
+    """Child-index paths from the root to each outer band, in tree order."""
+    paths: list[tuple[int, ...]] = []
+
+    def visit(node: isl.ScheduleNode, path: tuple[int, ...]) -> None:
+        if node.get_type() == isl.schedule_node_type.band:
+            paths.append(path)
+            return
+        for k in range(node.n_children()):
+            visit(node.child(k), path + (k,))
+
+    visit(schedule.get_root(), ())
+    return paths
+
+
+def navigate(schedule: isl.Schedule, path: tuple[int, ...]) -> isl.ScheduleNode:
+    node = schedule.get_root()
+    for k in path:
+        node = node.child(k)
+    return node
+
+
+def _is(node: isl.ScheduleNode, kind) -> bool:
+    return node.get_type() == kind
+
+
+# --- analysis -----------------------------------------------------------------------------------
+
+
+def _member_extents(node: isl.ScheduleNode) -> tuple[int, ...]:
+    umap = node.band_get_partial_schedule_union_map().intersect_domain(node.get_domain())
+    image = isl.Set.from_union_set(umap.range()) if not umap.is_empty() else None
+    out = []
+    for d in range(node.band_n_member()):
+        if image is None:
+            out.append(1)
+            continue
+        lo, hi = image.dim_min_val(d), image.dim_max_val(d)
+        out.append(int(hi.to_python()) - int(lo.to_python()) + 1)
+    return tuple(out)
+
+
+def _statement_names(node: isl.ScheduleNode) -> tuple[str, ...]:
+    names = []
+    node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
+    return tuple(sorted(names))
+
+
+def _contiguity(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
+    """For each band member: how many accesses have their last index move by +-1 with it
+    (and no other index move), over the statements under the band."""
+    mupa = node.band_get_partial_schedule()
+    counts = [0] * node.band_n_member()
+    members = [_affs_by_statement(mupa.get_at(d)) for d in range(node.band_n_member())]
+    for name in _statement_names(node):
+        stmt = model.statement(name)
+        affs = [m.get(name) for m in members]
+        for acc in [stmt.write, *stmt.reads]:
+            if not acc.exact or acc.tensor.ndim == 0:
+                continue
+            for d, aff in enumerate(affs):
+                if aff is not None and _moves_last_index(stmt, acc, aff):
+                    counts[d] += 1
+    return tuple(counts)
+
+
+def _affs_by_statement(upa: isl.UnionPwAff) -> dict[str, isl.Aff]:
+    """The affine function of each statement in a band member (None if piecewise)."""
+    out = {}
+    lst = upa.get_pw_aff_list()
+    for k in range(lst.n_pw_aff()):
+        pa = lst.get_at(k)
+        pieces = pa.get_pieces()
+        out[pa.get_tuple_id(isl.dim_type.in_).get_name()] = pieces[0][1] if len(pieces) == 1 else None
+    return out
+
+
+def _moves_last_index(stmt, access, member: isl.Aff) -> bool:
+    """Does a unit step of the schedule member (one statement iterator moving by one) move
+    only the last tensor index, by one?"""
+    n_in = len(stmt.iters)
+    coeffs = [int(member.get_coefficient_val(isl.dim_type.in_, i).to_python()) for i in range(n_in)]
+    moving = [i for i, c in enumerate(coeffs) if c]
+    if len(moving) != 1 or abs(coeffs[moving[0]]) != 1:
+        return False
+    var = stmt.iters[moving[0]]
+    per_index = [linear_coefficients(e) for e in access.indices]
+    if any(c is None for c in per_index):
+        return False
+    *lead, last = per_index
+    return abs(last.get(var, 0)) == 1 and all(var not in c for c in lead)
+
+
+def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
+    infos = []
+    for k, path in enumerate(outer_band_paths(schedule)):
+        node = navigate(schedule, path)
+        inner = _inner_bands(node.child(0))
+        infos.append(BandInfo(
+            index=k,
+            extents=_member_extents(node),
+            coincident=tuple(bool(node.band_member_get_coincident(d)) for d in range(node.band_n_member())),
+            permutable=bool(node.band_get_permutable()) or node.band_n_member() == 1,
+            statements=_statement_names(node),
+            contiguity=_contiguity(model, node),
+            inner_contiguity=max((max(_contiguity(model, b), default=0) for b in inner), default=0),
+            has_inner=bool(inner),
+            reduction_inner=any(not all(b.band_member_get_coincident(d) for d in range(b.band_n_member()))
+                                for b in inner),
+        ))
+    return infos
+
+
+def _inner_bands(node: isl.ScheduleNode) -> list[isl.ScheduleNode]:
+    out = []
+
+    def visit(n: isl.ScheduleNode) -> None:
+        if _is(n, isl.schedule_node_type.band):
+            out.append(n)
+        for k in range(n.n_children()):
+            visit(n.child(k))
+
+    visit(node)
+    return out
+
+
+# --- primitives ---------------------------------------------------------------------------------
+
+
+def _band_flags(node: isl.ScheduleNode) -> tuple[list[bool], bool]:
+    return ([bool(node.band_member_get_coincident(d)) for d in range(node.band_n_member())],
+            bool(node.band_get_permutable()))
+
+
+def _set_flags(node: isl.ScheduleNode, coincident, permutable: bool) -> isl.ScheduleNode:
+    node = node.band_set_permutable(int(permutable))
+    for d, c in enumerate(coincident):
+        node = node.band_member_set_coincident(d, int(c))
+    return node
+
+
+def permute_band(node: isl.ScheduleNode, order: tuple[int, ...]) -> isl.ScheduleNode:
+    """Reorder the members of a permutable band."""
+    coincident, permutable = _band_flags(node)
+    mupa = node.band_get_partial_schedule()
+    upas = [mupa.get_at(d) for d in order]
+    space = mupa.get_space()
+    lst = isl.UnionPwAffList.alloc(node.get_ctx(), len(upas))
+    for upa in upas:
+        lst = lst.add(upa)
+    new = isl.MultiUnionPwAff.from_union_pw_aff_list(space, lst)
+    node = node.delete().insert_partial_schedule(new)
+    return _set_flags(node, [coincident[d] for d in order], permutable)
+
+
+def tile_band(node: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.ScheduleNode:
+    """Tile a band; returns the tile band (its child is the point band)."""
+    coincident, permutable = _band_flags(node)
+    ctx = node.get_ctx()
+    mv = isl.MultiVal(f"{{ [{', '.join(str(s) for s in sizes)}] }}", context=ctx)
+    node = _set_flags(node.band_tile(mv), coincident, permutable)
+    return _set_flags(node.child(0), coincident, permutable).parent()
+
+
+def insert_marks_on_members(node: isl.ScheduleNode, marks: list[str | None]) -> isl.ScheduleNode:
+    """Split a band into one band per member, with mark i above member i (None: no mark).
+    Returns the node at the original position."""
+    n = node.band_n_member()
+    depth0 = node.get_tree_depth()
+    for d in range(n):
+        if d < n - 1:
+            node = node.band_split(1)
+        if marks[d]:
+            node = node.insert_mark(isl.Id(marks[d], context=node.get_ctx())).child(0)
+        if d < n - 1:
+            node = node.child(0)
+    return node.ancestor(node.get_tree_depth() - depth0)
+
+
+def _insert_at_leaves(node: isl.ScheduleNode, mupa: isl.MultiUnionPwAff, coincident,
+                      marks: list[str | None]) -> isl.ScheduleNode:
+    """Insert the band (mupa) right above every leaf below `node`; returns the node at the
+    same position."""
+    kind = node.get_type()
+    if kind == isl.schedule_node_type.leaf:
+        band = node.insert_partial_schedule(mupa)
+        band = _set_flags(band, coincident, True)
+        return insert_marks_on_members(band, marks)
+    if kind in (isl.schedule_node_type.sequence, isl.schedule_node_type.set):
+        for k in range(node.n_children()):
+            node = _insert_at_leaves(node.child(k), mupa, coincident, marks).parent()
+        return node
+    if node.n_children() == 0:
+        return node
+    return _insert_at_leaves(node.child(0), mupa, coincident, marks).parent()
+
+
+def _mark(node: isl.ScheduleNode, name: str) -> isl.ScheduleNode:
+    """Insert a mark above node; returns the node below the mark."""
+    return node.insert_mark(isl.Id(name, context=node.get_ctx())).child(0)
+
+
+def register_marks(coincident: list[bool], vectorize: bool, unroll: bool, innermost: bool) -> list[str | None]:
+    marks: list[str | None] = [MARK_UNROLL if unroll else None] * len(coincident)
+    if innermost and vectorize and coincident and coincident[-1]:
+        marks[-1] = MARK_VECTORIZE
+    return marks
+
+
+def apply_plan(model: PolyModel, schedule: isl.Schedule, plan: TreePlan) -> isl.Schedule:
+    """The schedule with every outer band mapped as its BandPlan says, and marks for
+    parallel, vector and unrolled loops and for memory promotion points."""
+    ctx = model.ctx
+    ctx.set_tile_scale_tile_loops(0)
+    ctx.set_tile_shift_point_loops(1)
+    paths = outer_band_paths(schedule)
+    if len(paths) != len(plan.bands):
+        raise ScheduleError(f"the schedule has {len(paths)} outer bands, the config maps {len(plan.bands)}")
+    for index in reversed(range(len(paths))):  # later bands first: earlier paths stay valid
+        node = navigate(schedule, paths[index])
+        schedule = _apply_band(node, index, plan.bands[index], plan).get_schedule()
+    return schedule
+
+
+def _apply_band(node: isl.ScheduleNode, index: int, bp: BandPlan, plan: TreePlan) -> isl.ScheduleNode:
+    """Tile (cache level), tile again (register level), sink the register loops below inner
+    bands, and mark. Returns some node of the updated tree."""
+    n = node.band_n_member()
+    if tuple(bp.order) != tuple(range(n)):
+        node = permute_band(node, bp.order)
+    coincident, _ = _band_flags(node)
+    extents = _member_extents(node)
+    tile = tuple(t if 0 < t < e else e for t, e in zip(bp.tile, extents))
+    register = tuple(r if 0 < r < t else t for r, t in zip(bp.register, tile))
+    tiled, reg_tiled = tile != extents, register != tile
+    parallel = bp.parallel and coincident[0]
+    if tiled:
+        node = tile_band(node, tile)
+        if parallel:
+            node = _mark(node, MARK_PARALLEL)
+        node = _mark(node.child(0), f"{MARK_PROMOTE}.{index}.0")
+    elif parallel:
+        node = _mark(node, MARK_PARALLEL)
+    if reg_tiled:
+        node = _mark(tile_band(node, register).child(0), f"{MARK_PROMOTE}.{index}.1")
+    # node: the innermost point band of this outer band
+    innermost = node.child(0).get_type() == isl.schedule_node_type.leaf
+    if not tiled and not reg_tiled:
+        if not innermost:  # promote per iteration of the whole band (e.g. one row)
+            node = _mark(node.child(0), f"{MARK_PROMOTE}.{index}.0").parent().parent()
+        marks = register_marks(coincident, plan.vectorize, False, innermost)
+        return insert_marks_on_members(node, marks)
+    if bp.sink and all(coincident) and not innermost:
+        mupa = node.band_get_partial_schedule()
+        marks = register_marks(coincident, plan.vectorize, plan.unroll and reg_tiled, True)
+        return _insert_at_leaves(node.delete(), mupa, coincident, marks)
+    marks = register_marks(coincident, plan.vectorize, plan.unroll and reg_tiled, innermost)
+    return insert_marks_on_members(node, marks)

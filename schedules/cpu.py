@@ -1,0 +1,87 @@
+"""CPU mapping: turns a Config (or, without one, a heuristic) into the tiling plan of each
+outer band — cache tiles, register tiles, loop order, sinking of register loops below
+reductions, parallel outer loop, vector innermost loop."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from akg.polyhedral.tree import BandInfo, BandPlan, TreePlan
+from akg.schedules.space import BandConfig, Config, validate_bands
+
+REGISTER_BYTES = 1008  # TVM keeps local buffers under 1 KiB on the stack (in registers)
+PARALLEL_MIN_POINTS = 1 << 14  # below this many iterations a thread launch costs more
+
+
+def _largest_fitting(extent: int, want: int, multiple: int = 1) -> int:
+    """A tile size near `want` for a loop of `extent`: a divisor of extent if one is close,
+    else `want` itself (partial tiles are handled); at most extent."""
+    if extent <= want:
+        return extent
+    for size in range(want, max(multiple, want // 2) - 1, -1):
+        if extent % size == 0 and size % multiple == 0:
+            return size
+    return want
+
+
+def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int) -> BandConfig:
+    """Heuristic mapping of one band.
+
+    The loop with the most unit-stride accesses goes innermost (vectorised, a register tile
+    of two vectors). Under a reduction (matmul, conv) the register tile also spans a few rows
+    and sinks below the reduction loop, so the accumulators stay in registers across it.
+    Cache tiles give the parallel outer loop a few chunks per core.
+    """
+    n = info.members
+    order = list(range(n))
+    if info.permutable and n > 1:
+        best = max(range(n), key=lambda m: (info.contiguity[m], info.coincident[m], m))
+        order.remove(best)
+        order.append(best)
+    ext = [info.extents[m] for m in order]
+    coin = [info.coincident[m] for m in order]
+    sink = info.reduction_inner and all(coin) and info.contiguity[order[-1]] >= max(info.inner_contiguity, 1)
+
+    register = [0] * n
+    innermost_contiguous = info.contiguity[order[-1]] > 0 or not info.has_inner
+    if coin[-1] and ext[-1] >= lanes and innermost_contiguous:
+        register[-1] = _largest_fitting(ext[-1], 2 * lanes if ext[-1] >= 2 * lanes else lanes, lanes)
+    if sink and n > 1 and coin[-2]:
+        rows = max(1, min(ext[-2], REGISTER_BYTES // max(1, (register[-1] or ext[-1]) * itemsize), 4))
+        register[-2] = _largest_fitting(ext[-2], rows)
+
+    tile = [0] * n
+    if sink:  # cache tile of the register-blocked band: a panel of a few register tiles
+        if n > 1:
+            tile[-2] = _largest_fitting(ext[-2], max(register[-2] or 1, 1) * 16) if ext[-2] > 64 else 0
+        tile[-1] = _largest_fitting(ext[-1], max(register[-1] or 1, 1) * 4) if ext[-1] > 256 else 0
+    # parallel chunks: split the outermost loop so each core gets a few pieces
+    if coin[0] and ext[0] > 1 and tile[0] == 0 and not (n == 1 and register[0]):
+        chunk = max(1, math.ceil(ext[0] / (cores * 4)))
+        if chunk < ext[0]:
+            tile[0] = _largest_fitting(ext[0], chunk)
+    for pos in range(n):
+        t = tile[pos] or ext[pos]
+        if register[pos] >= t:
+            register[pos] = 0
+    return BandConfig(tuple(order), tuple(tile), tuple(register), sink)
+
+
+def default_config(infos: list[BandInfo], target, dtype: str = "float32", fusion: str = "smart") -> Config:
+    itemsize = np.dtype(dtype).itemsize
+    lanes = target.vector_lanes(dtype)
+    return Config(fusion=fusion, bands=tuple(default_band(i, lanes, target.cores, itemsize) for i in infos))
+
+
+def to_plan(config: Config, infos: list[BandInfo], target, dtype: str = "float32") -> TreePlan:
+    """The tree plan of a config (validated against the schedule's bands)."""
+    validate_bands(config, infos)
+    bands = config.bands if config.bands is not None else default_config(infos, target, dtype).bands
+    plans = []
+    for info, bc in zip(infos, bands):
+        points = int(np.prod(info.extents, dtype=np.int64))
+        plans.append(BandPlan(order=bc.order, tile=bc.tile, register=bc.register, sink=bc.sink,
+                              parallel=config.parallel and points >= PARALLEL_MIN_POINTS and target.cores > 1))
+    return TreePlan(tuple(plans), vectorize=config.vectorize, unroll=config.unroll)
