@@ -12,7 +12,7 @@ from akg.errors import AkgError, LoweringError, ScheduleError, UnsupportedError
 from akg.graph.compute.lower import Program, lower_graph
 from akg.graph.ir import Graph
 from akg.kernel import Kernel, KernelStats
-from akg.polyhedral.astgen import lower_to_tir
+from akg.polyhedral.astgen import RepeatedMarks, lower_to_tir
 from akg.polyhedral.deps import compute_dependences
 from akg.polyhedral.model import build_model
 from akg.polyhedral.promote import PromotionPlan, plan_promotions
@@ -65,8 +65,15 @@ class Pipeline:
         plan = cpu_mapping.to_plan(config, self.bands, self.target, self.dtype)
         try:
             mapped = apply_plan(self.model, self.schedule, plan)
-            promotions = plan_promotions(self.model, mapped) if config.promote else PromotionPlan()
-            func = lower_to_tir(self.model, mapped, promotions, name=self.program.name)
+            excluded: frozenset[str] = frozenset()
+            while True:
+                promotions = (plan_promotions(self.model, mapped, exclude=excluded) if config.promote
+                              else PromotionPlan())
+                try:
+                    func = lower_to_tir(self.model, mapped, promotions, name=self.program.name)
+                    break
+                except RepeatedMarks as e:  # the AST split a promoted region: keep it in memory
+                    excluded |= e.marks
         except isl.Error as e:
             raise LoweringError(f"{self.program.name}: code generation failed in isl: {e}") from e
         self.stats.codegen_s = time.perf_counter() - t0

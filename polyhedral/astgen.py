@@ -136,6 +136,9 @@ class TirLowering:
         ast = build.node_from_schedule(schedule)
         if failures:
             raise failures[0]
+        repeated = {m for m, n in _mark_counts(ast).items() if n > 1 and m in self.promotions.by_mark}
+        if repeated:
+            raise RepeatedMarks(repeated)
         body = self.stmt(ast)
         body = _seq([*(tirx.AllocBuffer(b) for b in self.allocs), body])
         func = tirx.PrimFunc(self.params, body)
@@ -297,7 +300,7 @@ class TirLowering:
         position = env[red.axes[0]]
         return tirx.IfThenElse(better, _seq([
             self._store(t, src, out_index, shadow=True),
-            self._store(t, tirx.Cast("int32", position), out_index)]))
+            self._store(t, tirx.Cast("int32", position), out_index)]), None)
 
     def value(self, e: Expr, env: dict) -> tirx.PrimExpr:
         memo: dict[int, tirx.PrimExpr] = {}
@@ -346,10 +349,15 @@ class TirLowering:
                 after.append(_copy(local, glob, offsets, p, into_local=False))
             scope.buffers[id(p.tensor)] = (local, offsets)
             if id(p.tensor) in self.shadows:
-                val = tirx.decl_buffer(p.sizes, self.shadows[id(p.tensor)].dtype,
-                                       _ident(p.tensor.name) + "_val_local", scope="global")
+                shadow = self.shadows[id(p.tensor)]
+                val = tirx.decl_buffer(p.sizes, shadow.dtype, _ident(p.tensor.name) + "_val_local",
+                                       scope="global")
                 allocs.append(val)
                 scope.buffers[("val", id(p.tensor))] = (val, offsets)
+                if p.copy_in:
+                    before.append(_copy(val, shadow, offsets, p, into_local=True))
+                if p.copy_out:
+                    after.append(_copy(val, shadow, offsets, p, into_local=False))
         self.scopes.append(scope)
         try:
             body = self.stmt(inner)
@@ -359,6 +367,39 @@ class TirLowering:
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+class RepeatedMarks(Exception):
+    """isl's AST generator split the subtree of these promotion marks into several pieces;
+    their promotions must be planned again without them."""
+
+    def __init__(self, marks: set[str]):
+        super().__init__(", ".join(sorted(marks)))
+        self.marks = marks
+
+
+def _mark_counts(ast: isl.AstNode) -> dict[str, int]:
+    counts: dict[str, int] = {}
+
+    def visit(node: isl.AstNode) -> None:
+        t = node.get_type()
+        if t == isl.ast_node_type.mark:
+            name = node.mark_get_id().get_name()
+            counts[name] = counts.get(name, 0) + 1
+            visit(node.mark_get_node())
+        elif t == isl.ast_node_type.block:
+            children = node.block_get_children()
+            for i in range(children.n_ast_node()):
+                visit(children.get_at(i))
+        elif t == isl.ast_node_type.for_:
+            visit(node.for_get_body())
+        elif t == isl.ast_node_type.if_:
+            visit(node.if_get_then_node())
+            if node.if_has_else_node():
+                visit(node.if_get_else_node())
+
+    visit(ast)
+    return counts
 
 
 def _single_map(umap: isl.UnionMap) -> isl.Map:

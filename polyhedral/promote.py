@@ -99,11 +99,23 @@ def _box_map(lower: list[isl.PwAff], sizes: list[int], space_domain: isl.Set, ti
     return rel.apply_range(shift)
 
 
-def plan_promotions(model: PolyModel, schedule: isl.Schedule,
-                    budget: int = DEFAULT_BUDGET) -> PromotionPlan:
-    """Decide, for each promotion mark (innermost first), which written tensors to keep local."""
+def _reused(node: isl.ScheduleNode, prefix: isl.UnionMap, accesses: isl.UnionMap) -> bool:
+    """Do the loops below the mark touch some element more than once (within one iteration
+    of the loops above)? Then a local copy saves memory traffic."""
+    inner = node.get_subtree_schedule_union_map().intersect_domain(accesses.domain())
+    if inner.is_empty():
+        return False
+    full = prefix.flat_range_product(inner)
+    return not full.reverse().apply_range(accesses).is_injective()
+
+
+def plan_promotions(model: PolyModel, schedule: isl.Schedule, budget: int = DEFAULT_BUDGET,
+                    exclude: frozenset[str] = frozenset()) -> PromotionPlan:
+    """Decide, for each promotion mark (innermost first, except those in `exclude`), which
+    written tensors to keep local."""
     plan = PromotionPlan()
-    marks = sorted(_marks(schedule), key=lambda n: -n.get_tree_depth())
+    marks = sorted((n for n in _marks(schedule) if n.mark_get_id().get_name() not in exclude),
+                   key=lambda n: -n.get_tree_depth())
     if not marks:
         return plan
     outputs = {id(t) for t in model.program.outputs}
@@ -125,9 +137,9 @@ def plan_promotions(model: PolyModel, schedule: isl.Schedule,
                 continue  # already local in a subtree of this one
             w_t = _tensor_maps(model, writes, tid)
             r_t = _tensor_maps(model, reads, tid)
-            if r_t.intersect_domain(sub).is_empty():
-                continue  # written only: nothing to reuse, stores go straight to memory
             acc = w_t.union(r_t).intersect_domain(sub)
+            if r_t.intersect_domain(sub).is_empty() or not _reused(node, prefix, acc):
+                continue  # no element is touched twice below the mark: nothing to keep local
             footprint = _single(prefix.reverse().apply_range(acc))
             if footprint is None:
                 continue

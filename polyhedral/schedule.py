@@ -51,7 +51,7 @@ def schedule(model: PolyModel, deps: Dependences, fusion: str = "smart",
     ctx.reset_operations()
     ctx.set_max_operations(max_operations)
     try:
-        return ScheduleResult(constraints.compute_schedule(), fusion)
+        return ScheduleResult(normalize(constraints.compute_schedule(), deps), fusion)
     except isl.Error as e:
         text = str(e)
         reason = ("isl operation quota exceeded" if "maximal number of operations" in text
@@ -61,6 +61,61 @@ def schedule(model: PolyModel, deps: Dependences, fusion: str = "smart",
         ctx.reset_operations()
     log.info("schedule of %s: %s; using the sequential schedule", model.program.name, reason)
     return ScheduleResult(sequential_schedule(model), fusion, fallback=reason)
+
+
+def respects(schedule: isl.Schedule, deps: Dependences) -> bool:
+    """Does every dependence go forward in the schedule?"""
+    sched = schedule.get_map()
+    steps = deps.validity.apply_domain(sched).apply_range(sched)
+    return steps.is_subset(_forward(steps))
+
+
+def _forward(steps: isl.UnionMap) -> isl.UnionMap:
+    out = isl.UnionMap.empty(steps.get_space())
+    maps: list[isl.Map] = []
+    steps.foreach_map(maps.append)
+    for m in maps:
+        space = m.get_space().domain()
+        out = out.union(isl.UnionMap.from_map(isl.Map.lex_lt(space).intersect(m)))
+    return out
+
+
+def normalize(schedule: isl.Schedule, deps: Dependences) -> isl.Schedule:
+    """Shape isl's tree for mapping: a band mixing parallel and sequential (reduction) loops is
+    split between them, and a reduction band above a sequence whose first steps do not use it
+    (an init statement scheduled at 0) is moved into the sequence's children, so the init runs
+    outside the reduction loop. Each change is kept only if dependences still hold."""
+    changed = True
+    while changed:
+        changed = False
+        for node in _bands(schedule):
+            n = node.band_n_member()
+            flags = [bool(node.band_member_get_coincident(d)) for d in range(n)]
+            if n > 1 and len(set(flags)) > 1:
+                first = flags.index(not flags[0])
+                schedule, changed = node.band_split(first).get_schedule(), True
+                break
+            child = node.child(0)
+            if (not any(flags) and child.get_type() in (isl.schedule_node_type.sequence,
+                                                        isl.schedule_node_type.set)):
+                candidate = node.band_sink().get_schedule()
+                if respects(candidate, deps):
+                    schedule, changed = candidate, True
+                    break
+    return schedule
+
+
+def _bands(schedule: isl.Schedule) -> list[isl.ScheduleNode]:
+    out = []
+
+    def visit(node):
+        if node.get_type() == isl.schedule_node_type.band:
+            out.append(node)
+        for k in range(node.n_children()):
+            visit(node.child(k))
+
+    visit(schedule.get_root())
+    return out
 
 
 def sequential_schedule(model: PolyModel) -> isl.Schedule:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import islpy as isl
+import numpy as np
 
 from akg.errors import ScheduleError
 from akg.polyhedral.model import PolyModel, linear_coefficients
@@ -25,8 +26,8 @@ class BandInfo:
     coincident: tuple[bool, ...]
     permutable: bool
     statements: tuple[str, ...]
-    contiguity: tuple[int, ...]  # per member: accesses whose fastest index moves with it
-    inner_contiguity: int  # the best such count of any loop below the band
+    contiguity: tuple[int, ...]  # per member: elements streamed with unit stride along it
+    inner_contiguity: int  # the best such score of any loop below the band
     has_inner: bool  # bands (loops) below this one, e.g. a reduction
     reduction_inner: bool  # some loop below carries a dependence (a reduction)
 
@@ -106,8 +107,8 @@ def _statement_names(node: isl.ScheduleNode) -> tuple[str, ...]:
 
 
 def _contiguity(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
-    """For each band member: how many accesses have their last index move by +-1 with it
-    (and no other index move), over the statements under the band."""
+    """For each band member: the accesses whose last index moves by +-1 with it (and no other
+    index moves), each weighted by the size of the tensor it streams through."""
     mupa = node.band_get_partial_schedule()
     counts = [0] * node.band_n_member()
     members = [_affs_by_statement(mupa.get_at(d)) for d in range(node.band_n_member())]
@@ -119,7 +120,7 @@ def _contiguity(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
                 continue
             for d, aff in enumerate(affs):
                 if aff is not None and _moves_last_index(stmt, acc, aff):
-                    counts[d] += 1
+                    counts[d] += int(np.prod(acc.tensor.shape, dtype=np.int64))
     return tuple(counts)
 
 
