@@ -8,9 +8,10 @@ import time
 
 import islpy as isl
 
-from akg.errors import AkgError, LoweringError, ScheduleError, UnsupportedError
+from akg.errors import LoweringError, ScheduleError, UnsupportedError
 from akg.graph.compute.lower import Program, lower_graph
 from akg.graph.ir import Graph
+from akg.graph.subgraph import Subgraph
 from akg.kernel import Kernel, KernelStats
 from akg.polyhedral.astgen import RepeatedMarks, lower_to_tir
 from akg.polyhedral.deps import compute_dependences
@@ -94,19 +95,19 @@ class Pipeline:
         return Kernel(self.program.name, self.target, config, self.program, func, exe, stats, config_source)
 
 
-def build(subgraph: Graph | Program, target: str | Target = "cpu", config: Config | None = None) -> Kernel:
-    """Compile one subgraph (a Graph of basic or composite ops) into a Kernel.
+def build(subgraph: Subgraph | Graph | Program, target: str | Target = "cpu",
+          config: Config | None = None) -> Kernel:
+    """Compile one subgraph (of basic or composite ops) into a Kernel.
 
     `config=None` uses the target's default heuristic config.
     """
     target = get_target(target)
     t0 = time.perf_counter()
+    if isinstance(subgraph, Subgraph):
+        subgraph = subgraph.graph
     program = subgraph if isinstance(subgraph, Program) else lower_graph(subgraph)
     lower_s = time.perf_counter() - t0
     fusion = config.fusion if config is not None else "smart"
-    try:
-        pipeline = Pipeline(program, target, fusion)
-    except AkgError:
-        raise
+    pipeline = Pipeline(program, target, fusion)
     pipeline.stats.lower_s = lower_s
     return pipeline.build(config)
