@@ -9,6 +9,6 @@ from akg.errors import AkgError  # noqa: F401
 
 def build(subgraph, target="cpu", config=None):
     """Compile one subgraph into a Kernel (see akg.build.build)."""
-    from akg.build import build as _build
+    from akg.compiler import build as _build
 
     return _build(subgraph, target, config)

@@ -21,7 +21,7 @@ from tvm import tirx
 from akg.errors import LoweringError
 from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Reduce, Select, Tensor, Var, walk
 from akg.polyhedral.model import PolyModel, Statement
-from akg.polyhedral.promote import Promotion, PromotionPlan, box_lower
+from akg.polyhedral.promote import Promoter, Promotion
 from akg.polyhedral.tree import MARK_PARALLEL, MARK_PROMOTE, MARK_UNROLL, MARK_VECTORIZE
 
 MAX_VECTOR = 64  # lanes; longer constant loops are left to LLVM's vectorizer
@@ -47,9 +47,9 @@ class _Scope:
 
 
 class TirLowering:
-    def __init__(self, model: PolyModel, promotions: PromotionPlan, name: str = "main"):
+    def __init__(self, model: PolyModel, promoter: Promoter, name: str = "main"):
         self.model = model
-        self.promotions = promotions
+        self.promoter = promoter
         self.name = name
         self.buffers: dict[int, tirx.Buffer] = {}
         self.shadows: dict[int, tirx.Buffer] = {}  # argmax/argmin running values
@@ -57,14 +57,13 @@ class TirLowering:
         self.allocs: list[tirx.Buffer] = []
         self.loop_vars: dict[str, tirx.Var] = {}
         self.scopes: list[_Scope] = []
-        self.mark_offsets: dict[str, list[list[isl.AstExpr]]] = {}
+        self.piece_offsets: dict[int, list[list[isl.AstExpr]]] = {}
         self.analyzer = Analyzer()
         self.in_parallel = False
-        self._declare_buffers()
 
     # --- buffers --------------------------------------------------------------------------------
 
-    def _declare_buffers(self) -> None:
+    def _declare_buffers(self, local_only: set[int]) -> None:
         program = self.model.program
         for t in [*program.placeholders, *program.outputs]:
             buf = tirx.decl_buffer(t.shape, t.dtype, _ident(t.name))
@@ -72,7 +71,7 @@ class TirLowering:
             self.params.append(buf)
         for op in program.ops():
             t = op.output
-            if id(t) not in self.buffers and t not in self.promotions.local_only:
+            if id(t) not in self.buffers and id(t) not in local_only:
                 buf = tirx.decl_buffer(t.shape, t.dtype, _ident(t.name))
                 self.buffers[id(t)] = buf
                 self.allocs.append(buf)
@@ -116,29 +115,44 @@ class TirLowering:
         build = isl.AstBuild.from_context(isl.Set("{ : }", context=ctx))
 
         failures: list[Exception] = []
+        open_marks: list[tuple[str, int | None]] = []
 
+        # isl calls these around the code it generates below each mark; exceptions must not
+        # unwind through isl, so they are kept and raised afterwards
         def before_mark(mark: isl.Id, build: isl.AstBuild) -> None:
-            # an exception must not unwind through isl: keep it and raise it afterwards
+            piece = None
             try:
                 name = mark.get_name()
-                promos = self.promotions.by_mark.get(name, [])
-                if promos:
-                    outer = build.get_schedule()  # instance -> the loop nest around the mark
-                    for promo in promos:
-                        footprint = _single_map(outer.reverse().apply_range(promo.accesses))
-                        self.mark_offsets[f"{name}:{promo.tensor.name}"] = [
-                            build.expr_from_pw_aff(pa) for pa in box_lower(footprint)]
+                if name.startswith(MARK_PROMOTE + "."):
+                    piece = self.promoter.at_mark(name, build.get_schedule())
+                    if piece is not None:
+                        self.piece_offsets[piece] = [
+                            [build.expr_from_pw_aff(pa) for pa in p.lower]
+                            for p in self.promoter.pieces[piece]]
             except Exception as e:  # noqa: BLE001
                 failures.append(e)
+            open_marks.append((mark.get_name(), piece))
+
+        def after_mark(node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
+            name = node.mark_get_id().get_name()
+            piece = None
+            while open_marks:  # isl may skip the "after" call of a mark that generated nothing
+                opened, piece = open_marks.pop()
+                if opened == name:
+                    break
+                piece = None
+            if piece is None:
+                return node
+            return node.set_annotation(isl.Id(f"piece{piece}", context=ctx))
 
         result = build.set_before_each_mark(before_mark)
+        build = result[0] if isinstance(result, tuple) else result
+        result = build.set_after_each_mark(after_mark)
         build = result[0] if isinstance(result, tuple) else result
         ast = build.node_from_schedule(schedule)
         if failures:
             raise failures[0]
-        repeated = {m for m, n in _mark_counts(ast).items() if n > 1 and m in self.promotions.by_mark}
-        if repeated:
-            raise RepeatedMarks(repeated)
+        self._declare_buffers(self.promoter.local_only())
         body = self.stmt(ast)
         body = _seq([*(tirx.AllocBuffer(b) for b in self.allocs), body])
         func = tirx.PrimFunc(self.params, body)
@@ -214,7 +228,7 @@ class TirLowering:
         if name in (MARK_PARALLEL, MARK_VECTORIZE, MARK_UNROLL):
             return self.stmt(inner, kind=name)
         if name.startswith(MARK_PROMOTE + "."):
-            return self._promoted(name, inner)
+            return self._promoted(node, inner)
         return self.stmt(inner)
 
     def _for(self, node: isl.AstNode, kind: str | None) -> tirx.Stmt:
@@ -332,21 +346,21 @@ class TirLowering:
 
     # --- promotion ------------------------------------------------------------------------------
 
-    def _promoted(self, name: str, inner: isl.AstNode) -> tirx.Stmt:
-        promos: list[Promotion] = self.promotions.by_mark.get(name, [])
-        if not promos:
+    def _promoted(self, node: isl.AstNode, inner: isl.AstNode) -> tirx.Stmt:
+        try:
+            piece = int(node.get_annotation().get_name()[len("piece"):])
+        except (isl.Error, AttributeError, ValueError):
             return self.stmt(inner)
         scope = _Scope({})
         before, after, allocs = [], [], []
-        for p in promos:
-            offsets = [self.expr(e) for e in self.mark_offsets[f"{name}:{p.tensor.name}"]]
+        for p, exprs in zip(self.promoter.pieces[piece], self.piece_offsets[piece]):
+            offsets = [self.expr(e) for e in exprs]
             local = tirx.decl_buffer(p.sizes, p.tensor.dtype, _ident(p.tensor.name) + "_local", scope="global")
             allocs.append(local)
-            glob = self.buffers.get(id(p.tensor))
             if p.copy_in:
-                before.append(_copy(local, glob, offsets, p, into_local=True))
+                before.append(self._copy(local, offsets, p, into_local=True))
             if p.copy_out:
-                after.append(_copy(local, glob, offsets, p, into_local=False))
+                after.append(self._copy(local, offsets, p, into_local=False))
             scope.buffers[id(p.tensor)] = (local, offsets)
             if id(p.tensor) in self.shadows:
                 shadow = self.shadows[id(p.tensor)]
@@ -355,9 +369,9 @@ class TirLowering:
                 allocs.append(val)
                 scope.buffers[("val", id(p.tensor))] = (val, offsets)
                 if p.copy_in:
-                    before.append(_copy(val, shadow, offsets, p, into_local=True))
+                    before.append(self._copy(val, offsets, p, into_local=True, shadow=True))
                 if p.copy_out:
-                    after.append(_copy(val, shadow, offsets, p, into_local=False))
+                    after.append(self._copy(val, offsets, p, into_local=False, shadow=True))
         self.scopes.append(scope)
         try:
             body = self.stmt(inner)
@@ -365,41 +379,25 @@ class TirLowering:
             self.scopes.pop()
         return _seq([*(tirx.AllocBuffer(b) for b in allocs), *before, body, *after])
 
+    def _copy(self, local, offsets, p: Promotion, into_local: bool, shadow: bool = False) -> tirx.Stmt:
+        """Loops over the promotion box copying between the local buffer and the tensor's
+        buffer in the enclosing scope (memory, or an outer local buffer)."""
+        vars_ = [tirx.Var(f"{_ident(p.tensor.name)}_e{d}", "int32") for d in range(len(p.sizes))]
+        outer_index = [o + v for o, v in zip(offsets, vars_)]
+        if into_local:
+            body = tirx.BufferStore(local, self._load(p.tensor, outer_index, shadow), vars_)
+        else:
+            body = self._store(p.tensor, tirx.BufferLoad(local, vars_), outer_index, shadow)
+        if p.guard:
+            cond = _fold(tirx.And, [tirx.And(tirx.GE(g, 0), tirx.LT(g, n))
+                                    for g, n in zip(outer_index, p.tensor.shape)])
+            body = tirx.IfThenElse(cond, body, None)
+        for v, n in reversed(list(zip(vars_, p.sizes))):
+            body = tirx.For(v, 0, n, tirx.ForKind.SERIAL, body)
+        return body
+
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-class RepeatedMarks(Exception):
-    """isl's AST generator split the subtree of these promotion marks into several pieces;
-    their promotions must be planned again without them."""
-
-    def __init__(self, marks: set[str]):
-        super().__init__(", ".join(sorted(marks)))
-        self.marks = marks
-
-
-def _mark_counts(ast: isl.AstNode) -> dict[str, int]:
-    counts: dict[str, int] = {}
-
-    def visit(node: isl.AstNode) -> None:
-        t = node.get_type()
-        if t == isl.ast_node_type.mark:
-            name = node.mark_get_id().get_name()
-            counts[name] = counts.get(name, 0) + 1
-            visit(node.mark_get_node())
-        elif t == isl.ast_node_type.block:
-            children = node.block_get_children()
-            for i in range(children.n_ast_node()):
-                visit(children.get_at(i))
-        elif t == isl.ast_node_type.for_:
-            visit(node.for_get_body())
-        elif t == isl.ast_node_type.if_:
-            visit(node.if_get_then_node())
-            if node.if_has_else_node():
-                visit(node.if_get_else_node())
-
-    visit(ast)
-    return counts
 
 
 def _single_map(umap: isl.UnionMap) -> isl.Map:
@@ -408,24 +406,6 @@ def _single_map(umap: isl.UnionMap) -> isl.Map:
     if len(maps) != 1:
         raise LoweringError("a promoted footprint spans several loop nests")
     return maps[0].coalesce()
-
-
-def _copy(local, glob, offsets, p: Promotion, into_local: bool) -> tirx.Stmt:
-    """Loops over the promotion box copying between the local and the global buffer."""
-    if glob is None:
-        raise LoweringError(f"{p.tensor.name} needs a copy but has no memory buffer")
-    vars_ = [tirx.Var(f"{_ident(p.tensor.name)}_e{d}", "int32") for d in range(len(p.sizes))]
-    gidx = [o + v for o, v in zip(offsets, vars_)]
-    if into_local:
-        body = tirx.BufferStore(local, tirx.BufferLoad(glob, gidx), vars_)
-    else:
-        body = tirx.BufferStore(glob, tirx.BufferLoad(local, vars_), gidx)
-    if p.guard:
-        cond = _fold(tirx.And, [tirx.And(tirx.GE(g, 0), tirx.LT(g, n)) for g, n in zip(gidx, p.tensor.shape)])
-        body = tirx.IfThenElse(cond, body, None)
-    for v, n in reversed(list(zip(vars_, p.sizes))):
-        body = tirx.For(v, 0, n, tirx.ForKind.SERIAL, body)
-    return body
 
 
 def _identity(reducer: str, dtype: str, value: bool = False):
@@ -467,6 +447,8 @@ def _call(op: str, args: list, exprs: list, dtype: str) -> tirx.PrimExpr:
     if op == "mul":
         return a * b
     if op == "div":
+        if isinstance(b, tirx.FloatImm) and b.value == 0:  # TVM refuses to fold x / 0.0
+            return a * tirx.const(float(np.copysign(np.inf, b.value)), dtype)
         return tirx.Div(a, b)
     if op == "floordiv":
         return tirx.floordiv(a, b)
@@ -514,6 +496,6 @@ def _is_zero(e) -> bool:
     return isinstance(e, tirx.IntImm) and e.value == 0
 
 
-def lower_to_tir(model: PolyModel, schedule: isl.Schedule, promotions: PromotionPlan,
+def lower_to_tir(model: PolyModel, schedule: isl.Schedule, promote: bool = True,
                  name: str = "main") -> tirx.PrimFunc:
-    return TirLowering(model, promotions, name).lower(schedule)
+    return TirLowering(model, Promoter(model, schedule, enabled=promote), name).lower(schedule)

@@ -35,3 +35,36 @@ def examples_dir() -> Path:
     if stale:
         assert make.main(["--out", str(EXAMPLES)]) == 0
     return EXAMPLES
+
+
+TOLERANCE = {"float16": 5e-3, "float32": 1e-5, "float64": 1e-9}
+
+
+def assert_matches_reference(graph, kernel=None, seed: int = 0, inputs=None):
+    """Run `kernel` (built from graph when None) on random non-zero inputs and compare every
+    output with the reference interpreter: floats within a dtype tolerance relative to the
+    output's scale, everything else exactly."""
+    import numpy as np
+
+    import akg
+    from akg.graph import evaluate, random_inputs
+
+    kernel = kernel or akg.build(graph)
+    inputs = inputs if inputs is not None else random_inputs(graph, seed)
+    expected = evaluate(graph, inputs)
+    got = kernel(**inputs)
+    for v, a, e in zip(graph.outputs, got, expected):
+        assert a.shape == e.shape and a.dtype == e.dtype, (v.name, a.shape, e.shape, a.dtype, e.dtype)
+        if a.dtype.kind == "f":
+            tol = TOLERANCE[str(a.dtype)]
+            scale = max(1.0, float(np.nanmax(np.abs(e.astype(np.float64)))) if e.size else 1.0)
+            np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=tol,
+                                       atol=tol * scale, equal_nan=True, err_msg=v.name)
+        else:
+            np.testing.assert_array_equal(a, e, err_msg=v.name)
+    return kernel
+
+
+@pytest.fixture(name="check_kernel", scope="session")
+def check_kernel_fixture():  # stateless, so safe to share across hypothesis examples
+    return assert_matches_reference

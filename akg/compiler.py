@@ -1,4 +1,4 @@
-"""akg.build: one subgraph + target + config -> a compiled Kernel, through the polyhedral
+"""akg.compiler: one subgraph + target + config -> a compiled Kernel, through the polyhedral
 pipeline (model, dependences, isl schedule, target mapping, promotion, AST -> TIR, backend)."""
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from akg.graph.compute.lower import Program, lower_graph
 from akg.graph.ir import Graph
 from akg.graph.subgraph import Subgraph
 from akg.kernel import Kernel, KernelStats
-from akg.polyhedral.astgen import RepeatedMarks, lower_to_tir
+from akg.polyhedral.astgen import lower_to_tir
 from akg.polyhedral.deps import compute_dependences
 from akg.polyhedral.model import build_model
-from akg.polyhedral.promote import PromotionPlan, plan_promotions
 from akg.polyhedral.schedule import schedule as isl_schedule
 from akg.polyhedral.tree import analyze, apply_plan
 from akg.schedules import cpu as cpu_mapping
@@ -66,19 +65,10 @@ class Pipeline:
         plan = cpu_mapping.to_plan(config, self.bands, self.target, self.dtype)
         try:
             mapped = apply_plan(self.model, self.schedule, plan)
-            excluded: frozenset[str] = frozenset()
-            while True:
-                promotions = (plan_promotions(self.model, mapped, exclude=excluded) if config.promote
-                              else PromotionPlan())
-                try:
-                    func = lower_to_tir(self.model, mapped, promotions, name=self.program.name)
-                    break
-                except RepeatedMarks as e:  # the AST split a promoted region: keep it in memory
-                    excluded |= e.marks
+            func = lower_to_tir(self.model, mapped, promote=config.promote, name=self.program.name)
         except isl.Error as e:
             raise LoweringError(f"{self.program.name}: code generation failed in isl: {e}") from e
         self.stats.codegen_s = time.perf_counter() - t0
-        self.stats.local_tensors = len(promotions.local_only)
         return func
 
     def build(self, config: Config | None = None, config_source: str = "default") -> Kernel:

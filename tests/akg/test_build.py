@@ -1,0 +1,264 @@
+"""akg.build: every op family and fused chains compiled for cpu and checked against the
+reference interpreter, on fixed cases and on random shapes (primes and 1s included)."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import akg
+from akg.errors import InputDataError, ScheduleError, UnknownTargetError
+from akg.graph import GraphBuilder
+from akg.schedules.space import Config
+
+SETTINGS = dict(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+dims = st.sampled_from([1, 2, 3, 5, 7, 8, 13, 16, 31, 33])
+shapes = st.lists(dims, min_size=1, max_size=3).map(tuple)
+
+
+def graph(build, name="k"):
+    b = GraphBuilder(name)
+    build(b)
+    return b.build()
+
+
+UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "relu6", "erf", "sin", "cos", "floor", "ceil",
+         "round", "sign", "reciprocal"]
+
+
+@pytest.mark.parametrize("op", UNARY + ["log", "sqrt", "rsqrt", "gelu"])
+def test_unary(op, check_kernel):
+    def body(b):
+        x = b.input("x", (7, 33))
+        b.output(b.op(op, b.add(b.abs(x), 0.5) if op in ("log", "sqrt", "rsqrt") else x))
+    check_kernel(graph(body))
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "maximum", "minimum", "mod", "pow",
+                                "equal", "not_equal", "less", "less_equal", "greater", "greater_equal"])
+def test_binary_broadcast(op, check_kernel):
+    def body(b):
+        x, y = b.input("x", (3, 1, 5)), b.input("y", (4, 1))
+        b.output(b.op(op, b.abs(x) if op == "pow" else x, y))
+    check_kernel(graph(body))
+
+
+def test_integer_and_bool_ops(check_kernel):
+    def body(b):
+        x, y = b.input("x", (5, 6), "int32"), b.input("y", (6,), "int32")
+        d = b.add(b.abs(y), b.const(np.int32(1)))
+        p, q = b.input("p", (5, 6), "bool"), b.input("q", (6,), "bool")
+        b.output(b.div(x, d), b.mod(x, d), b.logical_and(p, q), b.logical_or(p, b.logical_not(q)),
+                 b.where(p, x, y))
+    check_kernel(graph(body))
+
+
+def test_casts_and_special_values(check_kernel):
+    def body(b):
+        x = b.input("x", (4, 5))
+        b.output(b.cast(x, to="int32"), b.cast(x, to="float16"), b.cast(x, to="bool"),
+                 b.isnan(b.log(x)), b.isinf(b.div(x, b.const(np.float32(0)))))
+    check_kernel(graph(body))
+
+
+def test_layout_ops(check_kernel):
+    def body(b):
+        x = b.input("x", (6, 4))
+        b.output(b.broadcast_to(b.input("s", (3, 1)), shape=[2, 3, 4]),
+                 b.reshape(x, shape=[2, 3, 4]), b.reshape(x, shape=[4, 6]),
+                 b.transpose(b.input("t", (2, 3, 4)), perm=[2, 0, 1]),
+                 b.squeeze(b.input("q", (2, 1, 4))), b.expand_dims(x, axis=1),
+                 b.slice(x, begin=[1, 1], end=[5, 4]),
+                 b.strided_slice(x, begin=[5, 0], end=[-7, 4], strides=[-2, 3]),
+                 b.concat(x, b.input("c", (6, 1)), axis=1), *b.split(x, sizes=[1, 2, 3]),
+                 b.pad(x, before=[1, 0], after=[2, 3], value=1.5))
+    check_kernel(graph(body))
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min", "prod"])
+def test_reductions(op, check_kernel):
+    def body(b):
+        b.output(b.op(op, b.input("x", (4, 5, 6)), axes=[0, 2], keepdims=True),
+                 b.op(op, b.input("y", (4, 5))), b.op(op, b.input("z", (3, 7)), axes=[-1]))
+    check_kernel(graph(body))
+
+
+def test_arg_reductions(check_kernel):
+    check_kernel(graph(lambda b: b.output(b.argmax(b.input("x", (4, 7)), axis=1),
+                                          b.argmin(b.input("y", (4, 7)), axis=0, keepdims=True))))
+
+
+def test_matmul_family(check_kernel):
+    def body(b):
+        b.output(b.matmul(b.input("a", (7, 5)), b.input("b", (6, 5)), transpose_b=True),
+                 b.matmul(b.input("c", (5, 7)), b.input("d", (5, 3)), transpose_a=True),
+                 b.batch_matmul(b.input("e", (2, 3, 7, 5)), b.input("f", (3, 5, 4))),
+                 b.dense(b.input("x", (4, 6)), b.input("w", (5, 6)), b.input("bias", (5,))))
+    check_kernel(graph(body))
+
+
+@pytest.mark.parametrize("strides, padding, dilation, groups", [
+    ([1, 1], [1, 1], [1, 1], 1), ([2, 1], [1, 2, 0, 1], [1, 2], 2), ([1, 1], [1, 1], [1, 1], 4)])
+def test_conv2d(strides, padding, dilation, groups, check_kernel):
+    def body(b):
+        x = b.input("x", (2, 4, 9, 9))
+        w = b.input("w", (8, 4 // groups, 3, 3))
+        b.output(b.conv2d(x, w, strides=strides, padding=padding, dilation=dilation, groups=groups))
+    check_kernel(graph(body))
+
+
+def test_pooling(check_kernel):
+    def body(b):
+        x = b.input("x", (1, 2, 7, 7))
+        b.output(b.max_pool2d(x, kernel=[3, 3], strides=[2, 2], padding=[1, 1], ceil_mode=True),
+                 b.avg_pool2d(x, kernel=[3, 3], strides=[2, 2], padding=[1, 1], count_include_pad=False),
+                 b.avg_pool2d(x, kernel=[2, 2]), b.global_avg_pool2d(x))
+    check_kernel(graph(body))
+
+
+def test_index_ops(check_kernel):
+    def body(b):
+        b.output(b.gather(b.input("t", (10, 4)), b.input("i", (3, 2), "int32")),
+                 b.gather(b.input("u", (4, 10)), b.input("j", (5,), "int64"), axis=1),
+                 b.one_hot(b.input("h", (5,), "int32"), depth=4, axis=0))
+    check_kernel(graph(body))
+
+
+def test_composites_expand_and_compile(check_kernel):
+    def body(b):
+        x = b.input("x", (4, 6))
+        b.output(b.softmax(x, axis=0), b.log_softmax(x),
+                 b.layer_norm(x, b.input("g", (6,)), b.input("bt", (6,))),
+                 b.cross_entropy(x, b.input("l", (4,), "int32")),
+                 b.batch_norm(b.input("y", (2, 3, 4, 4)), b.input("bg", (3,)), b.input("bb", (3,)),
+                              b.input("bm", (3,)), b.abs(b.input("bv", (3,)))), b.dropout(x))
+    check_kernel(graph(body))
+
+
+def test_float16_accumulates_in_float32(check_kernel):
+    def body(b):
+        b.output(b.exp(b.input("x", (4, 6), "float16")), b.sum(b.input("y", (8, 300), "float16"), axes=[1]),
+                 b.matmul(b.input("a", (4, 64), "float16"), b.input("c", (64, 3), "float16")))
+    check_kernel(graph(body))
+
+
+def test_outputs_that_are_inputs_or_repeated(check_kernel):
+    def body(b):
+        x = b.input("x", (3,))
+        r = b.relu(x)
+        b.output(x, r, r)
+    check_kernel(graph(body))
+
+
+def test_weights_are_bound_at_build_time(check_kernel):
+    rng = np.random.default_rng(0)
+
+    def body(b):
+        w = b.const(rng.standard_normal((8, 5)).astype(np.float32), name="w")
+        b.output(b.matmul(b.input("x", (3, 8)), w))
+    kernel = check_kernel(graph(body))
+    assert kernel.input_names == ["x"]
+
+
+# --- property tests: random shapes per family and fused chains ------------------------------
+
+
+@settings(**SETTINGS)
+@given(shape=shapes, data=st.data())
+def test_elementwise_broadcast_chain(shape, data, check_kernel):
+    other = tuple(d if data.draw(st.booleans()) else 1 for d in shape[data.draw(st.integers(0, len(shape) - 1)):])
+    def body(b):
+        x, y = b.input("x", shape), b.input("y", other)
+        b.output(b.tanh(b.mul(b.add(x, y), b.sigmoid(y))))
+    check_kernel(graph(body))
+
+
+@settings(**SETTINGS)
+@given(shape=st.lists(dims, min_size=2, max_size=3).map(tuple), data=st.data())
+def test_elementwise_reduce_elementwise(shape, data, check_kernel):
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    def body(b):
+        x = b.input("x", shape)
+        m = b.max(b.exp(x), axes=[axis], keepdims=True)
+        b.output(b.div(b.sub(x, m), b.add(b.sum(b.abs(x), axes=[axis], keepdims=True), 1.0)))
+    check_kernel(graph(body))
+
+
+@settings(**SETTINGS)
+@given(m=dims, k=dims, n=dims, ta=st.booleans(), tb=st.booleans())
+def test_matmul_bias_activation(m, k, n, ta, tb, check_kernel):
+    def body(b):
+        a = b.input("a", (k, m) if ta else (m, k))
+        w = b.input("w", (n, k) if tb else (k, n))
+        b.output(b.gelu(b.add(b.matmul(a, w, transpose_a=ta, transpose_b=tb), b.input("bias", (n,)))))
+    check_kernel(graph(body))
+
+
+@settings(**SETTINGS)
+@given(c=st.sampled_from([1, 2, 3, 4]), hw=st.sampled_from([1, 3, 5, 8]), f=st.sampled_from([1, 3, 4]),
+       k=st.sampled_from([1, 3]), stride=st.sampled_from([1, 2]))
+def test_conv_bn_relu(c, hw, f, k, stride, check_kernel):
+    def body(b):
+        x = b.input("x", (1, c, hw + k - 1, hw + k - 1))
+        y = b.conv2d(x, b.input("w", (f, c, k, k)), strides=[stride, stride], padding=[k // 2, k // 2])
+        y = b.batch_norm(y, b.input("g", (f,)), b.input("bt", (f,)), b.input("m", (f,)),
+                         b.add(b.abs(b.input("v", (f,))), 0.1))
+        b.output(b.relu(y))
+    check_kernel(graph(body))
+
+
+@settings(**SETTINGS)
+@given(shape=shapes, data=st.data())
+def test_layout_chain(shape, data, check_kernel):
+    perm = data.draw(st.permutations(range(len(shape))))
+    def body(b):
+        x = b.input("x", shape)
+        t = b.transpose(b.exp(x), perm=list(perm))
+        b.output(b.reshape(t, shape=[-1]), b.pad(t, before=[1] * len(shape), after=[0] * len(shape)))
+    check_kernel(graph(body))
+
+
+# --- configs and errors -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fusion", ["max", "smart", "none"])
+def test_every_fusion_strategy_is_correct(fusion, check_kernel):
+    def body(b):
+        x = b.input("x", (16, 40))
+        b.output(b.softmax(b.add(b.matmul(x, b.input("w", (40, 24))), 1.0)))
+    g = graph(body)
+    check_kernel(g, akg.build(g, config=Config(fusion=fusion)))
+
+
+def test_switches_off_still_correct(check_kernel):
+    g = graph(lambda b: b.output(b.relu(b.matmul(b.input("x", (32, 48)), b.input("w", (48, 64))))))
+    for cfg in (Config(vectorize=False, unroll=False, parallel=False, promote=False), Config(promote=False)):
+        check_kernel(g, akg.build(g, config=cfg))
+
+
+def test_kernel_exposes_tir_and_source():
+    k = akg.build(graph(lambda b: b.output(b.exp(b.input("x", (64, 64))))))
+    assert "T.prim_func" in k.tir() and "exp" in k.tir()
+    asm = k.source("asm")
+    assert asm and ("exp" in asm or "call" in asm)
+    assert k.stats.schedule_s >= 0 and k.stats.compile_s > 0
+
+
+def test_kernel_input_errors():
+    k = akg.build(graph(lambda b: b.output(b.exp(b.input("x", (4, 4))))))
+    with pytest.raises(InputDataError, match=r"input x must be float32\[4, 4\]"):
+        k(np.zeros((4, 5), np.float32))
+    with pytest.raises(InputDataError, match="missing input"):
+        k(y=np.zeros((4, 4), np.float32))
+    with pytest.raises(InputDataError, match="takes 1 inputs"):
+        k()
+
+
+def test_unknown_target():
+    with pytest.raises(UnknownTargetError, match="unknown target 'tpu'.*known: cpu"):
+        akg.build(graph(lambda b: b.output(b.exp(b.input("x", (4,))))), target="tpu")
+
+
+def test_bad_fusion_name():
+    with pytest.raises(ScheduleError, match="unknown fusion strategy 'most'"):
+        akg.build(graph(lambda b: b.output(b.exp(b.input("x", (4,))))), config=Config(fusion="most"))
