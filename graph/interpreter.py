@@ -68,11 +68,12 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarra
 def random_array(t: TensorType, rng: np.random.Generator, high: int | None = None) -> np.ndarray:
     """Non-zero test data: N(0, 1) floats, ints in [0, high) or [-8, 8), random bools."""
     if is_float(t.dtype):
-        return rng.standard_normal(t.shape).astype(t.dtype)
+        wide = "float64" if t.dtype == "float64" else "float32"
+        return rng.standard_normal(t.shape, dtype=wide).astype(t.dtype, copy=False)
     if is_int(t.dtype):
         lo, hi = (0, high) if high is not None else (0 if t.dtype == "uint8" else -8, 8)
-        return rng.integers(lo, hi, size=t.shape).astype(t.dtype)
-    return rng.random(t.shape) < 0.5
+        return rng.integers(lo, hi, size=t.shape, dtype=t.dtype)
+    return rng.integers(0, 2, size=t.shape, dtype=np.uint8).astype(bool)
 
 
 def index_bounds(graph: Graph) -> dict[Value, int]:
