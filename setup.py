@@ -41,7 +41,11 @@ setup(
     python_requires=">=3.10,<3.13",
     packages=sorted(package_dir),
     package_dir=package_dir,
-    package_data={"akg": ["py.typed"]},
+    package_data={
+        "akg": ["py.typed"],
+        # Alembic's environment and revisions are scripts, not modules: installed as data.
+        "akg.db": ["migrations/*.py", "migrations/*.mako", "migrations/versions/*.py"],
+    },
     install_requires=[
         "numpy>=1.26,<3",
         "scipy>=1.11,<2",
@@ -52,6 +56,7 @@ setup(
         "xgboost>=2.0,<4",
         "sqlalchemy>=2.0,<3",
         "alembic>=1.12,<2",
+        "psycopg[binary]>=3.1,<4",  # PostgreSQL driver for a shared tuning database
         "click>=8.1,<9",
         "rich>=13,<16",
         "psutil>=5.9",

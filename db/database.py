@@ -1,0 +1,124 @@
+"""The `Database` interface the tuner talks to; `InMemoryDatabase` and `SqlDatabase` implement
+it with the same semantics (tests run the same cases over both)."""
+
+from __future__ import annotations
+
+import abc
+import os
+from typing import IO, Iterable
+
+from akg.db.record import ConfigLike, Record, TargetInfo, Workload
+from akg.errors import DatabaseError
+
+
+class Database(abc.ABC):
+    """Tuning records keyed by (workload, target, config).
+
+    One record per key: the first record stored for a (workload, target, config) stands, and
+    adding another for the same key stores nothing and returns False, so a config is measured
+    once and its history never changes behind a reader. Failed records (any status but `ok`)
+    count as measured but never rank in `best`/`top_k`. Records come back in measurement order
+    (timestamp, then order of arrival) unless ranked (cost, then timestamp).
+    """
+
+    # --- writing -------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def register_workload(self, workload: Workload) -> None:
+        """Store a workload's name and description; blanks of an existing row are filled in,
+        what is already there stays."""
+
+    @abc.abstractmethod
+    def register_target(self, target: TargetInfo) -> None:
+        """Store a target's description (the first non-empty one stays)."""
+
+    @abc.abstractmethod
+    def add_many(self, records: Iterable[Record]) -> int:
+        """Store records in one transaction; returns how many were new (see `add`)."""
+
+    def add(self, record: Record) -> bool:
+        """Store one record, committed before returning. False (and nothing changes) when its
+        (workload, target, config) already has a record."""
+        return self.add_many([record]) == 1
+
+    # --- reading -------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def has(self, workload_key: str, target_key: str, config: ConfigLike) -> bool:
+        """Whether this config was measured (with any status) for the workload on the target."""
+
+    @abc.abstractmethod
+    def measured_configs(self, workload_key: str, target_key: str) -> set[str]:
+        """The canonical JSON of every config measured for the workload on the target."""
+
+    @abc.abstractmethod
+    def top_k(self, workload_key: str, target_key: str, k: int) -> list[Record]:
+        """The k cheapest `ok` records, cheapest first (ties: earlier first)."""
+
+    @abc.abstractmethod
+    def records(self, workload_key: str | None = None, target_key: str | None = None, *,
+                exclude_workload: str | None = None) -> list[Record]:
+        """Records matching the given keys (all when none is given), in measurement order."""
+
+    @abc.abstractmethod
+    def workloads(self) -> list[Workload]:
+        """Every workload, sorted by key."""
+
+    @abc.abstractmethod
+    def targets(self) -> list[TargetInfo]:
+        """Every target, sorted by key."""
+
+    @abc.abstractmethod
+    def count(self, workload_key: str | None = None, target_key: str | None = None) -> int:
+        """How many records match the given keys."""
+
+    def best(self, workload_key: str, target_key: str) -> Record | None:
+        """The cheapest `ok` record, or None when nothing succeeded yet."""
+        top = self.top_k(workload_key, target_key, 1)
+        return top[0] if top else None
+
+    def history(self, workload_key: str, target_key: str) -> list[Record]:
+        """Every record of the workload on the target, in measurement order."""
+        return self.records(workload_key, target_key)
+
+    def records_for_target(self, target_key: str, exclude_workload: str | None = None) -> list[Record]:
+        """Every record on the target (all statuses), optionally leaving one workload out:
+        what a cost model is warm-started from."""
+        return self.records(target_key=target_key, exclude_workload=exclude_workload)
+
+    def __len__(self) -> int:
+        return self.count()
+
+    # --- JSON lines ------------------------------------------------------------------------
+
+    def export_jsonl(self, dest: str | os.PathLike | IO[str]) -> int:
+        """Write workloads, targets and records (measurement order) as JSON lines to a path or
+        an open text file; returns the number of records written."""
+        from akg.db.jsonl import write_jsonl
+
+        return write_jsonl(self, dest)
+
+    def import_jsonl(self, src: str | os.PathLike | IO[str]) -> int:
+        """Read what `export_jsonl` wrote; returns how many records were new. Importing the
+        same file twice stores nothing the second time."""
+        from akg.db.jsonl import read_jsonl
+
+        return read_jsonl(self, src)
+
+    # --- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release connections; the object is not used afterwards."""
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def check_k(k: int) -> int:
+    """`k` of `top_k`, refused with a DatabaseError unless it is an int >= 0."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise DatabaseError(f"top_k needs a count >= 0, not {k!r}")
+    return k

@@ -1,0 +1,123 @@
+"""Export and import of a tuning database as JSON lines: one header line, then one object per
+workload, target and record (records in measurement order). See docs/database.md."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from datetime import datetime
+from typing import IO, TYPE_CHECKING, Iterator
+
+from akg.db.record import Record, TargetInfo, Workload
+from akg.errors import DatabaseError
+
+if TYPE_CHECKING:
+    from akg.db.database import Database
+
+FORMAT = "akg-tuning-records"
+VERSION = 1
+CHUNK = 1000  # records per transaction on import
+
+RECORD_FIELDS = ("workload", "target", "config", "status", "cost", "unit", "error", "host",
+                 "akg_version", "tvm_version", "timestamp")
+
+
+def export_objects(db: Database) -> Iterator[dict]:
+    """The objects of an export, one per line: header, workloads, targets, records."""
+    yield {"kind": "header", "format": FORMAT, "version": VERSION}
+    for w in db.workloads():
+        yield {"kind": "workload", "key": w.key, "name": w.name, "description": json.loads(w.description)}
+    for t in db.targets():
+        yield {"kind": "target", "key": t.key, "description": json.loads(t.description)}
+    for r in db.records():
+        yield {"kind": "record", "workload": r.workload_key, "target": r.target_key,
+               "config": json.loads(r.config), "status": r.status.value, "cost": r.cost,
+               "unit": r.unit.value, "error": r.error, "host": r.host, "akg_version": r.akg_version,
+               "tvm_version": r.tvm_version, "timestamp": r.timestamp.isoformat()}
+
+
+def write_jsonl(db: Database, dest: str | os.PathLike | IO[str]) -> int:
+    """Write `db` to a path or open text file; returns the number of records."""
+    count = 0
+    with _open(dest, "w") as out:
+        for obj in export_objects(db):
+            out.write(json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n")
+            count += obj["kind"] == "record"
+    return count
+
+
+def read_jsonl(db: Database, src: str | os.PathLike | IO[str]) -> int:
+    """Import a JSON-lines export into `db`; returns how many records were new. The whole
+    file is checked before anything is written, so a malformed file imports nothing."""
+    workloads: list[Workload] = []
+    targets: list[TargetInfo] = []
+    records: list[Record] = []
+    with _open(src, "r") as lines:
+        name = getattr(lines, "name", "<stream>")
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                item = parse_line(line)
+            except DatabaseError as e:
+                raise DatabaseError(f"{name}:{number}: {e}") from None
+            {Workload: workloads, TargetInfo: targets, Record: records}.get(type(item), []).append(item)
+    for w in workloads:
+        db.register_workload(w)
+    for t in targets:
+        db.register_target(t)
+    return sum(db.add_many(records[i:i + CHUNK]) for i in range(0, len(records), CHUNK))
+
+
+def parse_line(line: str) -> Workload | TargetInfo | Record | None:
+    """One line of an export as a value (None for the header); DatabaseError if malformed."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DatabaseError(f"not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise DatabaseError("expected a JSON object")
+    kind = obj.get("kind")
+    try:
+        if kind == "header":
+            if obj.get("format") != FORMAT or not isinstance(obj.get("version"), int):
+                raise DatabaseError(f"not an akg tuning export (format {obj.get('format')!r})")
+            if obj["version"] > VERSION:
+                raise DatabaseError(f"export format version {obj['version']} is newer than this akg reads ({VERSION})")
+            return None
+        if kind == "workload":
+            return Workload(_str(obj, "key"), obj.get("name", ""), obj.get("description", {}))
+        if kind == "target":
+            return TargetInfo(_str(obj, "key"), obj.get("description", {}))
+        if kind == "record":
+            unknown = set(obj) - {"kind", *RECORD_FIELDS}
+            if unknown:
+                raise DatabaseError(f"unknown record fields {sorted(unknown)}")
+            timestamp = datetime.fromisoformat(_str(obj, "timestamp").replace("Z", "+00:00"))
+            return Record(_str(obj, "workload"), _str(obj, "target"), obj.get("config"), obj.get("status"),
+                          obj.get("cost"), obj.get("unit", "s"), obj.get("error", ""), obj.get("host", ""),
+                          obj.get("akg_version", ""), obj.get("tvm_version", ""), timestamp)
+    except (KeyError, TypeError, ValueError) as e:
+        raise DatabaseError(f"bad {kind}: {e}") from None
+    raise DatabaseError(f"unknown kind {kind!r} (expected header, workload, target or record)")
+
+
+def _str(obj: dict, field: str) -> str:
+    value = obj.get(field)
+    if not isinstance(value, str) or not value:
+        raise DatabaseError(f"'{field}' must be a non-empty string, not {value!r}")
+    return value
+
+
+@contextlib.contextmanager
+def _open(target: str | os.PathLike | IO[str], mode: str):
+    if hasattr(target, "read" if mode == "r" else "write"):
+        yield target
+        return
+    try:
+        f = open(target, mode, encoding="utf-8")
+    except OSError as e:
+        raise DatabaseError(f"cannot {'read' if mode == 'r' else 'write'} {os.fspath(target)}: {e}") from e
+    with f:
+        yield f

@@ -1,0 +1,89 @@
+"""`InMemoryDatabase`: the null implementation of `Database`, for unit tests and dry runs."""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterable
+
+from akg.db.database import Database, check_k
+from akg.db.record import ConfigLike, Record, TargetInfo, Workload, canonical_config
+
+
+class InMemoryDatabase(Database):
+    """Records in a dict, with the semantics of `SqlDatabase` (first record per key stands,
+    measurement order, failed records never rank). Thread-safe; not shared across processes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workloads: dict[str, Workload] = {}
+        self._targets: dict[str, TargetInfo] = {}
+        # (workload, target, config) -> (arrival number, record); dicts keep arrival order
+        self._records: dict[tuple[str, str, str], tuple[int, Record]] = {}
+
+    def register_workload(self, workload: Workload) -> None:
+        with self._lock:
+            self._workloads[workload.key] = _fill_workload(self._workloads.get(workload.key), workload)
+
+    def register_target(self, target: TargetInfo) -> None:
+        with self._lock:
+            old = self._targets.get(target.key)
+            if old is None or old.description == "{}":
+                self._targets[target.key] = target
+
+    def add_many(self, records: Iterable[Record]) -> int:
+        records = list(records)
+        new = 0
+        with self._lock:
+            for r in records:
+                key = (r.workload_key, r.target_key, r.config)
+                if key in self._records:
+                    continue
+                self._workloads.setdefault(r.workload_key, Workload(r.workload_key))
+                self._targets.setdefault(r.target_key, TargetInfo(r.target_key))
+                self._records[key] = (len(self._records), r)
+                new += 1
+        return new
+
+    def has(self, workload_key: str, target_key: str, config: ConfigLike) -> bool:
+        return (workload_key, target_key, canonical_config(config)) in self._records
+
+    def measured_configs(self, workload_key: str, target_key: str) -> set[str]:
+        with self._lock:
+            return {c for (w, t, c) in self._records if (w, t) == (workload_key, target_key)}
+
+    def top_k(self, workload_key: str, target_key: str, k: int) -> list[Record]:
+        check_k(k)
+        ok = [(n, r) for n, r in self._select(workload_key, target_key, None) if r.ok]
+        ok.sort(key=lambda nr: (nr[1].cost, nr[1].timestamp, nr[0]))
+        return [r for _, r in ok[:k]]
+
+    def records(self, workload_key: str | None = None, target_key: str | None = None, *,
+                exclude_workload: str | None = None) -> list[Record]:
+        found = self._select(workload_key, target_key, exclude_workload)
+        found.sort(key=lambda nr: (nr[1].timestamp, nr[0]))
+        return [r for _, r in found]
+
+    def workloads(self) -> list[Workload]:
+        return [w for _, w in sorted(self._workloads.items())]
+
+    def targets(self) -> list[TargetInfo]:
+        return [t for _, t in sorted(self._targets.items())]
+
+    def count(self, workload_key: str | None = None, target_key: str | None = None) -> int:
+        return len(self._select(workload_key, target_key, None))
+
+    def _select(self, workload_key: str | None, target_key: str | None,
+                exclude_workload: str | None) -> list[tuple[int, Record]]:
+        with self._lock:
+            entries = list(self._records.values())
+        return [(n, r) for n, r in entries
+                if workload_key in (None, r.workload_key) and target_key in (None, r.target_key)
+                and r.workload_key != exclude_workload]
+
+
+def _fill_workload(old: Workload | None, new: Workload) -> Workload:
+    """`old` with its blanks (empty name, empty description) filled from `new`."""
+    if old is None:
+        return new
+    return Workload(old.key, old.name or new.name,
+                    old.description if old.description != "{}" else new.description)

@@ -1,0 +1,72 @@
+"""The tables of the tuning database (SQLAlchemy 2 declarative, typed). Migrations in
+`akg/db/migrations/versions/` create exactly this; a test compares the two."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Length limits keep the unique indexes portable (MySQL cannot index unbounded text).
+KEY_LENGTH = 255
+NAME_LENGTH = 255
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class WorkloadRow(Base):
+    """A workload: canonical key (`Subgraph.workload_key`), display name, JSON description."""
+
+    __tablename__ = "workloads"
+    __table_args__ = (UniqueConstraint("key", name="uq_workloads_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), default="")
+    description: Mapped[str] = mapped_column(Text, default="{}")
+
+
+class TargetRow(Base):
+    """A target: `Target.key` (what changes generated code) and a JSON description."""
+
+    __tablename__ = "targets"
+    __table_args__ = (UniqueConstraint("key", name="uq_targets_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(KEY_LENGTH))
+    description: Mapped[str] = mapped_column(Text, default="{}")
+
+
+class RecordRow(Base):
+    """One measurement. `config_hash` (sha256 of the canonical config JSON) carries the
+    uniqueness of (workload, target, config), since long text cannot be indexed everywhere.
+    `id` grows in arrival order and breaks timestamp ties."""
+
+    __tablename__ = "records"
+    __table_args__ = (
+        UniqueConstraint("workload_id", "target_id", "config_hash", name="uq_records_workload_target_config"),
+        Index("ix_records_rank", "workload_id", "target_id", "status", "cost"),
+        Index("ix_records_target", "target_id", "measured_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", name="fk_records_workload"))
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", name="fk_records_target"))
+    config: Mapped[str] = mapped_column(Text)
+    config_hash: Mapped[str] = mapped_column(String(64))
+    cost: Mapped[float | None] = mapped_column(Float)
+    unit: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str] = mapped_column(Text, default="")
+    host: Mapped[str] = mapped_column(String(NAME_LENGTH), default="")
+    akg_version: Mapped[str] = mapped_column(String(64), default="")
+    tvm_version: Mapped[str] = mapped_column(String(64), default="")
+    measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+workloads = WorkloadRow.__table__
+targets = TargetRow.__table__
+records = RecordRow.__table__
