@@ -2,6 +2,7 @@
 
 from akg.graph.ops.registry import (  # noqa: F401
     COMPOSITE, CONV, ELEMWISE, INDEX, KINDS, LAYOUT, LINALG, OPS, POOL, REDUCE,
-    COMPUTES, EXPANDERS, Attr, Attrs, ComputeCtx, OpDef, defcompute, defexpand, defop, get_op,
+    COMPUTES, EXPANDERS, VJP_RULES, Attr, Attrs, ComputeCtx, OpDef, defcompute, defexpand, defop, defvjp,
+    get_op,
 )
 from akg.graph.ops import conv, elementwise, index, layout, linalg, nn, reduce  # noqa: F401,E402

@@ -168,14 +168,20 @@ def avg_pool2d(x, kernel, strides, padding, ceil_mode, count_include_pad):
     win, (k, s, (pt, pl, pb, pr), out) = _padded_windows(x, kernel, strides, padding, ceil_mode, 0)
     acc = _accumulate_dtype(x.dtype)
     total = win.astype(acc).sum(axis=(-2, -1))
-    h, w = x.shape[2:]
-    lo_h = np.arange(out[2]) * s[0] - (0 if count_include_pad else pt)
-    lo_w = np.arange(out[3]) * s[1] - (0 if count_include_pad else pl)
+    return (total / window_counts(x.shape[2:], k, s, (pt, pl, pb, pr), out[2:], count_include_pad)).astype(x.dtype)
+
+
+def window_counts(hw, k, s, pads, out_hw, count_include_pad: bool) -> np.ndarray:
+    """[OH, OW] divisors of avg_pool2d: window cells inside the input (and the declared padding
+    when count_include_pad), never the extra cells ceil_mode adds."""
+    (h, w), (pt, pl, pb, pr) = hw, pads
+    lo_h = np.arange(out_hw[0]) * s[0] - (0 if count_include_pad else pt)
+    lo_w = np.arange(out_hw[1]) * s[1] - (0 if count_include_pad else pl)
     lim_h = h + (pt + pb if count_include_pad else 0)
     lim_w = w + (pl + pr if count_include_pad else 0)
     cnt_h = np.minimum(lo_h + k[0], lim_h) - np.maximum(lo_h, 0)
     cnt_w = np.minimum(lo_w + k[1], lim_w) - np.maximum(lo_w, 0)
-    return (total / np.outer(cnt_h, cnt_w)).astype(x.dtype)
+    return np.outer(cnt_h, cnt_w)
 
 
 def _gap_infer(x: TensorType, keepdims) -> TensorType:
@@ -287,3 +293,132 @@ def _global_avg_pool_compute(ctx, x, keepdims):
 
     total = compute(ctx.out.shape, window_sum, ctx.name + ".sum")
     return compute(ctx.out.shape, lambda *i: cast(x.dtype, total[i] / const(h * w, acc)), ctx.name)
+
+
+# --- VJP rules ----------------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defvjp  # noqa: E402
+
+
+def flipped_transposed(e, w, groups: int):
+    """The weight of conv2d's input gradient: kernels flipped in H and W, input and output
+    channels swapped within each group ([O, C/G, KH, KW] -> [C, O/G, KH, KW])."""
+    o, cg, kh, kw = w.shape
+    flipped = e.op("strided_slice", w, begin=[0, 0, kh - 1, kw - 1], end=[o, cg, -kh - 1, -kw - 1],
+                   strides=[1, 1, -1, -1], hint="flipped")
+    if groups == 1:
+        return e.op("transpose", flipped, perm=[1, 0, 2, 3], hint="wt")
+    grouped = e.op("reshape", flipped, shape=[groups, o // groups, cg, kh, kw], hint="wgroups")
+    swapped = e.op("transpose", grouped, perm=[0, 2, 1, 3, 4], hint="wswap")
+    return e.op("reshape", swapped, shape=[groups * cg, o // groups, kh, kw], hint="wt")
+
+
+def conv_input_grad(e, g, wt, x_shape, strides, pads, dilation, groups: int):
+    """dx of y = conv2d(x, w) as a stride-1 conv2d: g with zeros inserted between its elements
+    (the strides), padded by the dilated kernel extent less the forward padding (cropped where
+    that is negative), correlated with `wt = flipped_transposed(w)` at the forward dilation."""
+    _, _, h, w = x_shape
+    kh, kw = wt.shape[2:]
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilation, pads
+    gd = e.op("dilate", g, strides=[1, 1, sh, sw], hint="gd") if sh > 1 or sw > 1 else g
+    lo = [(kh - 1) * dh - pt, (kw - 1) * dw - pl]
+    hi = [h + pt - gd.shape[2], w + pl - gd.shape[3]]
+    if min(lo + hi) < 0:  # the forward padding exceeds the kernel: those cotangents reach no input
+        n, c = gd.shape[:2]
+        gd = e.op("slice", gd, begin=[0, 0, max(0, -lo[0]), max(0, -lo[1])],
+                  end=[n, c, gd.shape[2] - max(0, -hi[0]), gd.shape[3] - max(0, -hi[1])], hint="gcrop")
+    padding = [max(0, lo[0]), max(0, lo[1]), max(0, hi[0]), max(0, hi[1])]
+    return e.op("conv2d", gd, wt, padding=padding, dilation=[dh, dw], groups=groups, hint="dx")
+
+
+def conv_weight_grad(e, g, x, w_shape, strides, pads, dilation, groups: int):
+    """dw of y = conv2d(x, w) as a conv2d with roles swapped: batch <-> channels, so the forward
+    stride becomes the dilation and the forward dilation the stride."""
+    n, c, h, w = x.shape
+    o, cg, kh, kw = w_shape
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilation, pads
+    _, _, oh, ow = g.shape
+    if groups == 1:
+        xt = e.op("transpose", x, perm=[1, 0, 2, 3], hint="xt")
+        gt = e.op("transpose", g, perm=[1, 0, 2, 3], hint="gt")
+    else:
+        og = o // groups
+        xt = e.op("reshape", e.op("transpose", e.op("reshape", x, shape=[n, groups, cg, h, w], hint="xg"),
+                                  perm=[2, 1, 0, 3, 4], hint="xgt"), shape=[cg, groups * n, h, w], hint="xt")
+        gt = e.op("reshape", e.op("transpose", e.op("reshape", g, shape=[n, groups, og, oh, ow], hint="gg"),
+                                  perm=[1, 2, 0, 3, 4], hint="ggt"), shape=[o, n, oh, ow], hint="gt")
+    # rows past the last window start: trim them from the padding, slice off the rest
+    excess = [h + pt + pb - ((oh - 1) * sh + 1) - (kh - 1) * dh, w + pl + pr - ((ow - 1) * sw + 1) - (kw - 1) * dw]
+    pb, pr = pb - min(pb, excess[0]), pr - min(pr, excess[1])
+    dwt = e.op("conv2d", xt, gt, strides=[dh, dw], padding=[pt, pl, pb, pr], dilation=[sh, sw],
+               groups=groups, hint="dwt")
+    if dwt.shape[2:] != (kh, kw):
+        dwt = e.op("slice", dwt, begin=[0, 0, 0, 0], end=[cg, o, kh, kw], hint="dwcrop")
+    return e.op("transpose", dwt, perm=[1, 0, 2, 3], hint="dw")
+
+
+@defvjp("conv2d")
+def _vjp_conv2d(e, g, x, w, strides, padding, dilation, groups):
+    s, d, p = pair(strides, "strides"), pair(dilation, "dilation"), pads4(padding)
+    dx = conv_input_grad(e, g, flipped_transposed(e, w, groups), x.shape, s, p, d, groups)
+    return dx, conv_weight_grad(e, g, x, w.shape, s, p, d, groups)
+
+
+def _pool_pads(x, kernel, strides, padding, ceil_mode):
+    """(kernel, strides, padding with ceil_mode's extra high cells, output shape)."""
+    k, s, (pt, pl, pb, pr), out = pool_geometry(x.type, kernel, strides, padding, ceil_mode)
+    extra_h = max(0, (out[2] - 1) * s[0] + k[0] - (x.shape[2] + pt + pb))
+    extra_w = max(0, (out[3] - 1) * s[1] + k[1] - (x.shape[3] + pl + pr))
+    return k, s, (pt, pl, pb + extra_h, pr + extra_w), out
+
+
+@defvjp("avg_pool2d")
+def _vjp_avg_pool2d(e, g, x, kernel, strides, padding, ceil_mode, count_include_pad):
+    """Average pooling is a depthwise conv2d with weights 1/count: its input gradient is the
+    conv2d input gradient of g / count with all-ones kernels."""
+    k, s, pads, out = _pool_pads(x, kernel, strides, padding, ceil_mode)
+    declared = pool_geometry(x.type, kernel, strides, padding, ceil_mode)[2]
+    counts = window_counts(x.shape[2:], k, s, declared, out[2:], count_include_pad)
+    scaled = e.op("mul", g, e.const((1 / counts).astype(x.dtype)), hint="scaled")
+    c = x.shape[1]
+    wt = e.const(np.ones((c, 1, *k), x.dtype))
+    return (conv_input_grad(e, scaled, wt, x.shape, s, pads, (1, 1), c),)
+
+
+@defvjp("max_pool2d")
+def _vjp_max_pool2d(e, g, x, kernel, strides, padding, ceil_mode):
+    """Each window's cotangent goes to its first maximal element (as PyTorch): for every
+    kernel offset, pick the window elements equal to the max and not already taken, put g
+    there (zero insertion for the stride, padding for the offset) and add up."""
+    k, s, (pt, pl, pb, pr), out = _pool_pads(x, kernel, strides, padding, ceil_mode)
+    n, c, h, w = x.shape
+    xp = e.op("pad", x, before=[0, 0, pt, pl], after=[0, 0, pb, pr], value=float("-inf"), hint="xp") \
+        if any((pt, pl, pb, pr)) else x
+    hp, wp = xp.shape[2:]
+    span = ((out[2] - 1) * s[0] + 1, (out[3] - 1) * s[1] + 1)
+    taken = total = None
+    for p in range(k[0]):
+        for q in range(k[1]):
+            seen = e.op("strided_slice", xp, begin=[0, 0, p, q], end=[n, c, p + span[0], q + span[1]],
+                        strides=[1, 1, *s], hint=f"x{p}_{q}")
+            hit = e.op("equal", seen, e.out, hint=f"hit{p}_{q}")
+            if taken is None:
+                first, taken = hit, hit
+            else:
+                first = e.op("logical_and", hit, e.op("logical_not", taken), hint=f"first{p}_{q}")
+                taken = e.op("logical_or", taken, hit, hint=f"taken{p}_{q}")
+            part = e.op("where", first, g, 0.0, hint=f"g{p}_{q}")
+            if s != (1, 1):
+                part = e.op("dilate", part, strides=[1, 1, *s], hint=f"gd{p}_{q}")
+            part = e.op("pad", part, before=[0, 0, p, q], after=[0, 0, hp - p - span[0], wp - q - span[1]],
+                        hint=f"at{p}_{q}")
+            total = part if total is None else e.op("add", total, part, hint="sum")
+    if xp is not x:
+        total = e.op("slice", total, begin=[0, 0, pt, pl], end=[n, c, pt + h, pl + w], hint="dx")
+    return (total,)
+
+
+@defvjp("global_avg_pool2d")
+def _vjp_global_avg_pool2d(e, g, x, keepdims):
+    h, w = x.shape[2:]
+    return (e.broadcast_back(e.op("div", g, float(h * w)), (2, 3), x.shape),)

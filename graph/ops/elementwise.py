@@ -241,3 +241,169 @@ def _cast_compute(ctx, x, to):
     if to == "bool":
         return _map(ctx, lambda v: call("ne", v, const(0, v.dtype)), x)
     return _map(ctx, lambda v: cast_expr(to, v), x)
+
+
+# --- VJP rules ----------------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defvjp  # noqa: E402
+
+
+@defvjp("neg")
+def _vjp_neg(e, g, x):
+    return (e.op("neg", g),)
+
+
+@defvjp("abs")
+def _vjp_abs(e, g, x):
+    return (e.op("mul", g, e.op("sign", x)),)
+
+
+@defvjp("exp")
+def _vjp_exp(e, g, x):
+    return (e.op("mul", g, e.out),)
+
+
+@defvjp("log")
+def _vjp_log(e, g, x):
+    return (e.op("div", g, x),)
+
+
+@defvjp("sqrt")
+def _vjp_sqrt(e, g, x):
+    """d sqrt(x) = 1 / (2 sqrt(x))."""
+    return (e.op("div", g, e.op("mul", e.out, 2.0)),)
+
+
+@defvjp("rsqrt")
+def _vjp_rsqrt(e, g, x):
+    """d x^-1/2 = -x^-3/2 / 2 = -out^3 / 2."""
+    cube = e.op("mul", e.op("mul", e.out, e.out), e.out, hint="cube")
+    return (e.op("mul", g, e.op("mul", cube, -0.5)),)
+
+
+@defvjp("reciprocal")
+def _vjp_reciprocal(e, g, x):
+    return (e.op("neg", e.op("mul", g, e.op("mul", e.out, e.out, hint="sq"))),)
+
+
+@defvjp("tanh")
+def _vjp_tanh(e, g, x):
+    return (e.op("mul", g, e.op("sub", 1.0, e.op("mul", e.out, e.out, hint="sq"))),)
+
+
+@defvjp("sigmoid")
+def _vjp_sigmoid(e, g, x):
+    return (e.op("mul", g, e.op("mul", e.out, e.op("sub", 1.0, e.out))),)
+
+
+@defvjp("relu")
+def _vjp_relu(e, g, x):
+    return (e.op("where", e.op("greater", x, 0.0, hint="active"), g, 0.0),)
+
+
+@defvjp("relu6")
+def _vjp_relu6(e, g, x):
+    inside = e.op("logical_and", e.op("greater", x, 0.0), e.op("less", x, 6.0), hint="active")
+    return (e.op("where", inside, g, 0.0),)
+
+
+@defvjp("erf")
+def _vjp_erf(e, g, x):
+    """d erf(x) = 2 / sqrt(pi) exp(-x^2)."""
+    bell = e.op("exp", e.op("neg", e.op("mul", x, x, hint="sq")), hint="bell")
+    return (e.op("mul", g, e.op("mul", bell, float(2 / np.sqrt(np.pi)))),)
+
+
+@defvjp("sin")
+def _vjp_sin(e, g, x):
+    return (e.op("mul", g, e.op("cos", x)),)
+
+
+@defvjp("cos")
+def _vjp_cos(e, g, x):
+    return (e.op("neg", e.op("mul", g, e.op("sin", x))),)
+
+
+@defvjp("gelu")
+def _vjp_gelu(e, g, x, approximate):
+    if approximate == "tanh":
+        # y = x/2 (1 + t), t = tanh(k (x + c x^3)): y' = (1 + t)/2 + x/2 (1 - t^2) k (1 + 3c x^2)
+        k, c = float(np.sqrt(2 / np.pi)), 0.044715
+        sq = e.op("mul", x, x, hint="sq")
+        inner = e.op("mul", e.op("add", x, e.op("mul", e.op("mul", sq, x), c)), k, hint="inner")
+        t = e.op("tanh", inner)
+        slope = e.op("mul", e.op("add", e.op("mul", sq, 3 * c), 1.0), k, hint="slope")
+        dt = e.op("mul", e.op("sub", 1.0, e.op("mul", t, t)), slope, hint="dt")
+        d = e.op("add", e.op("mul", e.op("add", t, 1.0), 0.5),
+                 e.op("mul", e.op("mul", x, 0.5), dt), hint="d")
+    else:
+        # y = x Phi(x): y' = Phi(x) + x phi(x)
+        cdf = e.op("mul", e.op("add", e.op("erf", e.op("mul", x, float(1 / np.sqrt(2)))), 1.0), 0.5, hint="cdf")
+        pdf = e.op("mul", e.op("exp", e.op("mul", e.op("mul", x, x), -0.5)), float(1 / np.sqrt(2 * np.pi)),
+                   hint="pdf")
+        d = e.op("add", cdf, e.op("mul", x, pdf), hint="d")
+    return (e.op("mul", g, d),)
+
+
+@defvjp("add")
+def _vjp_add(e, g, a, b):
+    return e.unbroadcast(g, a.shape), e.unbroadcast(g, b.shape)
+
+
+@defvjp("sub")
+def _vjp_sub(e, g, a, b):
+    return e.unbroadcast(g, a.shape), e.unbroadcast(e.op("neg", g), b.shape)
+
+
+@defvjp("mul")
+def _vjp_mul(e, g, a, b):
+    return e.unbroadcast(e.op("mul", g, b), a.shape), e.unbroadcast(e.op("mul", g, a), b.shape)
+
+
+@defvjp("div")
+def _vjp_div(e, g, a, b):
+    """d(a/b) = da / b - db a / b^2 = (da - db out) / b."""
+    ga = e.op("div", g, b)
+    return e.unbroadcast(ga, a.shape), e.unbroadcast(e.op("neg", e.op("mul", ga, e.out)), b.shape)
+
+
+@defvjp("pow")
+def _vjp_pow(e, g, a, b):
+    """d a^b = b a^(b-1) da + a^b log(a) db (the second needs a > 0)."""
+    ga = e.op("mul", g, e.op("mul", b, e.op("pow", a, e.op("sub", b, 1.0))))
+    gb = e.op("mul", g, e.op("mul", e.out, e.op("log", a)))
+    return e.unbroadcast(ga, a.shape), e.unbroadcast(gb, b.shape)
+
+
+def _select_vjp(e, g, a, b, wins: str):
+    """maximum / minimum: the winner takes the cotangent, ties share it equally."""
+    first = e.op(wins, a, b, hint="first")
+    tie = e.op("equal", a, b, hint="tie")
+    half = e.op("mul", g, 0.5)
+    ga = e.op("where", first, g, e.op("where", tie, half, 0.0))
+    gb = e.op("where", first, 0.0, e.op("where", tie, half, g))
+    return e.unbroadcast(ga, a.shape), e.unbroadcast(gb, b.shape)
+
+
+@defvjp("maximum")
+def _vjp_maximum(e, g, a, b):
+    return _select_vjp(e, g, a, b, "greater")
+
+
+@defvjp("minimum")
+def _vjp_minimum(e, g, a, b):
+    return _select_vjp(e, g, a, b, "less")
+
+
+@defvjp("where")
+def _vjp_where(e, g, cond, a, b):
+    return (None, e.unbroadcast(e.op("where", cond, g, 0.0), a.shape),
+            e.unbroadcast(e.op("where", cond, 0.0, g), b.shape))
+
+
+@defvjp("cast")
+def _vjp_cast(e, g, x, to):
+    """Between float types the cotangent is cast back; integer and bool casts pass nothing."""
+    if not (is_float(x.dtype) and is_float(to)):
+        return (None,)
+    return (e.op("cast", g, to=x.dtype),)

@@ -1,4 +1,5 @@
-"""Data-dependent indexing: gather (take along an axis; embeddings) and one_hot."""
+"""Data-dependent indexing: gather (take along an axis; embeddings), its transpose scatter_add
+(the gradient of gather), and one_hot."""
 
 from __future__ import annotations
 
@@ -34,6 +35,29 @@ def gather(data, indices, axis):
     return np.take(data, indices.astype(np.int64), axis=axis)
 
 
+def _scatter_add_infer(data: TensorType, indices: TensorType, updates: TensorType, axis: int) -> TensorType:
+    want = _gather_infer(data, indices, axis)
+    if updates != want:
+        raise ShapeError(f"updates must be {want} (the gather of {data} by {indices}), got {updates}")
+    return data
+
+
+@defop("scatter_add", kind=INDEX, infer=_scatter_add_infer, attrs=[Attr("axis", "int", 0)],
+       flops=lambda ins, outs, attrs: ins[2].size,
+       index_bounds=lambda data, indices, updates, axis: {1: data.shape[normalize_axis(axis, data.rank)]})
+def scatter_add(data, indices, updates, axis):
+    """The transpose of gather: data with updates[..., idx..., ...] added at
+    [..., indices[idx...], ...]; repeated indices accumulate. Indices out of [0, size) are an
+    error."""
+    ax = normalize_axis(axis, data.ndim)
+    size = data.shape[ax]
+    if indices.size and (indices.min() < 0 or indices.max() >= size):
+        raise IndexError(f"scatter_add index out of range [0, {size})")
+    out = data.copy()
+    np.add.at(out, (slice(None),) * ax + (indices.astype(np.int64),), updates)
+    return out
+
+
 def _one_hot_infer(indices: TensorType, depth, on_value, off_value, axis, dtype) -> TensorType:
     _int_indices(indices)
     ax = normalize_axis(axis, indices.rank + 1)
@@ -58,7 +82,8 @@ def one_hot(indices, depth, on_value, off_value, axis, dtype):
 
 # --- compute definitions ----------------------------------------------------------------------
 
-from akg.graph.compute.expr import call, cast, compute, const, select  # noqa: E402
+from akg.graph.compute.expr import call, cast, compute, const, reduce, reduce_axis, select  # noqa: E402
+from akg.graph.ops.reduce import accumulate_dtype  # noqa: E402
 from akg.graph.ops.registry import defcompute  # noqa: E402
 
 
@@ -75,6 +100,25 @@ def _gather_compute(ctx, data, indices, axis):
     return compute(ctx.out.shape, body, ctx.name)
 
 
+@defcompute("scatter_add")
+def _scatter_add_compute(ctx, data, indices, updates, axis):
+    """out[.., r, ..] = data[.., r, ..] + sum over j of (indices[j] == r ? updates[.., j, ..] : 0):
+    a reduction with a data-dependent condition, so every access stays affine."""
+    ax = normalize_axis(axis, data.ndim)
+    acc = accumulate_dtype(data.dtype)
+
+    def picked(i, js):
+        hit = call("eq", cast("int32", indices[tuple(js)]), i[ax])
+        return select(hit, cast(acc, updates[(*i[:ax], *js, *i[ax + 1:])]), const(0, acc))
+
+    def body(*i):
+        js = [reduce_axis(n, f"{ctx.name}.j{d}") for d, n in enumerate(indices.shape)]
+        return reduce("sum", picked(i, js), js) if js else picked(i, js)
+
+    total = compute(ctx.out.shape, body, ctx.name + ".sum")
+    return compute(ctx.out.shape, lambda *i: cast(data.dtype, cast(acc, data[i]) + total[i]), ctx.name)
+
+
 @defcompute("one_hot")
 def _one_hot_compute(ctx, indices, depth, on_value, off_value, axis, dtype):
     ax = normalize_axis(axis, indices.ndim + 1)
@@ -84,3 +128,19 @@ def _one_hot_compute(ctx, indices, depth, on_value, off_value, axis, dtype):
         return select(hit, const(on_value, dtype), const(off_value, dtype))
 
     return compute(ctx.out.shape, body, ctx.name)
+
+
+# --- VJP rules ----------------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defvjp  # noqa: E402
+
+
+@defvjp("gather")
+def _vjp_gather(e, g, data, indices, axis):
+    """The rows read are summed back into a zero tensor like data (repeated indices add up)."""
+    return e.op("scatter_add", e.zeros(data.type), indices, g, axis=axis), None
+
+
+@defvjp("scatter_add")
+def _vjp_scatter_add(e, g, data, indices, updates, axis):
+    return g, None, e.op("gather", g, indices, axis=axis)

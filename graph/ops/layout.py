@@ -1,5 +1,5 @@
 """Layout ops (pure index changes): broadcast_to, reshape, transpose, squeeze, expand_dims,
-slice, strided_slice, concat, split, pad."""
+slice, strided_slice, concat, split, pad, dilate."""
 
 from __future__ import annotations
 
@@ -208,9 +208,32 @@ def pad(x, before, after, value):
     return np.pad(x, list(zip(before, after)), constant_values=np.array(value).astype(x.dtype))
 
 
+# --- dilate -----------------------------------------------------------------------------------
+
+
+def _positive(values) -> str | None:
+    return "must be positive" if any(v <= 0 for v in values) else None
+
+
+def _dilate_infer(x: TensorType, strides) -> TensorType:
+    if len(strides) != x.rank:
+        raise ShapeError(f"strides need one entry per axis of {x}, got {list(strides)}")
+    return x.with_shape((d - 1) * s + 1 if d else 0 for d, s in zip(x.shape, strides))
+
+
+@defop("dilate", kind=LAYOUT, flops=_zero_flops, infer=_dilate_infer,
+       attrs=[Attr("strides", "ints", check=_positive)])
+def dilate(x, strides):
+    """Zero insertion: x[i] lands at out[i * strides] with zeros between (the transpose of a
+    strided slice, used by the input gradient of a strided convolution)."""
+    out = np.zeros(_dilate_infer(TensorType.of(x), strides).shape, x.dtype)
+    out[tuple(slice(None, None, s) for s in strides)] = x
+    return out
+
+
 # --- compute definitions ----------------------------------------------------------------------
 
-from akg.graph.compute.expr import call, compute, const, select  # noqa: E402
+from akg.graph.compute.expr import all_of, call, compute, const, select  # noqa: E402
 from akg.graph.compute.helpers import broadcast_load, inside, ravel, unravel  # noqa: E402
 from akg.graph.ops.registry import defcompute  # noqa: E402
 
@@ -322,3 +345,85 @@ def _pad_compute(ctx, x, before, after, value):
             return x[tuple(src)]
         return select(inside(src, x.shape), x[tuple(src)], const(value, x.dtype))
     return compute(ctx.out.shape, body, ctx.name)
+
+
+@defcompute("dilate")
+def _dilate_compute(ctx, x, strides):
+    def body(*i):
+        on_grid = all_of(call("eq", v % s, const(0, "int32")) for v, s in zip(i, strides) if s > 1)
+        return select(on_grid, x[tuple(v // s for v, s in zip(i, strides))], const(0, x.dtype))
+    return compute(ctx.out.shape, body, ctx.name)
+
+
+# --- VJP rules ----------------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defvjp  # noqa: E402
+
+
+@defvjp("broadcast_to")
+def _vjp_broadcast_to(e, g, x, shape):
+    return (e.unbroadcast(g, x.shape),)
+
+
+@defvjp("reshape", "squeeze", "expand_dims")
+def _vjp_reshape(e, g, x, **_):
+    return (e.op("reshape", g, shape=list(x.shape)),)
+
+
+@defvjp("transpose")
+def _vjp_transpose(e, g, x, perm):
+    perm = transpose_perm(x.type.rank, perm)
+    return (e.op("transpose", g, perm=[perm.index(d) for d in range(len(perm))]),)
+
+
+def scatter_strided(e, g, x: TensorType, spec: tuple[slice, ...]):
+    """The transpose of x[spec]: g put back at the sliced positions of a zero tensor like x
+    (reverse the axes with negative steps, insert zeros between strided elements, pad)."""
+    ranges = [range(*s.indices(d)) for s, d in zip(spec, x.shape)]
+    if any(len(r) == 0 for r in ranges):
+        return e.zeros(x)
+    if any(r.step < 0 for r in ranges):
+        g = e.op("strided_slice", g, begin=[len(r) - 1 if r.step < 0 else 0 for r in ranges],
+                 end=[-len(r) - 1 if r.step < 0 else len(r) for r in ranges],
+                 strides=[-1 if r.step < 0 else 1 for r in ranges], hint="reversed")
+    steps = [abs(r.step) for r in ranges]
+    if any(s > 1 for s in steps):
+        g = e.op("dilate", g, strides=steps)
+    lows = [min(r[0], r[-1]) for r in ranges]
+    highs = [d - lo - n for d, lo, n in zip(x.shape, lows, g.shape)]
+    if any(lows) or any(highs):
+        g = e.op("pad", g, before=lows, after=highs)
+    return g
+
+
+@defvjp("slice")
+def _vjp_slice(e, g, x, begin, end):
+    return (scatter_strided(e, g, x.type, slice_spec(x.type, begin, end)),)
+
+
+@defvjp("strided_slice")
+def _vjp_strided_slice(e, g, x, begin, end, strides):
+    return (scatter_strided(e, g, x.type, slice_spec(x.type, begin, end, strides)),)
+
+
+@defvjp("concat")
+def _vjp_concat(e, g, *xs, axis):
+    ax = normalize_axis(axis, g.type.rank)
+    parts = e.op("split", g, axis=ax, sizes=[x.shape[ax] for x in xs])
+    return parts if isinstance(parts, tuple) else (parts,)
+
+
+@defvjp("split")
+def _vjp_split(e, g, x, axis, sections, sizes):
+    gs = g if isinstance(g, tuple) else (g,)
+    return (gs[0] if len(gs) == 1 else e.op("concat", *gs, axis=axis),)
+
+
+@defvjp("pad")
+def _vjp_pad(e, g, x, before, after, value):
+    return (e.op("slice", g, begin=list(before), end=[b + d for b, d in zip(before, x.shape)]),)
+
+
+@defvjp("dilate")
+def _vjp_dilate(e, g, x, strides):
+    return (e.op("strided_slice", g, begin=[0] * len(strides), end=list(g.shape), strides=list(strides)),)

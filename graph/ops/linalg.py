@@ -135,3 +135,38 @@ def _expand_dense(e, x, w, *bias):
     if bias:
         y = e.op("add", y, bias[0], hint="biased", final=not vector)
     return e.op("reshape", y, shape=[w.shape[0]], final=True) if vector else y
+
+
+# --- VJP rules ----------------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defvjp  # noqa: E402
+
+
+@defvjp("matmul", "batch_matmul")
+def _vjp_matmul(e, g, a, b, transpose_a, transpose_b):
+    """C = op(A) op(B): dop(A) = g op(B)^T and dop(B) = op(A)^T g, written with the transpose
+    flags so that no explicit transpose is needed; batch dims that broadcast are summed."""
+    op = "batch_matmul" if g.type.rank > 2 else "matmul"
+    if transpose_a:
+        ga = e.op(op, b, g, transpose_a=transpose_b, transpose_b=True, hint="da")
+    else:
+        ga = e.op(op, g, b, transpose_b=not transpose_b, hint="da")
+    if transpose_b:
+        gb = e.op(op, g, a, transpose_a=True, transpose_b=transpose_a, hint="db")
+    else:
+        gb = e.op(op, a, g, transpose_a=not transpose_a, hint="db")
+    return e.unbroadcast(ga, a.shape), e.unbroadcast(gb, b.shape)
+
+
+@defvjp("dense")
+def _vjp_dense(e, g, x, w, *bias):
+    """y = x w^T + b over rows x[..., in]: dx = g w, dw = g^T x, db = sum of g's rows."""
+    n_out, n_in = w.shape
+    rows = x.type.size // n_in if n_in else 0
+    x2 = x if x.type.rank == 2 else e.op("reshape", x, shape=[rows, n_in], hint="rows")
+    g2 = g if g.type.rank == 2 else e.op("reshape", g, shape=[rows, n_out], hint="grows")
+    gx = e.op("matmul", g2, w, hint="dx")
+    if x.type.rank != 2:
+        gx = e.op("reshape", gx, shape=list(x.shape), hint="dx")
+    gw = e.op("matmul", g2, x2, transpose_a=True, hint="dw")
+    return (gx, gw, *(e.op("sum", g2, axes=[0], hint="db") for _ in bias))

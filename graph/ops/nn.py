@@ -1,5 +1,6 @@
 """Neural-network composites (expanded into basic ops before kernel generation): softmax,
-log_softmax, layer_norm, batch_norm (inference), dropout, cross_entropy, nll_loss."""
+log_softmax, layer_norm, batch_norm, variance (batch statistics for training-mode batch norm),
+dropout, cross_entropy, nll_loss."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import numpy as np
 
 from akg.errors import ShapeError
 from akg.graph.ops.registry import COMPOSITE, Attr, defop
-from akg.graph.types import TensorType, is_float, is_int, normalize_axis
+from akg.graph.ops.reduce import reduced_shape
+from akg.graph.types import TensorType, is_float, is_int, normalize_axes, normalize_axis
 
 
 def _float(x: TensorType) -> TensorType:
@@ -90,6 +92,25 @@ def batch_norm(x, gamma, beta, mean, var, axis, epsilon):
     shape[axis] = -1
     c = lambda v: _wide(v).reshape(shape)  # noqa: E731
     return ((_wide(x) - c(mean)) / np.sqrt(c(var) + epsilon) * c(gamma) + c(beta)).astype(x.dtype)
+
+
+def _variance_infer(x: TensorType, axes, keepdims) -> TensorType:
+    ax = normalize_axes(axes, _float(x).rank)
+    if any(x.shape[a] == 0 for a in ax):
+        raise ShapeError(f"cannot take the variance over an empty axis of {x}")
+    return x.with_shape(reduced_shape(x.shape, ax, keepdims))
+
+
+@defop("variance", kind=COMPOSITE, infer=_variance_infer, flops=_scaled_flops(3),
+       attrs=[Attr("axes", "ints", None, optional=True), Attr("keepdims", "bool", False)])
+def variance(x, axes, keepdims):
+    """Biased variance mean((x - mean(x))^2) over `axes` (all when None). Training-mode batch
+    norm is batch_norm(x, gamma, beta, mean(x, axes), variance(x, axes)) with axes all but the
+    channel axis; gradients flow through the batch statistics."""
+    ax = normalize_axes(axes, x.ndim)
+    xw = _wide(x)
+    centred = xw - xw.mean(axis=ax, keepdims=True)
+    return np.asarray((centred * centred).mean(axis=ax, keepdims=keepdims)).astype(x.dtype)
 
 
 @defop("dropout", kind=COMPOSITE, flops=lambda ins, outs, attrs: 0,
@@ -198,6 +219,18 @@ def _expand_batch_norm(e, x, gamma, beta, mean, var, axis, epsilon):
     return e.op("add", e.op("mul", x, a4, hint="xa"), c4, final=True)
 
 
+@defexpand("variance")
+def _expand_variance(e, x, axes, keepdims):
+    ax = list(normalize_axes(axes, x.type.rank))
+    wide = _stat_dtype(x)
+    xw = x if wide == x.dtype else e.op("cast", x, to=wide, hint="wide")
+    centred = e.op("sub", xw, e.op("mean", xw, axes=ax, keepdims=True, hint="mean"), hint="centred")
+    sq = e.op("mul", centred, centred, hint="sq")
+    if wide == x.dtype:
+        return e.op("mean", sq, axes=ax, keepdims=keepdims, final=True)
+    return e.op("cast", e.op("mean", sq, axes=ax, keepdims=keepdims, hint="var"), to=x.dtype, final=True)
+
+
 @defexpand("dropout")
 def _expand_dropout(e, x, rate):
     return e.op("reshape", x, shape=list(x.shape), final=True)
@@ -237,3 +270,110 @@ class _Inner:
 
     def const(self, *args, **kwargs):
         return self._e.const(*args, **kwargs)
+
+
+# --- VJP rules ----------------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defvjp  # noqa: E402
+
+
+@defvjp("softmax")
+def _vjp_softmax(e, g, x, axis):
+    """dx = y (g - sum(g y))."""
+    dot = e.op("sum", e.op("mul", g, e.out, hint="gy"), axes=[axis], keepdims=True, hint="dot")
+    return (e.op("mul", e.out, e.op("sub", g, dot)),)
+
+
+@defvjp("log_softmax")
+def _vjp_log_softmax(e, g, x, axis):
+    """dx = g - softmax(x) sum(g)."""
+    total = e.op("sum", g, axes=[axis], keepdims=True, hint="total")
+    return (e.op("sub", g, e.op("mul", e.op("exp", e.out, hint="probs"), total)),)
+
+
+@defvjp("layer_norm")
+def _vjp_layer_norm(e, g, x, gamma, beta, begin_norm_axis, epsilon):
+    """With xhat = (x - mean) rstd over the normalised axes A: dgamma = sum(g xhat), dbeta =
+    sum(g) over the leading axes, dx = rstd (dxhat - mean_A(dxhat) - xhat mean_A(dxhat xhat))
+    where dxhat = g gamma. The statistics are recomputed from x."""
+    first = normalize_axis(begin_norm_axis, x.type.rank)
+    norm, lead = list(range(first, x.type.rank)), list(range(first))
+    narrow, wide = x.dtype, _stat_dtype(x)
+    if wide != narrow:  # fp16: statistics and sums in fp32, as the forward expansion
+        x, g, gamma = (e.op("cast", v, to=wide, hint="wide") for v in (x, g, gamma))
+    mean = e.op("mean", x, axes=norm, keepdims=True, hint="mean")
+    centred = e.op("sub", x, mean, hint="centred")
+    var = e.op("mean", e.op("mul", centred, centred, hint="sq"), axes=norm, keepdims=True, hint="var")
+    rstd = e.op("rsqrt", e.op("add", var, epsilon, hint="var_eps"), hint="rstd")
+    xhat = e.op("mul", centred, rstd, hint="xhat")
+    dxhat = e.op("mul", g, gamma, hint="dxhat")
+    m1 = e.op("mean", dxhat, axes=norm, keepdims=True, hint="m1")
+    m2 = e.op("mean", e.op("mul", dxhat, xhat), axes=norm, keepdims=True, hint="m2")
+    dx = e.op("mul", e.op("sub", e.op("sub", dxhat, m1), e.op("mul", xhat, m2)), rstd, hint="dx")
+    gxhat = e.op("mul", g, xhat, hint="gxhat")
+    dgamma = e.op("sum", gxhat, axes=lead, hint="dgamma") if lead else gxhat
+    dbeta = e.op("sum", g, axes=lead, hint="dbeta") if lead else g
+    if wide != narrow:
+        return tuple(e.op("cast", v, to=narrow, hint="narrow") for v in (dx, dgamma, dbeta))
+    return dx, dgamma, dbeta
+
+
+@defvjp("batch_norm")
+def _vjp_batch_norm(e, g, x, gamma, beta, mean, var, axis, epsilon):
+    """y = (x - mean) a + beta with a = gamma rstd, rstd = (var + eps)^-1/2, per channel; the
+    statistics are inputs (with variance/mean of x as inputs this is training-mode batch norm)."""
+    ax = normalize_axis(axis, x.type.rank)
+    others = [i for i in range(x.type.rank) if i != ax]
+    shape = [x.shape[i] if i == ax else 1 for i in range(x.type.rank)]
+
+    def per_channel(v, hint):
+        return e.op("reshape", v, shape=shape, hint=hint)
+
+    rstd = e.op("rsqrt", e.op("add", var, epsilon, hint="var_eps"), hint="rstd")
+    a = e.op("mul", gamma, rstd, hint="a")
+    dx = e.op("mul", g, per_channel(a, "a4"), hint="dx")
+    centred = e.op("sub", x, per_channel(mean, "mean4"), hint="centred")
+    gsum = e.op("sum", g, axes=others, hint="gsum")
+    gdot = e.op("sum", e.op("mul", g, centred), axes=others, hint="gdot")
+    dgamma = e.op("mul", gdot, rstd, hint="dgamma")
+    dmean = e.op("neg", e.op("mul", gsum, a), hint="dmean")
+    rstd3 = e.op("mul", e.op("mul", rstd, rstd), rstd, hint="rstd3")
+    dvar = e.op("mul", e.op("mul", gdot, gamma), e.op("mul", rstd3, -0.5), hint="dvar")
+    return dx, dgamma, gsum, dmean, dvar
+
+
+@defvjp("variance")
+def _vjp_variance(e, g, x, axes, keepdims):
+    """d var = 2 (x - mean) / n."""
+    ax = normalize_axes(axes, x.type.rank)
+    count = int(np.prod([x.shape[a] for a in ax], dtype=np.int64))
+    centred = e.op("sub", x, e.op("mean", x, axes=list(ax), keepdims=True, hint="mean"), hint="centred")
+    return (e.op("mul", e.broadcast_back(g, ax, x.shape), e.op("mul", centred, 2.0 / count)),)
+
+
+@defvjp("dropout")
+def _vjp_dropout(e, g, x, rate):
+    return (g,)
+
+
+def _row_weights(e, g, n: int, reduction: str):
+    """The cotangent of each row's loss, shaped to broadcast over [N, C]."""
+    if reduction == "none":
+        return e.op("reshape", g, shape=[n, 1], hint="rows")
+    return e.op("div", g, float(n), hint="rows") if reduction == "mean" else g
+
+
+@defvjp("nll_loss")
+def _vjp_nll_loss(e, g, logp, labels, reduction):
+    n, c = logp.shape
+    hot = e.op("one_hot", labels, depth=c, dtype=logp.dtype, hint="onehot")
+    return e.op("neg", e.op("mul", hot, _row_weights(e, g, n, reduction))), None
+
+
+@defvjp("cross_entropy")
+def _vjp_cross_entropy(e, g, logits, labels, reduction):
+    """d logits = (softmax(logits) - onehot(labels)) times each row's cotangent."""
+    n, c = logits.shape
+    hot = e.op("one_hot", labels, depth=c, dtype=logits.dtype, hint="onehot")
+    probs = e.op("softmax", logits, axis=1, hint="probs")
+    return e.op("mul", e.op("sub", probs, hot), _row_weights(e, g, n, reduction)), None

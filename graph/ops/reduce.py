@@ -129,3 +129,45 @@ def _mean_compute(ctx, x, axes, keepdims):
 @defcompute("argmax", "argmin")
 def _arg_compute(ctx, x, axis, keepdims):
     return reduction(ctx.name, ctx.op, x, (normalize_axis(axis, x.ndim),), keepdims)
+
+
+# --- VJP rules ----------------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defvjp  # noqa: E402
+
+
+def _kept(e, g, x, axes):
+    """g (or an output) reshaped to the reduction's keepdims shape, ready to broadcast over x."""
+    kept = list(reduced_shape(x.shape, axes, True))
+    return g if list(g.shape) == kept else e.op("reshape", g, shape=kept, hint="keepdims")
+
+
+@defvjp("sum")
+def _vjp_sum(e, g, x, axes, keepdims):
+    return (e.broadcast_back(g, normalize_axes(axes, x.type.rank), x.shape),)
+
+
+@defvjp("mean")
+def _vjp_mean(e, g, x, axes, keepdims):
+    ax = normalize_axes(axes, x.type.rank)
+    count = int(np.prod([x.shape[a] for a in ax], dtype=np.int64))
+    return (e.broadcast_back(e.op("div", g, float(count)), ax, x.shape),)
+
+
+def _vjp_extreme(e, g, x, axes, keepdims):
+    """max / min: the cotangent goes to the elements equal to the result, shared among ties."""
+    ax = normalize_axes(axes, x.type.rank)
+    hit = e.op("equal", x, _kept(e, e.out, x, ax), hint="hit")
+    count = e.op("sum", e.op("cast", hit, to=x.dtype), axes=list(ax), keepdims=True, hint="count")
+    share = e.op("div", _kept(e, g, x, ax), count, hint="share")
+    return (e.op("where", hit, share, 0.0),)
+
+
+defvjp("max", "min")(_vjp_extreme)
+
+
+@defvjp("prod")
+def _vjp_prod(e, g, x, axes, keepdims):
+    """d prod = prod / x_i (inputs holding a zero give inf/nan)."""
+    ax = normalize_axes(axes, x.type.rank)
+    return (e.op("div", _kept(e, e.op("mul", g, e.out), x, ax), x),)

@@ -327,3 +327,25 @@ def defexpand(*names: str) -> Callable[[Callable], Callable]:
         return fn
 
     return wrap
+
+
+# --- VJP rules ----------------------------------------------------------------------------------
+
+VJP_RULES: Registry[Callable] = Registry("VJP rule")
+
+
+def defvjp(*names: str) -> Callable[[Callable], Callable]:
+    """Register `fn(e, g, *input_values, **attrs) -> tuple` as the reverse-mode rule of the named
+    differentiable op(s).
+
+    `e` is an `akg.graph.autodiff.VjpEmitter` (`e.op(...)`, `e.const(...)`, `e.out` the op's
+    output in the gradient graph, `e.unbroadcast(...)`); `g` is the cotangent of the output
+    (a tuple of them for multi-output ops, zeros where an output is unused). The result holds
+    one cotangent per input, None for inputs without one (integer indices, conditions)."""
+
+    def wrap(fn: Callable) -> Callable:
+        for name in names:
+            VJP_RULES.register(name, fn)
+        return fn
+
+    return wrap

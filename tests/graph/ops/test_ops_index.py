@@ -1,4 +1,4 @@
-"""Data-dependent indexing: gather and one_hot."""
+"""Data-dependent indexing: gather, scatter_add and one_hot."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from akg.graph import GraphBuilder, evaluate, random_inputs
 from akg.graph.ops import INDEX, OPS, get_op
 from akg.graph.types import TensorType
 
-FAMILY = {"gather", "one_hot"}
+FAMILY = {"gather", "scatter_add", "one_hot"}
 
 
 def T(shape, dtype="float32") -> TensorType:
@@ -40,11 +40,16 @@ def i32(v):
     return np.array(v, np.int32)
 
 
+def f32(v):
+    return np.array(v, np.float32)
+
+
 def test_family_is_fully_covered():
     registered = {n for n, d in OPS.items() if d.infer.__module__ == "akg.graph.ops.index"}
     assert registered == FAMILY
     assert all(get_op(n).kind == INDEX for n in FAMILY)
     assert not get_op("one_hot").differentiable and get_op("gather").differentiable
+    assert get_op("scatter_add").differentiable
 
 
 # --- gather ---------------------------------------------------------------------------------
@@ -126,6 +131,55 @@ def test_gather_matches_take(data_shape, index_shape, data):
     want = np.take(x, idx, axis=axis)
     assert infer("gather", TensorType.of(x), TensorType.of(idx), axis=axis).shape == want.shape
     np.testing.assert_array_equal(ref("gather", x, idx, axis=axis), want)
+
+
+
+# --- scatter_add ----------------------------------------------------------------------------
+
+
+def test_scatter_add_values():
+    zeros = np.zeros((3, 2), np.float32)
+    # rows 2, 0, 2 receive [1, 2], [3, 4], [5, 6]: row 2 accumulates both
+    got = ref("scatter_add", zeros, i32([2, 0, 2]), f32([[1, 2], [3, 4], [5, 6]]))
+    np.testing.assert_array_equal(got, [[3, 4], [0, 0], [6, 8]])
+    got = ref("scatter_add", DATA, i32([1, 1]), f32([[10, 20], [30, 40], [50, 60]]), axis=1)
+    # axis 1: column 1 of each row gets updates[r, 0] + updates[r, 1]
+    np.testing.assert_array_equal(got, [[1, 2 + 10 + 20], [3, 4 + 30 + 40], [5, 6 + 50 + 60]])
+    got = ref("scatter_add", DATA, i32([[0], [2]]), f32([[[1, 1]], [[2, 2]]]))  # 2-D indices
+    np.testing.assert_array_equal(got, [[2, 3], [3, 4], [7, 8]])
+    got = ref("scatter_add", DATA, i32(1), f32([100, 200]))  # a scalar index
+    np.testing.assert_array_equal(got, [[1, 2], [103, 204], [5, 6]])
+    np.testing.assert_array_equal(ref("scatter_add", DATA, np.zeros((0,), np.int64), np.zeros((0, 2), np.float32)),
+                                  DATA)
+
+
+def test_scatter_add_is_the_transpose_of_gather():
+    """<gather(d, i), u> == <d, scatter_add(0, i, u)> for every d, u."""
+    rng = np.random.default_rng(0)
+    d = rng.standard_normal((4, 5, 3))
+    idx = rng.integers(0, 5, (2, 3))
+    u = rng.standard_normal((4, 2, 3, 3))
+    lhs = (ref("gather", d, idx, axis=1) * u).sum()
+    rhs = (d * ref("scatter_add", np.zeros_like(d), idx, u, axis=1)).sum()
+    assert lhs == pytest.approx(rhs)
+
+
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_scatter_add_out_of_range(bad):
+    with pytest.raises(IndexError, match=r"scatter_add index out of range \[0, 3\)"):
+        ref("scatter_add", DATA, i32([bad]), f32([[1, 1]]))
+
+
+def test_scatter_add_inference_and_errors():
+    assert infer("scatter_add", T((10, 4)), T((2, 3), "int32"), T((2, 3, 4))) == T((10, 4))
+    assert infer("scatter_add", T((10, 4)), T((), "int64"), T((10,)), axis=1) == T((10, 4))
+    with pytest.raises(ShapeError, match=r"^op 'scatter_add': updates must be f32\[2,4\] \(the gather of "):
+        infer("scatter_add", T((10, 4)), T((2,), "int32"), T((4, 2)))
+    with pytest.raises(ShapeError, match=r"updates must be f32\[2,4\]"):
+        infer("scatter_add", T((10, 4)), T((2,), "int32"), T((2, 4), "float64"))
+    with pytest.raises(ShapeError, match="^op 'scatter_add': indices must be integers"):
+        infer("scatter_add", T((10, 4)), T((2,)), T((2, 4)))
+    assert get_op("scatter_add").index_bounds(T((10, 4)), T((2,), "int32"), T((10, 2)), axis=1) == {1: 4}
 
 
 # --- one_hot --------------------------------------------------------------------------------

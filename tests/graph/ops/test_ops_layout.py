@@ -1,5 +1,5 @@
 """Layout ops: broadcast_to, reshape, transpose, squeeze, expand_dims, slice, strided_slice,
-concat, split, pad."""
+concat, split, pad, dilate."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from akg.graph.ops import LAYOUT, OPS, get_op
 from akg.graph.types import TensorType
 
 FAMILY = {"broadcast_to", "reshape", "transpose", "squeeze", "expand_dims", "slice",
-          "strided_slice", "concat", "split", "pad"}
+          "strided_slice", "concat", "split", "pad", "dilate"}
 
 
 def T(shape, dtype="float32") -> TensorType:
@@ -418,6 +418,31 @@ def test_pad_inference_and_errors():
         infer("pad", T((2, 3)), before=[1, 1], after=[1, -1])
     with pytest.raises(AttrError, match="op 'pad' needs attribute 'before'"):
         infer("pad", T((2, 3)), after=[1, 1])
+
+
+
+def test_dilate_values():
+    x = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+    check("dilate", x, [[1, 0, 2, 0, 3], [0, 0, 0, 0, 0], [4, 0, 5, 0, 6]], strides=[2, 2])
+    check("dilate", x, [[1, 0, 0, 2, 0, 0, 3], [4, 0, 0, 5, 0, 0, 6]], strides=[1, 3])
+    check("dilate", x, x, strides=[1, 1])
+    check("dilate", np.array([7], np.int32), [7], strides=[4])  # one element: nothing to insert
+    check("dilate", np.zeros((0, 2), np.float32), np.zeros((0, 3)), strides=[3, 2])
+
+
+def test_dilate_undoes_strided_slice():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    d = ref("dilate", x, strides=[3, 2])
+    np.testing.assert_array_equal(ref("strided_slice", d, begin=[0, 0], end=[7, 7], strides=[3, 2]), x)
+    assert d.sum() == x.sum()
+
+
+def test_dilate_inference_and_errors():
+    assert infer("dilate", T((1, 3, 4, 5)), strides=[1, 1, 2, 3]) == T((1, 3, 7, 13))
+    with pytest.raises(ShapeError, match=r"^op 'dilate': strides need one entry per axis of f32\[2,3\]"):
+        infer("dilate", T((2, 3)), strides=[2])
+    with pytest.raises(AttrError, match="op 'dilate': attribute 'strides' must be positive"):
+        get_op("dilate").check_attrs({"strides": [1, 0]})
 
 
 def test_layout_chain_end_to_end():

@@ -1,4 +1,4 @@
-"""Neural-network composites: softmax, log_softmax, layer_norm, batch_norm, dropout,
+"""Neural-network composites: softmax, log_softmax, layer_norm, batch_norm, variance, dropout,
 cross_entropy, nll_loss."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from akg.graph import GraphBuilder, evaluate
 from akg.graph.ops import COMPOSITE, OPS, get_op
 from akg.graph.types import TensorType
 
-FAMILY = {"softmax", "log_softmax", "layer_norm", "batch_norm", "dropout", "cross_entropy", "nll_loss"}
+FAMILY = {"softmax", "log_softmax", "layer_norm", "batch_norm", "variance", "dropout", "cross_entropy",
+          "nll_loss"}
 LN2, LN3 = math.log(2), math.log(3)
 
 
@@ -211,6 +212,38 @@ def test_batch_norm_inference_and_errors():
 
 
 # --- dropout --------------------------------------------------------------------------------
+
+
+
+def test_variance_values():
+    x = f32([[1, 3], [2, 6]])
+    np.testing.assert_allclose(ref("variance", x), 3.5)  # mean 3: (4 + 0 + 1 + 9) / 4
+    np.testing.assert_allclose(ref("variance", x, axes=[0]), [0.25, 2.25])
+    np.testing.assert_allclose(ref("variance", x, axes=[1], keepdims=True), [[1], [4]])
+    np.testing.assert_allclose(ref("variance", np.full((3, 1), 5, np.float16), axes=[0]), [0])
+
+
+def test_training_batch_norm_from_batch_statistics():
+    """batch_norm with mean/variance of x over all but the channel axis normalises each
+    channel to zero mean and unit variance (up to epsilon)."""
+    b = GraphBuilder()
+    x = b.input("x", (4, 2, 3))
+    axes = [0, 2]
+    one, zero = b.const(np.ones(2, np.float32)), b.const(np.zeros(2, np.float32))
+    b.output(b.batch_norm(x, one, zero, b.mean(x, axes=axes), b.variance(x, axes=axes), epsilon=0.0))
+    xv = np.random.default_rng(0).standard_normal((4, 2, 3)).astype(np.float32) * 3 + 1
+    (y,) = evaluate(b.build(), {"x": xv})
+    np.testing.assert_allclose(y.mean(axis=(0, 2)), 0, atol=1e-6)
+    np.testing.assert_allclose(y.var(axis=(0, 2)), 1, rtol=1e-5)
+
+
+def test_variance_inference_and_errors():
+    assert infer("variance", T((2, 3, 4)), axes=[0, 2]) == T((3,))
+    assert infer("variance", T((2, 3)), keepdims=True) == T((1, 1))
+    with pytest.raises(ShapeError, match="^op 'variance': needs floating-point input"):
+        infer("variance", T((2,), "int32"))
+    with pytest.raises(ShapeError, match="^op 'variance': cannot take the variance over an empty axis"):
+        infer("variance", T((0, 3)), axes=[0])
 
 
 def test_dropout_is_the_identity_at_inference():

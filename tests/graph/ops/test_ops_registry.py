@@ -307,6 +307,7 @@ SAMPLES: dict[str, tuple[list[TensorType], dict]] = {
     "concat": ([T((2, 3)), T((2, 1)), T((2, 2))], {"axis": 1}),
     "split": ([T((6, 2))], {"sizes": [1, 2, 3]}),
     "pad": ([T((2, 3))], {"before": [1, 0], "after": [0, 2], "value": 7.0}),
+    "dilate": ([T((2, 3))], {"strides": [2, 3]}),
     **{op: ([T((2, 3, 4))], {"axes": [0, 2], "keepdims": True}) for op in (
         "sum", "mean", "max", "min", "prod")},
     "argmax": ([T((2, 3, 4))], {"axis": 1}),
@@ -321,9 +322,11 @@ SAMPLES: dict[str, tuple[list[TensorType], dict]] = {
     "global_avg_pool2d": ([T((2, 3, 4, 5))], {"keepdims": False}),
     "layer_norm": ([T((2, 3, 4)), T((3, 4)), T((3, 4))], {"begin_norm_axis": 1}),
     "batch_norm": ([T((2, 3, 4)), T((3,)), T((3,)), T((3,)), T((3,))], {}),
+    "variance": ([T((2, 3, 4))], {"axes": [0, 2]}),
     "nll_loss": ([T((4, 3)), T((4,), "int32")], {}),
     "cross_entropy": ([T((4, 3)), T((4,), "int64")], {"reduction": "none"}),
     "gather": ([T((5, 3)), T((2, 2), "int32")], {"axis": 0}),
+    "scatter_add": ([T((3, 5)), T((2, 2), "int32"), T((3, 2, 2))], {"axis": 1}),
     "one_hot": ([T((2, 3), "int32")], {"depth": 4, "axis": 1}),
 }
 
