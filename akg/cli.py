@@ -71,6 +71,9 @@ def show(model: Path) -> None:
     console.print(f"FLOPs: {s.flops:,} ({_human(s.flops)})")
 
 
+TARGET_HELP = "Compile for this target (cpu). Without it, `run` uses the reference interpreter."
+
+
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -78,8 +81,11 @@ def show(model: Path) -> None:
 @click.option("--output", "output_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the outputs to this .npz (keys: the output value names).")
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs used when --inputs is absent.")
-def run(model: Path, inputs_path: Path | None, output_path: Path | None, seed: int) -> None:
-    """Run a model with the reference interpreter and print output shapes and checksums."""
+@click.option("--target", default=None, help=TARGET_HELP)
+@click.option("--check", is_flag=True, help="With --target: compare with the reference interpreter.")
+def run(model: Path, inputs_path: Path | None, output_path: Path | None, seed: int,
+        target: str | None, check: bool) -> None:
+    """Run a model (or kernel) and print output shapes and checksums."""
     from akg.graph.interpreter import evaluate, random_inputs
     from akg.graph.io import load_model
 
@@ -90,17 +96,127 @@ def run(model: Path, inputs_path: Path | None, output_path: Path | None, seed: i
     else:
         inputs = _read_npz(inputs_path)
         console.print(f"inputs: {inputs_path}")
-    outputs = evaluate(graph, inputs)
-    table = Table(title=f"outputs of @{graph.name} (reference interpreter)")
+    if target is None:
+        outputs, how = evaluate(graph, inputs), "reference interpreter"
+    else:
+        import akg
+        from akg.graph.interpreter import bind_inputs
+        from akg.target import get_target
+
+        bind_inputs(graph, inputs)  # typed errors for missing or mis-shaped inputs
+        kernel = akg.build(graph, target=get_target(target))
+        outputs, how = kernel(**inputs), f"akg, {kernel.target}, {kernel.config_source} config"
+    table = Table(title=f"outputs of @{graph.name} ({how})")
     for col in ("output", "type", "sum", "mean |x|", "checksum"):
         table.add_column(col)
     for v, a in zip(graph.outputs, outputs):
         table.add_row(f"%{v.name}", str(v.type), f"{a.astype(np.float64).sum():.6g}",
                       f"{np.abs(a.astype(np.float64)).mean() if a.size else 0:.6g}", checksum(a))
     console.print(table)
+    if check and target is not None:
+        expected = evaluate(graph, inputs)
+        worst = max((_max_error(a, e) for a, e in zip(outputs, expected)), default=0.0)
+        console.print(f"max error vs reference: {worst:.3g}")
     if output_path is not None:
         np.savez(output_path, **{v.name: a for v, a in zip(graph.outputs, outputs)})
         console.print(f"wrote {output_path}")
+
+
+def _max_error(a: np.ndarray, e: np.ndarray) -> float:
+    if a.size == 0:
+        return 0.0
+    if a.dtype.kind != "f":
+        return float((a != e).sum())
+    return float(np.nanmax(np.abs(a.astype(np.float64) - e.astype(np.float64))))
+
+
+@cli.command("compile")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--target", default="cpu", show_default=True, help="Target to compile for.")
+@click.option("--show-source", is_flag=True, help="Print the kernel's TIR.")
+@click.option("--asm", "show_asm", is_flag=True, help="Print the generated assembly.")
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write kernel.tir, kernel.s and kernel.so into this folder.")
+def compile_cmd(model: Path, target: str, show_source: bool, show_asm: bool, out_dir: Path | None) -> None:
+    """Compile a kernel (composite JSON or a .mir subgraph) and report how."""
+    import akg
+    from akg.graph.io import load_model
+    from akg.target import get_target
+
+    graph = load_model(model)
+    kernel = akg.build(graph, target=get_target(target))
+    s = kernel.stats
+    console.print(f"kernel {kernel.name} for {kernel.target}: {kernel.config_source} config "
+                  f"{kernel.config.to_json()}")
+    console.print(f"{s.statements} statements; lower {s.lower_s:.3f}s, schedule {s.schedule_s:.3f}s, "
+                  f"codegen {s.codegen_s:.3f}s, compile {s.compile_s:.3f}s"
+                  + (f"; schedule fallback: {s.fallback}" if s.fallback else ""))
+    if show_source:
+        click.echo(kernel.tir())
+    if show_asm:
+        click.echo(kernel.source("asm"))
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "kernel.tir").write_text(kernel.tir())
+        (out_dir / "kernel.s").write_text(kernel.source("asm"))
+        kernel.executable.export_library(str(out_dir / "kernel.so"))
+        console.print(f"wrote {out_dir}/kernel.tir, kernel.s, kernel.so")
+
+
+@cli.command("grad")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--loss", required=True, help="Name of the scalar value to differentiate.")
+@click.option("--wrt", default="params", show_default=True,
+              help="Comma list of value names, or 'params': every trainable float constant.")
+@click.option("--optimizer", default=None, help="sgd or adam: write a full training step instead.")
+@click.option("--lr", type=float, default=None, help="Learning rate (sgd 0.01, adam 0.001).")
+@click.option("--momentum", type=float, default=None, help="SGD momentum (default 0).")
+@click.option("--betas", default=None, help="Adam's beta1,beta2 (default 0.9,0.999).")
+@click.option("--eps", type=float, default=None, help="Adam's epsilon (default 1e-8).")
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The .mir to write; weights go in an .npz beside it.")
+def grad(model: Path, loss: str, wrt: str, optimizer: str | None, lr: float | None, momentum: float | None,
+         betas: str | None, eps: float | None, output_path: Path) -> None:
+    """Differentiate a model: a graph of the loss and its gradients, or with --optimizer one
+    training step (parameters and optimizer state in, loss and their next values out)."""
+    from akg.graph.autodiff import grad as grad_graph
+    from akg.graph.io import emit_mir, load_model, save_mir
+    from akg.graph.train import initial_state, state_names, train_step
+
+    settings = {"lr": lr, "momentum": momentum, "betas": betas, "eps": eps}
+    if optimizer is None and any(v is not None for v in settings.values()):
+        given = next(k for k, v in settings.items() if v is not None)
+        raise click.UsageError(f"--{given} needs --optimizer")
+    if betas is not None:
+        try:
+            settings["betas"] = tuple(float(b) for b in betas.split(","))
+        except ValueError:
+            raise click.BadParameter(f"expected two numbers like 0.9,0.999, got {betas!r}",
+                                     param_hint="--betas") from None
+        if len(settings["betas"]) != 2:
+            raise click.BadParameter(f"expected two numbers like 0.9,0.999, got {betas!r}", param_hint="--betas")
+    names = None if wrt.strip() == "params" else [n.strip().lstrip("%") for n in wrt.split(",") if n.strip()]
+    loss = loss.lstrip("%")
+    graph = load_model(model)
+    if optimizer is None:
+        result = grad_graph(graph, loss, names)
+        save_mir(result, output_path)
+        console.print(f"wrote {output_path}: outputs %{loss} and {len(result.outputs) - 1} gradient(s)")
+        for v in result.outputs[1:]:
+            console.print(f"  %{v.name}: {v.type}")
+    else:
+        result = train_step(graph, loss, names, optimizer, **settings)
+        save_mir(result, output_path)
+        init = output_path.with_suffix(".init.npz")
+        state = initial_state(graph, result)
+        np.savez(init, **state)
+        data = [v.name for v in result.inputs if v.name not in state]
+        console.print(f"wrote {output_path}: one {optimizer} step; inputs {', '.join(data)} (data) "
+                      f"and {len(state_names(result))} state value(s), whose next values are the "
+                      f"outputs new.<name>")
+        console.print(f"wrote {init}: the initial state (parameters and zero optimizer state)")
+    if emit_mir(result, weights_file=output_path.with_suffix(".npz").name)[1]:
+        console.print(f"weights: {output_path.with_suffix('.npz')}")
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:

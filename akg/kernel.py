@@ -11,6 +11,11 @@ from akg.errors import InputDataError
 from akg.graph.compute.lower import Program
 
 
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    """C-contiguous, keeping 0-d arrays 0-d (np.ascontiguousarray makes them 1-d)."""
+    return a if a.flags.c_contiguous else np.array(a, order="C")
+
+
 @dataclass
 class KernelStats:
     """Seconds spent per stage, plus what the stages decided."""
@@ -75,7 +80,7 @@ class Kernel:
             if a.shape != t.shape or a.dtype != np.dtype(t.dtype):
                 raise InputDataError(
                     f"input {t.name} must be {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}")
-            out.append(np.ascontiguousarray(a))
+            out.append(_contiguous(a))
         return out
 
     def device_arguments(self, *args: np.ndarray, **named: np.ndarray):
@@ -83,7 +88,7 @@ class Kernel:
         import tvm
 
         dev = tvm.cpu()
-        arrays = [*self._arguments(args, named), *(np.ascontiguousarray(a) for a in self.program.params.values())]
+        arrays = [*self._arguments(args, named), *(_contiguous(a) for a in self.program.params.values())]
         tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
         outs = [tvm.runtime.tensor(np.zeros(t.shape, t.dtype), dev) for t in self.program.outputs]
         return tensors, outs

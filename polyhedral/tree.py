@@ -291,8 +291,10 @@ def _apply_band(node: isl.ScheduleNode, index: int, bp: BandPlan, plan: TreePlan
     coincident, _ = _band_flags(node)
     extents = _member_extents(node)
     tile = tuple(t if 0 < t < e else e for t, e in zip(bp.tile, extents))
-    register = tuple(r if 0 < r < t else t for r, t in zip(bp.register, tile))
-    tiled, reg_tiled = tile != extents, register != tile
+    reg_tiled = any(0 < r < t for r, t in zip(bp.register, tile))
+    # members without a register tile keep their whole point loop outside the register tile
+    register = tuple(r if 0 < r < t else (1 if reg_tiled else t) for r, t in zip(bp.register, tile))
+    tiled = tile != extents
     parallel = bp.parallel and coincident[0]
     if tiled:
         node = tile_band(node, tile)

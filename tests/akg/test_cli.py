@@ -96,3 +96,81 @@ def test_console_script_and_debug_traceback(tmp_path):
     debug = subprocess.run([sys.executable, "-m", "akg", "show", str(tmp_path / "m.mir"), "--debug"],
                            capture_output=True, text=True)
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "UnknownOpError" in debug.stderr
+
+
+# --- akg grad -------------------------------------------------------------------------------
+
+
+def test_grad_writes_a_graph_of_loss_and_gradients(capsys, examples_dir, tmp_path):
+    from akg.graph import evaluate, random_inputs
+    from akg.graph.autodiff import grad
+    from akg.graph.io import load_mir
+
+    out = tmp_path / "train.mir"
+    code, stdout, err = _run(capsys, "grad", str(examples_dir / "mlp.mir"), "--loss", "loss", "--wrt", "params",
+                             "-o", str(out))
+    assert code == 0, err
+    assert "6 gradient(s)" in stdout and "%grad.fc1.weight: f32[784,256]" in stdout
+    assert (tmp_path / "train.npz").exists()
+    written = load_mir(out)
+    assert [v.name for v in written.outputs] == ["loss", *(f"grad.fc{i}.{p}" for i in (1, 2, 3)
+                                                          for p in ("weight", "bias"))]
+    model = load_mir(examples_dir / "mlp.mir")
+    inputs = random_inputs(model, 0)
+    for a, b in zip(evaluate(written, inputs), evaluate(grad(model, "loss"), inputs)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_grad_with_a_wrt_list(capsys, examples_dir, tmp_path):
+    out = tmp_path / "g.mir"
+    code, stdout, err = _run(capsys, "grad", str(examples_dir / "mlp.mir"), "--loss", "loss",
+                             "--wrt", "fc3.bias, %x", "-o", str(out))
+    assert code == 0, err
+    assert "%grad.fc3.bias: f32[10]" in stdout and "%grad.x: f32[32,784]" in stdout
+
+
+def test_grad_training_step_runs_from_its_initial_state(capsys, examples_dir, tmp_path):
+    from akg.graph import evaluate, random_inputs
+    from akg.graph.io import load_mir
+
+    out = tmp_path / "step.mir"
+    code, stdout, err = _run(capsys, "grad", str(examples_dir / "mlp.mir"), "--loss", "loss",
+                             "--optimizer", "adam", "--lr", "1e-3", "--betas", "0.8,0.99", "-o", str(out))
+    assert code == 0, err
+    assert "inputs x, labels (data) and 19 state value(s)" in stdout
+    step = load_mir(out)
+    with np.load(tmp_path / "step.init.npz") as npz:
+        state = {k: npz[k] for k in npz.files}
+    assert set(state) == {v.name for v in step.inputs} - {"x", "labels"}
+    assert state["opt.step"] == 0 and not state["opt.m.fc1.weight"].any()
+    data = {k: v for k, v in random_inputs(step, 0).items() if k in ("x", "labels")}
+    outs = dict(zip((v.name for v in step.outputs), evaluate(step, {**data, **state})))
+    assert outs["new.opt.step"] == 1
+    # the first Adam step moves every weight by about lr (m/sqrt(v) = sign(g))
+    moved = np.abs(outs["new.fc1.weight"] - state["fc1.weight"])
+    assert np.median(moved[moved > 0]) == pytest.approx(1e-3, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["--loss", "lost"], 3, "error: loss: graph 'mlp' has no value %lost"),
+        (["--loss", "fc3"], 3, "error: the loss %fc3 must be a floating-point scalar, it is f32[32,10]"),
+        (["--loss", "loss", "--wrt", "fc1.weight,nope"], 3, "error: wrt: graph 'mlp' has no value %nope"),
+        (["--loss", "loss", "--wrt", "labels"], 3, "cannot differentiate with respect to %labels"),
+        (["--loss", "loss", "--optimizer", "adam", "--wrt", "x"], 3, "param %x is not a constant of graph 'mlp'"),
+        (["--loss", "loss", "--optimizer", "rmsprop"], 4, "error: no optimizer for 'rmsprop' (known: adam, sgd)"),
+        (["--loss", "loss", "--optimizer", "adam", "--momentum", "0.9"], 3,
+         "error: optimizer 'adam' has no setting 'momentum' (its settings: lr, betas, eps)"),
+        (["--loss", "loss", "--lr", "0.1"], 2, "--lr needs --optimizer"),
+        (["--loss", "loss", "--optimizer", "adam", "--betas", "0.9"], 2, "expected two numbers"),
+        (["--wrt", "params"], 2, "Missing option '--loss'"),
+    ],
+)
+def test_grad_errors_are_typed_one_liners(capsys, examples_dir, tmp_path, args, code, message):
+    got, _, err = _run(capsys, "grad", str(examples_dir / "mlp.mir"), *args, "-o", str(tmp_path / "o.mir"))
+    assert got == code
+    assert message in err and "Traceback" not in err
+    if code != 2:
+        assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o.mir").exists()

@@ -1,0 +1,120 @@
+#!/usr/bin/env python
+"""Compile every AKG composite kernel of the shared corpus for cpu and check it against the
+reference interpreter; print one line per file and the scheduling + code generation time
+distribution.
+
+    python scripts/corpus_check.py [--corpus DIR] [--every N] [--jobs J] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "akg-composite"
+MAX_BYTES = 256 * 1024 * 1024  # kernels with more tensor data are checked by the slow run only
+
+
+def corpus_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.suffix in (".info", ".json") and p.is_file())
+
+
+def tensor_bytes(graph) -> int:
+    values = [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]
+    return sum(v.type.nbytes for v in values)
+
+
+def check_file(path: str, max_bytes: int | None = MAX_BYTES) -> dict:
+    """Status of one file: ok | unsupported | import_error | compile_error | mismatch | skipped."""
+    from akg.errors import AkgError, ImportFormatError, UnsupportedError
+    from akg.graph.interpreter import evaluate, random_inputs
+    from akg.graph.io import load_model
+
+    out = {"file": path, "status": "ok", "reason": "", "schedule_codegen_s": None, "compile_s": None}
+    try:
+        graph = load_model(path)
+    except ImportFormatError as e:
+        return {**out, "status": "import_error", "reason": str(e)}
+    except UnsupportedError as e:
+        return {**out, "status": "unsupported", "reason": str(e)}
+    if max_bytes is not None and tensor_bytes(graph) > max_bytes:
+        return {**out, "status": "skipped", "reason": f"{tensor_bytes(graph) / 2**30:.1f} GB of tensors"}
+    import akg
+
+    try:
+        kernel = akg.build(graph)
+    except UnsupportedError as e:
+        return {**out, "status": "unsupported", "reason": str(e)}
+    except AkgError as e:
+        return {**out, "status": "compile_error", "reason": str(e)}
+    out["schedule_codegen_s"] = kernel.stats.schedule_and_codegen_s
+    out["compile_s"] = kernel.stats.compile_s
+    out["fallback"] = kernel.stats.fallback
+    inputs = random_inputs(graph, seed=0)
+    expected = evaluate(graph, inputs)
+    try:
+        got = kernel(**inputs)
+    except Exception as e:  # a crash here is a bug to report, not a reason to stop the run
+        return {**out, "status": "run_error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
+    for v, a, e in zip(graph.outputs, got, expected):
+        if a.dtype.kind == "f":
+            tol = {"float16": 5e-3, "float32": 1e-5}.get(str(a.dtype), 1e-9)
+            scale = max(1.0, float(np.nanmax(np.abs(e.astype(np.float64)))) if e.size else 1.0)
+            bad = ~np.isclose(a.astype(np.float64), e.astype(np.float64), rtol=tol, atol=tol * scale,
+                              equal_nan=True)
+        else:
+            bad = a != e
+        if bad.any():
+            return {**out, "status": "mismatch",
+                    "reason": f"output {v.name}: {int(bad.sum())} of {bad.size} elements differ"}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--every", type=int, default=1, help="check every N-th file")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--all-sizes", action="store_true", help="also the largest kernels")
+    parser.add_argument("--json", type=Path, help="write per-file results here")
+    args = parser.parse_args(argv)
+    files = [str(p) for p in corpus_files(args.corpus)][:: args.every]
+    t0 = time.time()
+    limit = None if args.all_sizes else MAX_BYTES
+    results = []
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(check_file, f, limit) for f in files]
+        for fut in as_completed(futures):
+            r = fut.result()
+            results.append(r)
+            rel = os.path.relpath(r["file"], args.corpus)
+            extra = f"  ({r['reason']})" if r["reason"] else ""
+            t = f"{r['schedule_codegen_s']:.3f}s" if r["schedule_codegen_s"] is not None else "-"
+            print(f"{r['status']:13s} {t:>8s}  {rel}{extra}", flush=True)
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    kernels = [r for r in results if r["status"] != "import_error"]
+    ok = counts.get("ok", 0)
+    times = np.array([r["schedule_codegen_s"] for r in results if r["schedule_codegen_s"] is not None])
+    print(f"\n{ok}/{len(kernels)} kernels pass ({100 * ok / max(1, len(kernels)):.1f}%); " +
+          ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
+    if times.size:
+        q = np.percentile(times, [50, 90, 99])
+        print(f"schedule + codegen per kernel: median {q[0]:.3f}s, p90 {q[1]:.3f}s, p99 {q[2]:.3f}s, "
+              f"max {times.max():.3f}s; fallbacks: {sum(1 for r in results if r.get('fallback'))}")
+    print(f"wall time {time.time() - t0:.0f}s")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0 if ok >= 0.95 * len(kernels) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
