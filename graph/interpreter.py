@@ -40,10 +40,16 @@ def bind_inputs(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.nda
 
 
 def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray], *,
-             keep_all: bool = False) -> list[np.ndarray] | dict[str, np.ndarray]:
-    """Run `graph` on NumPy arrays; outputs in graph-output order (or every value by name)."""
+             keep_all: bool = False, float64: bool = False) -> list[np.ndarray] | dict[str, np.ndarray]:
+    """Run `graph` on NumPy arrays; outputs in graph-output order (or every value by name).
+
+    With float64=True every floating-point value is computed in float64 whatever its declared
+    precision: an estimate of the exact result, to judge the rounding error of a float32 run.
+    """
     env: dict[Value, np.ndarray] = dict(graph.constants)
     env.update(bind_inputs(graph, inputs))
+    if float64:
+        env = {v: _widen(a) for v, a in env.items()}
     for node in graph.nodes:
         args = [env[v] for v in node.inputs]
         try:
@@ -59,10 +65,14 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarra
                 raise AkgError(
                     f"internal: reference of '{node.op}' gave shape {list(r.shape)} for {v!r}"
                 )
-            env[v] = r.astype(v.dtype, copy=False)
+            env[v] = _widen(r) if float64 and is_float(v.dtype) else r.astype(v.dtype, copy=False)
     if keep_all:
         return {v.name: a for v, a in env.items()}
     return [env[v] for v in graph.outputs]
+
+
+def _widen(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) if a.dtype.kind == "f" else a
 
 
 def random_array(t: TensorType, rng: np.random.Generator, high: int | None = None) -> np.ndarray:

@@ -34,8 +34,9 @@ def tensor_bytes(graph) -> int:
 def check_file(path: str, max_bytes: int | None = MAX_BYTES) -> dict:
     """Status of one file: ok | unsupported | import_error | compile_error | mismatch | skipped."""
     from akg.errors import AkgError, ImportFormatError, UnsupportedError
-    from akg.graph.interpreter import evaluate, random_inputs
+    from akg.graph.interpreter import random_inputs
     from akg.graph.io import load_model
+    from akg.verify import Reference, compare
 
     out = {"file": path, "status": "ok", "reason": "", "schedule_codegen_s": None, "compile_s": None}
     try:
@@ -58,22 +59,13 @@ def check_file(path: str, max_bytes: int | None = MAX_BYTES) -> dict:
     out["compile_s"] = kernel.stats.compile_s
     out["fallback"] = kernel.stats.fallback
     inputs = random_inputs(graph, seed=0)
-    expected = evaluate(graph, inputs)
     try:
         got = kernel(**inputs)
     except Exception as e:  # a crash here is a bug to report, not a reason to stop the run
         return {**out, "status": "run_error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
-    for v, a, e in zip(graph.outputs, got, expected):
-        if a.dtype.kind == "f":
-            tol = {"float16": 5e-3, "float32": 1e-5}.get(str(a.dtype), 1e-9)
-            scale = max(1.0, float(np.nanmax(np.abs(e.astype(np.float64)))) if e.size else 1.0)
-            bad = ~np.isclose(a.astype(np.float64), e.astype(np.float64), rtol=tol, atol=tol * scale,
-                              equal_nan=True)
-        else:
-            bad = a != e
-        if bad.any():
-            return {**out, "status": "mismatch",
-                    "reason": f"output {v.name}: {int(bad.sum())} of {bad.size} elements differ"}
+    problems = compare(graph, got, Reference.of(graph, inputs))
+    if problems:
+        return {**out, "status": "mismatch", "reason": "; ".join(map(str, problems))}
     return out
 
 

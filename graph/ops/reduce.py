@@ -80,9 +80,17 @@ from akg.graph.compute.expr import cast, compute, const, reduce, reduce_axis  # 
 from akg.graph.ops.registry import defcompute  # noqa: E402
 
 
-def accumulate_dtype(dtype: str) -> str:
-    """Reductions and products of fp16 accumulate in fp32."""
-    return "float32" if dtype == "float16" else dtype
+LONG_REDUCTION = 1 << 14  # float32 sums over more elements than this accumulate in float64
+
+
+def accumulate_dtype(dtype: str, extent: int = 0) -> str:
+    """Reductions and products of fp16 accumulate in fp32; long fp32 sums in fp64, so the
+    rounding error does not grow with the reduction length."""
+    if dtype == "float16":
+        return "float32"
+    if dtype == "float32" and extent > LONG_REDUCTION:
+        return "float64"
+    return dtype
 
 
 def reduction(ctx_name: str, reducer: str, x, axes: tuple[int, ...], keepdims: bool, source=None,
@@ -91,7 +99,8 @@ def reduction(ctx_name: str, reducer: str, x, axes: tuple[int, ...], keepdims: b
     With keep_accumulator, fp16 sums come back in their fp32 accumulator."""
     raxes = {a: reduce_axis(x.shape[a], f"{ctx_name}.r{a}") for a in axes}
     out_shape = reduced_shape(x.shape, axes, keepdims)
-    acc = accumulate_dtype(x.dtype) if reducer in ("sum", "prod") else x.dtype
+    extent = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    acc = accumulate_dtype(x.dtype, extent) if reducer in ("sum", "prod") else x.dtype
 
     def body(*i):
         it = iter(i)
@@ -121,7 +130,7 @@ def _reduce_compute(ctx, x, axes, keepdims):
 def _mean_compute(ctx, x, axes, keepdims):
     ax = normalize_axes(axes, x.ndim)
     count = int(np.prod([x.shape[a] for a in ax], dtype=np.int64))
-    acc = accumulate_dtype(x.dtype)
+    acc = accumulate_dtype(x.dtype, count)
     total = reduction(ctx.name + ".sum", "sum", x, ax, keepdims, keep_accumulator=True)
     return compute(total.shape, lambda *i: cast(x.dtype, total[i] / const(count, acc)), ctx.name)
 
