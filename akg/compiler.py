@@ -65,7 +65,8 @@ class Pipeline:
         plan = cpu_mapping.to_plan(config, self.bands, self.target, self.dtype)
         try:
             mapped = apply_plan(self.model, self.schedule, plan)
-            func = lower_to_tir(self.model, mapped, promote=config.promote, name=self.program.name)
+            func = lower_to_tir(self.model, mapped, promote=config.promote, name=self.program.name,
+                                fast_math=config.fast_math)
         except isl.Error as e:
             raise LoweringError(f"{self.program.name}: code generation failed in isl: {e}") from e
         self.stats.codegen_s = time.perf_counter() - t0

@@ -21,6 +21,7 @@ from tvm import tirx
 from akg.errors import LoweringError
 from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Reduce, Select, Tensor, Var, walk
 from akg.polyhedral.model import PolyModel, Statement
+from akg.polyhedral.intrinsics import FAST_F32
 from akg.polyhedral.promote import Promoter, Promotion
 from akg.polyhedral.tree import MARK_PARALLEL, MARK_PROMOTE, MARK_UNROLL, MARK_VECTORIZE
 
@@ -47,8 +48,9 @@ class _Scope:
 
 
 class TirLowering:
-    def __init__(self, model: PolyModel, promoter: Promoter, name: str = "main"):
+    def __init__(self, model: PolyModel, promoter: Promoter, name: str = "main", fast_math: bool = True):
         self.model = model
+        self.fast_math = fast_math
         self.promoter = promoter
         self.name = name
         self.buffers: dict[int, tirx.Buffer] = {}
@@ -336,7 +338,7 @@ class TirLowering:
                 c, a, b = go(n.cond), go(n.a), go(n.b)
                 out = tirx.if_then_else(c, a, b) if lazy else tirx.Select(c, a, b)
             elif isinstance(n, Call):
-                out = _call(n.op, [go(a) for a in n.args], n.args, n.dtype)
+                out = _call(n.op, [go(a) for a in n.args], n.args, n.dtype, self.fast_math)
             else:
                 raise LoweringError(f"cannot lower {type(n).__name__} here")
             memo[key] = out
@@ -421,12 +423,14 @@ def _identity(reducer: str, dtype: str, value: bool = False):
     return tirx.min_value(dtype) if lowest else tirx.max_value(dtype)
 
 
-def _call(op: str, args: list, exprs: list, dtype: str) -> tirx.PrimExpr:
+def _call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = True) -> tirx.PrimExpr:
     if op in _FLOAT_UNARY:
         (x,) = args
-        if exprs[0].dtype == "float16":  # compute fp16 math in fp32
-            return tirx.Cast("float16", _FLOAT_UNARY[op](tirx.Cast("float32", x)))
-        return _FLOAT_UNARY[op](x)
+        src = exprs[0].dtype
+        fn = FAST_F32[op] if fast_math and op in FAST_F32 and src in ("float16", "float32") else _FLOAT_UNARY[op]
+        if src == "float16":  # compute fp16 math in fp32
+            return tirx.Cast("float16", fn(tirx.Cast("float32", x)))
+        return fn(x)
     if op == "neg":
         return -args[0]
     if op == "abs":
@@ -497,5 +501,7 @@ def _is_zero(e) -> bool:
 
 
 def lower_to_tir(model: PolyModel, schedule: isl.Schedule, promote: bool = True,
-                 name: str = "main") -> tirx.PrimFunc:
-    return TirLowering(model, Promoter(model, schedule, enabled=promote), name).lower(schedule)
+                 name: str = "main", fast_math: bool = True) -> tirx.PrimFunc:
+    """TIR of a mapped schedule; `fast_math` uses the vectorisable float32 expansions of
+    exp/erf/tanh/sigmoid (polyhedral/intrinsics.py) instead of libm calls."""
+    return TirLowering(model, Promoter(model, schedule, enabled=promote), name, fast_math).lower(schedule)

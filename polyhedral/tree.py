@@ -30,6 +30,7 @@ class BandInfo:
     inner_contiguity: int  # the best such score of any loop below the band
     has_inner: bool  # bands (loops) below this one, e.g. a reduction
     reduction_inner: bool  # some loop below carries a dependence (a reduction)
+    work: int = 0  # statement instances under the band: how much a thread launch is worth
 
     @property
     def members(self) -> int:
@@ -167,6 +168,8 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             has_inner=bool(inner),
             reduction_inner=any(not all(b.band_member_get_coincident(d) for d in range(b.band_n_member()))
                                 for b in inner),
+            work=sum(int(np.prod([v.extent for v in model.statement(n).iters], dtype=np.int64))
+                     for n in _statement_names(node)),
         ))
     return infos
 

@@ -81,7 +81,6 @@ def to_plan(config: Config, infos: list[BandInfo], target, dtype: str = "float32
     bands = config.bands if config.bands is not None else default_config(infos, target, dtype).bands
     plans = []
     for info, bc in zip(infos, bands):
-        points = int(np.prod(info.extents, dtype=np.int64))
         plans.append(BandPlan(order=bc.order, tile=bc.tile, register=bc.register, sink=bc.sink,
-                              parallel=config.parallel and points >= PARALLEL_MIN_POINTS and target.cores > 1))
+                              parallel=config.parallel and info.work >= PARALLEL_MIN_POINTS and target.cores > 1))
     return TreePlan(tuple(plans), vectorize=config.vectorize, unroll=config.unroll)

@@ -41,6 +41,7 @@ class Config:
     unroll: bool = True
     parallel: bool = True
     promote: bool = True
+    fast_math: bool = True  # vectorisable exp/erf/tanh/sigmoid instead of libm calls
 
     def __post_init__(self):
         if self.bands is not None:
@@ -98,7 +99,8 @@ class Space:
     fusion: str
     bands: tuple[BandSpace, ...]
     switches: dict = field(default_factory=lambda: {
-        "vectorize": (True, False), "unroll": (True, False), "parallel": (True, False), "promote": (True, False)})
+        "vectorize": (True, False), "unroll": (True, False), "parallel": (True, False), "promote": (True, False),
+        "fast_math": (True, False)})
 
     def size(self) -> int:
         n = 1

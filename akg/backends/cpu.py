@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-import tvm
+import os
+
+# TVM's CPU thread pool assumes hyper-threading and starts cpu_count()/2 threads on x86:
+# one thread on a 2-core machine. Use every core unless the user chose otherwise; this must
+# happen before the first parallel kernel runs.
+os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+
+import tvm  # noqa: E402
 
 from akg.errors import LoweringError
 from akg.target import CpuTarget

@@ -232,15 +232,15 @@ def test_every_fusion_strategy_is_correct(fusion, check_kernel):
 
 def test_switches_off_still_correct(check_kernel):
     g = graph(lambda b: b.output(b.relu(b.matmul(b.input("x", (32, 48)), b.input("w", (48, 64))))))
-    for cfg in (Config(vectorize=False, unroll=False, parallel=False, promote=False), Config(promote=False)):
+    for cfg in (Config(vectorize=False, unroll=False, parallel=False, promote=False, fast_math=False),
+                Config(promote=False)):
         check_kernel(g, akg.build(g, config=cfg))
 
 
 def test_kernel_exposes_tir_and_source():
-    k = akg.build(graph(lambda b: b.output(b.exp(b.input("x", (64, 64))))))
-    assert "T.prim_func" in k.tir() and "exp" in k.tir()
-    asm = k.source("asm")
-    assert asm and ("exp" in asm or "call" in asm)
+    k = akg.build(graph(lambda b: b.output(b.sqrt(b.input("x", (64, 64))))))
+    assert "T.prim_func" in k.tir() and "T.sqrt" in k.tir()
+    assert "sqrt" in k.source("asm")
     assert k.stats.schedule_s >= 0 and k.stats.compile_s > 0
 
 
