@@ -1,0 +1,48 @@
+"""Scheduling: fusion strategies, the operation quota fallback, tree normalisation."""
+
+import logging
+
+from akg.graph import GraphBuilder
+from akg.graph.compute.lower import lower_graph
+from akg.polyhedral.deps import compute_dependences
+from akg.polyhedral.model import build_model
+from akg.polyhedral.schedule import respects, schedule
+from akg.polyhedral.tree import analyze, outer_band_paths
+
+
+def _softmax_after_matmul():
+    b = GraphBuilder("g")
+    x = b.input("x", (16, 40))
+    b.output(b.softmax(b.matmul(x, b.input("w", (40, 24)))))
+    m = build_model(lower_graph(b.build()))
+    return m, compute_dependences(m)
+
+
+def test_fusion_strategies_differ_and_all_respect_dependences():
+    m, d = _softmax_after_matmul()
+    bands = {}
+    for fusion in ("max", "smart", "none"):
+        result = schedule(m, d, fusion)
+        assert result.fallback is None
+        assert respects(result.schedule, d)
+        bands[fusion] = len(outer_band_paths(result.schedule))
+    assert bands["none"] == len(m.statements)  # one loop nest per statement
+    assert bands["smart"] < bands["none"]
+
+
+def test_quota_falls_back_to_sequential_schedule_and_says_so(caplog):
+    m, d = _softmax_after_matmul()
+    with caplog.at_level(logging.INFO, logger="akg.polyhedral.schedule"):
+        result = schedule(m, d, "smart", max_operations=50)
+    assert result.fallback == "isl operation quota exceeded"
+    assert "using the sequential schedule" in caplog.text
+    assert respects(result.schedule, d)
+
+
+def test_reduction_band_is_split_from_parallel_band():
+    b = GraphBuilder("g")
+    b.output(b.sum(b.input("x", (8, 32)), axes=[1]))
+    m = build_model(lower_graph(b.build()))
+    result = schedule(m, compute_dependences(m))
+    (info,) = analyze(m, result.schedule)
+    assert info.coincident == (True,) and info.reduction_inner

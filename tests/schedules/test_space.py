@@ -1,0 +1,76 @@
+"""Knob space and Config: JSON round trip, legal samples, ScheduleError on bad configs."""
+
+import random
+
+import pytest
+
+import akg
+from akg.compiler import Pipeline
+from akg.errors import ScheduleError
+from akg.graph import GraphBuilder
+from akg.graph.compute.lower import lower_graph
+from akg.schedules.space import BandConfig, Config
+from akg.target import get_target
+
+
+def _pipeline():
+    b = GraphBuilder("mm")
+    b.output(b.relu(b.matmul(b.input("a", (24, 40)), b.input("w", (40, 36)))))
+    return b.build(), Pipeline(lower_graph(b.build()), get_target("cpu"))
+
+
+def test_config_json_round_trip_and_hashable():
+    c = Config(fusion="max", bands=(BandConfig((1, 0), (8, 0), (0, 16), True),), unroll=False)
+    again = Config.from_json(c.to_json())
+    assert again == c and hash(again) == hash(c)
+    with pytest.raises(ScheduleError, match="not a config"):
+        Config.from_json('{"speed": 11}')
+
+
+def test_space_is_derived_from_the_schedule_and_samples_are_legal(check_kernel):
+    graph, p = _pipeline()
+    space = p.space()
+    assert len(space.bands) == len(p.bands) and space.size() > 1000
+    assert all(0 in sizes for b in space.bands for sizes in b.tiles)
+    rng = random.Random(0)
+    for _ in range(4):
+        config = space.sample(rng)
+        space.validate(config)
+        check_kernel(graph, p.build(config))
+
+
+def test_space_enumerates_lazily():
+    _, p = _pipeline()
+    first = [c for _, c in zip(range(5), p.space())]
+    assert len(set(first)) == 5
+
+
+@pytest.mark.parametrize("band, message", [
+    (BandConfig((0, 1), (64, 0), (0, 0)), "tile 64 of loop 0 is larger than its extent 24"),
+    (BandConfig((0, 1), (8, 0), (16, 0)), "register tile 16 of loop 0 exceeds its tile 8"),
+    (BandConfig((0, 0), (0, 0), (0, 0)), "not a permutation"),
+    (BandConfig((0, 1), (0,), (0,)), "needs 2 tile and register sizes"),
+])
+def test_bad_configs_raise_schedule_error(band, message):
+    graph, p = _pipeline()
+    with pytest.raises(ScheduleError, match=message):
+        akg.build(graph, config=Config(bands=(band,)))
+
+
+def test_wrong_band_count_and_illegal_order():
+    graph, p = _pipeline()
+    with pytest.raises(ScheduleError, match="config maps 2 bands, the schedule has 1"):
+        akg.build(graph, config=Config(bands=(BandConfig((0, 1), (0, 0), (0, 0)),) * 2))
+    b = GraphBuilder("scan")  # a band whose loops cannot be interchanged
+    b.output(b.sum(b.input("x", (8, 32)), axes=[1]))
+    q = Pipeline(lower_graph(b.build()), get_target("cpu"))
+    assert all(i.members == 1 for i in q.bands)
+
+
+def test_default_config_is_legal_and_vectorises_matmul():
+    graph, p = _pipeline()
+    config = p.default_config()
+    p.space().validate(config)
+    (band,) = config.bands
+    assert band.sink and band.register[-1] >= 16
+    assert "T.vectorized" in p.build(config).tir()
