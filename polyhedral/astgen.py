@@ -379,7 +379,7 @@ class TirLowering:
             body = self.stmt(inner)
         finally:
             self.scopes.pop()
-        return _seq([*(tirx.AllocBuffer(b) for b in allocs), *before, body, *after])
+        return _seq([*(_stack_alloc(b) for b in allocs), *before, body, *after])
 
     def _copy(self, local, offsets, p: Promotion, into_local: bool, shadow: bool = False) -> tirx.Stmt:
         """Loops over the promotion box copying between the local buffer and the tensor's
@@ -475,6 +475,18 @@ def _call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = True) 
     if op in _COMPARE:
         return _COMPARE[op](a, b)
     raise LoweringError(f"no TIR lowering for '{op}'")
+
+
+STACK_BYTES = 16 * 1024
+
+
+def _stack_alloc(buf: tirx.Buffer) -> tirx.Stmt:
+    """A local buffer on the stack (TVM otherwise puts buffers of 1 KiB or more on the heap,
+    where LLVM cannot keep them in registers)."""
+    nbytes = int(np.prod([int(d) for d in buf.shape])) * np.dtype(buf.dtype).itemsize
+    if nbytes <= STACK_BYTES:
+        return tirx.AllocBuffer(buf, {"disable_lower_builtin": True})
+    return tirx.AllocBuffer(buf)
 
 
 def _fold(fn, items: list):
