@@ -7,8 +7,15 @@ from akg._version import __version__  # noqa: F401
 from akg.errors import AkgError  # noqa: F401
 
 
-def build(subgraph, target="cpu", config=None):
-    """Compile one subgraph into a Kernel (see akg.build.build)."""
+def build(subgraph, target="cpu", config=None, db=None):
+    """Compile one subgraph into a Kernel (see akg.compiler.build)."""
     from akg.compiler import build as _build
 
-    return _build(subgraph, target, config)
+    return _build(subgraph, target, config, db)
+
+
+def tune(model, target="cpu", trials=64, db=None, **options):
+    """Tune a model's kernels, recording every measurement in the database (see akg.tuner.tune)."""
+    from akg.tuner.tune import tune as _tune
+
+    return _tune(model, target=target, trials=trials, db=db, **options)

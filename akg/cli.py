@@ -137,14 +137,19 @@ def _max_error(a: np.ndarray, e: np.ndarray) -> float:
 @click.option("--asm", "show_asm", is_flag=True, help="Print the generated assembly.")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write kernel.tir, kernel.s and kernel.so into this folder.")
-def compile_cmd(model: Path, target: str, show_source: bool, show_asm: bool, out_dir: Path | None) -> None:
-    """Compile a kernel (composite JSON or a .mir subgraph) and report how."""
+@click.option("--db", "db_url", default=None, help="Tuning database to take the best config from "
+              "(default: $AKG_DB, else ~/.cache/akg/tuning.db).")
+def compile_cmd(model: Path, target: str, show_source: bool, show_asm: bool, out_dir: Path | None,
+                db_url: str | None) -> None:
+    """Compile a kernel (composite JSON or a .mir subgraph) with its best tuned config, or the
+    default one, and report which."""
     import akg
+    from akg.db import open_database
     from akg.graph.io import load_model
     from akg.target import get_target
 
     graph = load_model(model)
-    kernel = akg.build(graph, target=get_target(target))
+    kernel = akg.build(graph, target=get_target(target), db=open_database(db_url))
     s = kernel.stats
     console.print(f"kernel {kernel.name} for {kernel.target}: {kernel.config_source} config "
                   f"{kernel.config.to_json()}")
@@ -227,6 +232,16 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         raise InputDataError(f"{path}: no such file") from None
     except Exception as e:
         raise InputDataError(f"{path}: cannot read as .npz: {e}") from None
+
+
+def _register_commands() -> None:
+    from akg.cli_tuning import COMMANDS
+
+    for command in COMMANDS:
+        cli.add_command(command)
+
+
+_register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 
 import islpy as isl
 
 from akg.errors import LoweringError, ScheduleError, UnsupportedError
 from akg.graph.compute.lower import Program, lower_graph
 from akg.graph.ir import Graph
-from akg.graph.subgraph import Subgraph
+from akg.graph.subgraph import Subgraph, workload_key
 from akg.kernel import Kernel, KernelStats
 from akg.polyhedral.astgen import lower_to_tir
 from akg.polyhedral.deps import compute_dependences
@@ -58,23 +59,24 @@ class Pipeline:
         return cpu_mapping.default_config(self.bands, self.target, self.dtype, self.fusion)
 
     def lower(self, config: Config):
-        """The TIR PrimFunc of this program under `config` (ScheduleError if illegal)."""
+        """The TIR PrimFunc of this program under `config` (ScheduleError if illegal), and the
+        loop-nest records of its statements (for the tuner's features)."""
         if config.fusion != self.fusion:
             raise ScheduleError(f"config is for fusion '{config.fusion}', pipeline for '{self.fusion}'")
         t0 = time.perf_counter()
         plan = cpu_mapping.to_plan(config, self.bands, self.target, self.dtype)
         try:
             mapped = apply_plan(self.model, self.schedule, plan)
-            func = lower_to_tir(self.model, mapped, promote=config.promote, name=self.program.name,
-                                fast_math=config.fast_math)
+            func, records = lower_to_tir(self.model, mapped, promote=config.promote,
+                                         name=self.program.name, fast_math=config.fast_math)
         except isl.Error as e:
             raise LoweringError(f"{self.program.name}: code generation failed in isl: {e}") from e
         self.stats.codegen_s = time.perf_counter() - t0
-        return func
+        return func, records
 
     def build(self, config: Config | None = None, config_source: str = "default") -> Kernel:
         config = config or self.default_config()
-        func = self.lower(config)
+        func, records = self.lower(config)
         if not isinstance(self.target, CpuTarget):
             raise UnsupportedError(f"no backend for target '{self.target}' yet")
         from akg.backends.cpu import compile_cpu
@@ -83,22 +85,58 @@ class Pipeline:
         exe = compile_cpu(func, self.target)
         stats = KernelStats(**vars(self.stats))
         stats.compile_s = time.perf_counter() - t0
-        return Kernel(self.program.name, self.target, config, self.program, func, exe, stats, config_source)
+        return Kernel(self.program.name, self.target, config, self.program, func, exe, stats, config_source,
+                      records)
+
+
+_PIPELINES: "OrderedDict[tuple, Pipeline]" = OrderedDict()
+
+
+def pipeline_for(graph: Graph | Subgraph, target: str | Target = "cpu", fusion: str = "smart") -> Pipeline:
+    """A Pipeline for this graph, reused across calls in this process (the tuner builds many
+    configs of one subgraph)."""
+    target = get_target(target)
+    if isinstance(graph, Subgraph):
+        graph = graph.graph
+    key = (workload_key(graph), target.key, fusion)
+    if key in _PIPELINES:
+        _PIPELINES.move_to_end(key)
+        return _PIPELINES[key]
+    pipeline = Pipeline(lower_graph(graph), target, fusion)
+    _PIPELINES[key] = pipeline
+    while len(_PIPELINES) > 32:
+        _PIPELINES.popitem(last=False)
+    return pipeline
+
+
+def tuned_config(graph: Graph, target: Target, db) -> tuple[Config | None, str]:
+    """The best recorded config of this workload on this target, and where it came from."""
+    from akg.db import Database, open_database
+
+    database = db if isinstance(db, Database) else open_database(db)
+    best = database.best(workload_key(graph), target.key)
+    if best is None:
+        return None, "default"
+    return Config.from_json(best.config), f"tuned ({best.cost * 1e6:.1f} us measured {best.timestamp:%Y-%m-%d})"
 
 
 def build(subgraph: Subgraph | Graph | Program, target: str | Target = "cpu",
-          config: Config | None = None) -> Kernel:
+          config: Config | None = None, db=None) -> Kernel:
     """Compile one subgraph (of basic or composite ops) into a Kernel.
 
-    `config=None` uses the target's default heuristic config.
+    `config=None` takes the best record of the tuning database `db` when one is given and has
+    one, else the target's default heuristic config; the kernel says which.
     """
     target = get_target(target)
     t0 = time.perf_counter()
     if isinstance(subgraph, Subgraph):
         subgraph = subgraph.graph
+    source = "given" if config is not None else "default"
+    if config is None and db is not None and isinstance(subgraph, Graph):
+        config, source = tuned_config(subgraph, target, db)
     program = subgraph if isinstance(subgraph, Program) else lower_graph(subgraph)
     lower_s = time.perf_counter() - t0
     fusion = config.fusion if config is not None else "smart"
     pipeline = Pipeline(program, target, fusion)
     pipeline.stats.lower_s = lower_s
-    return pipeline.build(config)
+    return pipeline.build(config, config_source=source)

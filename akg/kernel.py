@@ -43,6 +43,7 @@ class Kernel:
     executable: object
     stats: KernelStats = field(default_factory=KernelStats)
     config_source: str = "default"  # "default" heuristic, or where the config came from
+    records: tuple = ()  # loop-nest records of the statements (akg.polyhedral.astgen)
 
     @property
     def input_names(self) -> list[str]:

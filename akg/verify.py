@@ -44,18 +44,20 @@ class Reference:
         return cls(evaluate(graph, inputs), evaluate(graph, inputs, float64=True))
 
 
-def compare(graph: Graph, outputs: Sequence[np.ndarray], reference: Reference) -> list[Mismatch]:
-    """Every output that fails the check, with how badly."""
+def compare(graph: Graph | Sequence[str], outputs: Sequence[np.ndarray], reference: Reference) -> list[Mismatch]:
+    """Every output that fails the check, with how badly. `graph` gives the output names
+    (a Graph, or the names themselves)."""
+    names = [v.name for v in graph.outputs] if isinstance(graph, Graph) else list(graph)
     bad = []
-    for v, got, ref, exact in zip(graph.outputs, outputs, reference.declared, reference.exact):
+    for name, got, ref, exact in zip(names, outputs, reference.declared, reference.exact):
         got = np.asarray(got)
         if got.shape != ref.shape:
-            bad.append(Mismatch(v.name, got.size, ref.size, float("inf")))
+            bad.append(Mismatch(name, got.size, ref.size, float("inf")))
             continue
         if ref.dtype.kind != "f":
             wrong = got != ref
             if wrong.any():
-                bad.append(Mismatch(v.name, int(wrong.sum()), wrong.size, float("nan")))
+                bad.append(Mismatch(name, int(wrong.sum()), wrong.size, float("nan")))
             continue
         tol = TOLERANCE.get(str(ref.dtype), 1e-5)
         g, e, r = got.astype(np.float64), exact.astype(np.float64), ref.astype(np.float64)
@@ -67,5 +69,5 @@ def compare(graph: Graph, outputs: Sequence[np.ndarray], reference: Reference) -
             ok = (error <= allowed) | (np.isnan(g) & np.isnan(r)) | ((g == e) & ~finite)
         if not ok.all():
             worst = float(np.nanmax(np.where(ok, 0.0, error))) if (~ok).any() else 0.0
-            bad.append(Mismatch(v.name, int((~ok).sum()), ok.size, worst))
+            bad.append(Mismatch(name, int((~ok).sum()), ok.size, worst))
     return bad

@@ -232,6 +232,10 @@ class Graph:
     def __hash__(self) -> int:
         return hash(self.structure())
 
+    def __reduce__(self):
+        # rebuilt (and revalidated) from its parts; MappingProxyType itself does not pickle
+        return (Graph, (self.name, self.inputs, self.outputs, self.nodes, dict(self.constants)))
+
     def __repr__(self) -> str:
         return f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.nodes)} nodes>"
 

@@ -68,3 +68,26 @@ def canonical_form(graph: Graph) -> dict:
 def workload_key(graph: Graph) -> str:
     text = json.dumps(canonical_form(graph), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def graph_from_canonical(form: dict, name: str = "workload") -> Graph:
+    """A graph with the structure a canonical form describes (constants that were not inlined
+    come back with made-up, non-uniform data): enough to rebuild a workload's loop nests."""
+    import math
+
+    from akg.graph.builder import GraphBuilder
+
+    b = GraphBuilder(name)
+    values = [b.input(f"in{k}", shape, dtype) for k, (shape, dtype) in enumerate(form["inputs"])]
+    for k, (shape, dtype, data) in enumerate(form["constants"]):
+        if data == "None":
+            array = (np.arange(int(np.prod(shape)), dtype=np.int64) % 7 + 1).reshape(shape).astype(dtype)
+        else:
+            fill = eval(data, {"__builtins__": {}}, {"nan": math.nan, "inf": math.inf})
+            array = np.full(shape, fill, dtype=dtype)
+        values.append(b.const(array, name=f"c{k}"))
+    for op, attrs, inputs, outs in form["nodes"]:
+        out = b.op(op, *(values[i] for i in inputs), **attrs)
+        values.extend(out if isinstance(out, tuple) else (out,))
+    b.output(*(values[i] for i in form["outputs"]))
+    return b.build()

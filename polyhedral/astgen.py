@@ -62,6 +62,8 @@ class TirLowering:
         self.piece_offsets: dict[int, list[list[isl.AstExpr]]] = {}
         self.analyzer = Analyzer()
         self.in_parallel = False
+        self.loop_stack: list[tuple[str, int, str]] = []  # (AST iterator, max trip count, kind)
+        self.records: list[StatementRecord] = []  # the loop nest as the tuner's features see it
 
     # --- buffers --------------------------------------------------------------------------------
 
@@ -257,7 +259,12 @@ class TirLowering:
             value = var if inc == 1 else var * inc
             self.loop_vars[it] = value if _is_zero(init) else self.analyzer.simplify(init + value)
             self.analyzer.bind(var, tvm.ir.Range.from_min_extent(0, tirx.max(extent, 1)))
-            return tirx.For(var, 0, extent, for_kind, self.stmt(body_node))
+            trips = int(extent.value) if isinstance(extent, tirx.IntImm) else max(1, int(bound.max_value))
+            self.loop_stack.append((it, trips, _KIND_NAMES[for_kind]))
+            try:
+                return tirx.For(var, 0, extent, for_kind, self.stmt(body_node))
+            finally:
+                self.loop_stack.pop()
 
         if kind == MARK_PARALLEL and not self.in_parallel:
             self.in_parallel = True
@@ -285,7 +292,46 @@ class TirLowering:
         stmt = self.model.statement(name)
         args = [self.expr(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg())]
         env = dict(zip(stmt.iters, args))
+        self._record(stmt, call, env)
         return self.statement(stmt, env)
+
+    def _record(self, stmt: Statement, call: isl.AstExpr, env: dict) -> None:
+        """Note the statement's loop nest and the stride of each access along the innermost
+        loop (by evaluating the indices with that loop's iterator moved by one)."""
+        shifted = None
+        if self.loop_stack:
+            it = self.loop_stack[-1][0]
+            saved = self.loop_vars[it]
+            self.loop_vars[it] = saved + 1
+            try:
+                shifted = dict(zip(stmt.iters, (self.expr(call.get_op_arg(i))
+                                                for i in range(1, call.get_op_n_arg()))))
+            finally:
+                self.loop_vars[it] = saved
+        accesses = []
+        loads = [] if stmt.role == "init" else [n for n in walk(stmt.expr) if isinstance(n, Load)]
+        for tensor, indices in [(stmt.op.output, stmt.op.axes), *((n.tensor, n.indices) for n in loads)]:
+            buf, offsets = self._buffer(tensor)
+            stride = None
+            if shifted is not None:
+                try:
+                    delta = self.analyzer.simplify(self._flat(tensor, indices, shifted) - self._flat(tensor, indices, env))
+                    stride = int(delta.value) if isinstance(delta, tirx.IntImm) else None
+                except Exception:  # noqa: BLE001  (data-dependent index)
+                    stride = None
+            accesses.append(AccessRecord(tensor.name,
+                                         int(np.prod(tensor.shape, dtype=np.int64)) * np.dtype(tensor.dtype).itemsize,
+                                         stride, bool(offsets) or buf not in self.params))
+        flops = sum(1 for n in walk(stmt.expr) if isinstance(n, Call))
+        self.records.append(StatementRecord(stmt.role, tuple((t, k) for _, t, k in self.loop_stack),
+                                            tuple(accesses), max(flops, 1)))
+
+    def _flat(self, tensor: Tensor, indices, env: dict):
+        strides = np.cumprod([1, *tensor.shape[::-1]])[:-1][::-1]
+        total = tirx.const(0, "int32")
+        for idx, st in zip(indices, strides):
+            total = total + self.value(idx, env) * int(st)
+        return total
 
     def statement(self, stmt: Statement, env: dict) -> tirx.Stmt:
         op = stmt.op
@@ -401,6 +447,25 @@ class TirLowering:
 
 # --- helpers -----------------------------------------------------------------------------------
 
+_KIND_NAMES = {tirx.ForKind.SERIAL: "serial", tirx.ForKind.PARALLEL: "parallel",
+               tirx.ForKind.VECTORIZED: "vector", tirx.ForKind.UNROLLED: "unroll"}
+
+
+@dataclass(frozen=True)
+class AccessRecord:
+    tensor: str
+    tensor_bytes: int
+    stride: int | None  # elements per step of the innermost loop (None: not affine there)
+    local: bool  # a promoted (stack/register) buffer or an intermediate, not a kernel argument
+
+
+@dataclass(frozen=True)
+class StatementRecord:
+    role: str
+    loops: tuple[tuple[int, str], ...]  # enclosing loops, outermost first: (trip count, kind)
+    accesses: tuple[AccessRecord, ...]  # the write first, then the reads
+    ops: int  # arithmetic operations per instance
+
 
 def _single_map(umap: isl.UnionMap) -> isl.Map:
     maps: list[isl.Map] = []
@@ -513,7 +578,9 @@ def _is_zero(e) -> bool:
 
 
 def lower_to_tir(model: PolyModel, schedule: isl.Schedule, promote: bool = True,
-                 name: str = "main", fast_math: bool = True) -> tirx.PrimFunc:
-    """TIR of a mapped schedule; `fast_math` uses the vectorisable float32 expansions of
-    exp/erf/tanh/sigmoid (polyhedral/intrinsics.py) instead of libm calls."""
-    return TirLowering(model, Promoter(model, schedule, enabled=promote), name, fast_math).lower(schedule)
+                 name: str = "main", fast_math: bool = True):
+    """TIR of a mapped schedule, and the loop-nest records of its statements. `fast_math` uses
+    the vectorisable float32 expansions of exp/erf/tanh/sigmoid (polyhedral/intrinsics.py)
+    instead of libm calls."""
+    lowering = TirLowering(model, Promoter(model, schedule, enabled=promote), name, fast_math)
+    return lowering.lower(schedule), lowering.records

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterator
 
 from akg.errors import ScheduleError
@@ -121,6 +121,48 @@ class Space:
 
     def validate(self, config: Config) -> None:
         validate_bands(config, [b.info for b in self.bands])
+
+    def is_legal(self, config: Config) -> bool:
+        try:
+            self.validate(config)
+            return True
+        except ScheduleError:
+            return False
+
+    def mutate(self, config: Config, rng: random.Random) -> Config:
+        """A neighbour: one tile size moved to an adjacent candidate, an order or sink
+        changed, or one switch flipped."""
+        bands = list(config.bands or ())
+        if not bands or rng.random() < 0.15:
+            name = rng.choice(list(self.switches))
+            return replace(config, **{name: not getattr(config, name)})
+        k = rng.randrange(len(bands))
+        bc, bs = bands[k], self.bands[k]
+        roll = rng.random()
+        if roll < 0.1 and len(bs.orders) > 1:
+            order = rng.choice(bs.orders)
+            bands[k] = BandConfig(order, tuple(bc.tile[bc.order.index(m)] for m in order),
+                                  tuple(bc.register[bc.order.index(m)] for m in order), bc.sink)
+        elif roll < 0.2:
+            bands[k] = replace(bc, sink=not bc.sink)
+        else:
+            pos = rng.randrange(len(bc.order))
+            m = bc.order[pos]
+            which = "tile" if rng.random() < 0.5 else "register"
+            choices = bs.tiles[m]
+            current = getattr(bc, which)[pos]
+            i = choices.index(current) if current in choices else 0
+            new = choices[max(0, min(len(choices) - 1, i + rng.choice((-2, -1, 1, 2))))]
+            values = list(getattr(bc, which))
+            values[pos] = new
+            bands[k] = replace(bc, **{which: tuple(values)})
+        return replace(config, bands=tuple(bands))
+
+    def crossover(self, a: Config, b: Config, rng: random.Random) -> Config:
+        """Each band mapping and each switch taken from one parent or the other."""
+        bands = tuple(rng.choice((x, y)) for x, y in zip(a.bands or (), b.bands or ()))
+        switches = {name: getattr(rng.choice((a, b)), name) for name in self.switches}
+        return Config(self.fusion, bands or a.bands, **switches)
 
 
 def _band_configs(b: BandSpace) -> Iterator[BandConfig]:

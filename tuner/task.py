@@ -1,0 +1,92 @@
+"""A tuning task: one subgraph on one target, its knob spaces (one per fusion strategy), what
+has been measured for it, and features of candidate configs."""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from akg.errors import AkgError
+from akg.graph.subgraph import Subgraph
+from akg.polyhedral.schedule import FUSION_STRATEGIES
+from akg.schedules.space import Config, Space
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Trial:
+    config: Config
+    status: str
+    cost: float | None
+
+
+@dataclass(eq=False)
+class TuningTask:
+    subgraph: Subgraph
+    target: object
+    occurrences: int = 1
+    seed: int = 0
+    trials: list[Trial] = field(default_factory=list)
+    measured: set[str] = field(default_factory=set)  # config JSON already in the database
+    _pipelines: dict = field(default_factory=dict)
+    _features: dict = field(default_factory=dict)
+    _spaces: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.rng = random.Random(f"{self.seed}:{self.subgraph.workload_key}")
+
+    @property
+    def key(self) -> str:
+        return self.subgraph.workload_key
+
+    @property
+    def name(self) -> str:
+        return self.subgraph.name
+
+    def pipeline(self, fusion: str = "smart"):
+        if fusion not in self._pipelines:
+            from akg.compiler import pipeline_for
+
+            self._pipelines[fusion] = pipeline_for(self.subgraph.graph, self.target, fusion)
+        return self._pipelines[fusion]
+
+    def space(self, fusion: str = "smart") -> Space:
+        if fusion not in self._spaces:
+            self._spaces[fusion] = self.pipeline(fusion).space()
+        return self._spaces[fusion]
+
+    def fusions(self) -> tuple[str, ...]:
+        return FUSION_STRATEGIES
+
+    def default_config(self, fusion: str = "smart") -> Config:
+        return self.pipeline(fusion).default_config()
+
+    def features(self, config: Config) -> np.ndarray | None:
+        """Features of a candidate from its lowered loop nest (None if it cannot be lowered)."""
+        key = config.to_json()
+        if key not in self._features:
+            from akg.tuner.features import knob_features, loop_nest_features
+
+            try:
+                pipeline = self.pipeline(config.fusion)
+                _, records = pipeline.lower(config)
+                cores = getattr(self.target, "cores", 1)
+                self._features[key] = np.asarray(
+                    loop_nest_features(records, cores) + knob_features(config, pipeline.bands), np.float32)
+            except AkgError as e:
+                log.debug("%s: cannot lower %s: %s", self.name, key, e)
+                self._features[key] = None
+        return self._features[key]
+
+    @property
+    def best(self) -> Trial | None:
+        ok = [t for t in self.trials if t.status == "ok" and t.cost is not None]
+        return min(ok, key=lambda t: t.cost) if ok else None
+
+    def best_configs(self, k: int) -> list[Config]:
+        ok = sorted((t for t in self.trials if t.status == "ok" and t.cost is not None), key=lambda t: t.cost)
+        return [t.config for t in ok[:k]]
