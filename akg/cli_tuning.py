@@ -54,13 +54,13 @@ def tune_cmd(model: Path, target: str, trials: int, db_url: str | None, timeout:
 
         result = tune(model, target=target_, trials=trials, db=database, timeout=timeout, seed=seed,
                       cost_model=cost_model, search=search, batch=batch, progress=progress)
-    table = Table(title=f"{model.name} on {target_} ({result.new_measurements} new measurements, "
-                        f"{result.seconds:.0f}s)")
+    table = Table(title=f"{model.name} on {target_}")
     for col in ("kernel", "x", "trials", "failed", "best"):
         table.add_column(col)
     for k in result.kernels:
         table.add_row(k.name, str(k.occurrences), str(k.trials), str(k.failures), _seconds(k.best_cost))
     console.print(table)
+    console.print(f"{result.new_measurements} new measurements in {result.seconds:.0f}s")
     if result.interrupted:
         console.print("interrupted: every measurement so far is saved; run the same command to resume")
         raise SystemExit(130)

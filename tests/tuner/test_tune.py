@@ -1,0 +1,180 @@
+"""akg.tune: determinism with a fixed seed and the random model, resume from the database
+(also after SIGKILL), budgets, task scheduling; and the cost model, search and features."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import akg
+from akg.db import InMemoryDatabase, open_database
+from akg.graph import GraphBuilder
+from akg.graph.subgraph import Subgraph
+from akg.schedules.space import Config
+from akg.target import get_target
+from akg.tuner.cost_model import RandomModel, XgbCostModel
+from akg.tuner.features import FEATURE_NAMES
+from akg.tuner.measure import InProcessBuilder, InProcessRunner
+from akg.tuner.search import EvolutionarySearch
+from akg.tuner.task import Trial, TuningTask
+from akg.tuner.tune import TaskScheduler, tune
+
+
+def _matmul(n=64, name="mm"):
+    b = GraphBuilder(name)
+    b.output(b.relu(b.matmul(b.input("a", (n, n)), b.input("w", (n, n)))))
+    return b.build()
+
+
+def _tune(graph, db, trials, tmp_path, **kw):
+    return tune(graph, trials=trials, db=db, builder=InProcessBuilder(str(tmp_path)), runner=InProcessRunner(),
+                batch=4, **kw)
+
+
+def test_fixed_seed_and_random_model_is_deterministic(tmp_path):
+    runs = []
+    for _ in range(2):
+        db = InMemoryDatabase()
+        _tune(_matmul(), db, 8, tmp_path, cost_model="random", seed=7)
+        runs.append([r.config for r in db.history(Subgraph(_matmul()).workload_key, get_target("cpu").key)])
+    assert runs[0] == runs[1] and len(runs[0]) == 8
+    db = InMemoryDatabase()
+    _tune(_matmul(), db, 8, tmp_path, cost_model="random", seed=8)
+    assert [r.config for r in db.history(Subgraph(_matmul()).workload_key, get_target("cpu").key)] != runs[0]
+
+
+def test_second_run_with_a_warm_database_measures_nothing(tmp_path):
+    db = InMemoryDatabase()
+    first = _tune(_matmul(), db, 8, tmp_path)
+    assert first.new_measurements == 8 and first.kernels[0].best_cost > 0
+    again = _tune(_matmul(), db, 8, tmp_path)
+    assert again.new_measurements == 0
+    more = _tune(_matmul(), db, 12, tmp_path)
+    assert more.new_measurements == 4
+    configs = [r.config for r in db.history(Subgraph(_matmul()).workload_key, get_target("cpu").key)]
+    assert len(configs) == len(set(configs)) == 12  # nothing measured twice
+
+
+def test_tuned_config_is_used_by_build(tmp_path):
+    db = InMemoryDatabase()
+    result = _tune(_matmul(), db, 6, tmp_path)
+    kernel = akg.build(_matmul(), db=db)
+    assert kernel.config == result.kernels[0].best_config
+    assert kernel.config_source.startswith("tuned")
+    assert akg.build(_matmul(n=32), db=db).config_source == "default"
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import sys
+    from akg.graph import GraphBuilder
+    from akg.tuner.measure import InProcessBuilder, InProcessRunner
+    from akg.tuner.tune import tune
+
+    if __name__ == "__main__":
+        b = GraphBuilder("mm")
+        b.output(b.relu(b.matmul(b.input("a", (64, 64)), b.input("w", (64, 64)))))
+        def progress(done, total, task, results):
+            print("MEASURED", done, flush=True)
+        tune(b.build(), trials=int(sys.argv[2]), db=sys.argv[1], builder=InProcessBuilder(),
+             runner=InProcessRunner(), batch=2, progress=progress)
+""")
+
+
+def test_sigkill_mid_run_loses_no_committed_record_and_resumes(tmp_path):
+    script = tmp_path / "tune_job.py"
+    script.write_text(KILL_SCRIPT)
+    url = str(tmp_path / "tuning.db")
+    proc = subprocess.Popen([sys.executable, str(script), url, "40"], stdout=subprocess.PIPE, text=True)
+    seen = 0
+    deadline = time.time() + 240
+    while seen < 4 and time.time() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("MEASURED"):
+            seen = int(line.split()[1])
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert seen >= 4
+    db = open_database(url)
+    key = Subgraph(_matmul()).workload_key
+    kept = db.count(key, get_target("cpu").key)
+    assert kept >= seen  # every record reported as measured was committed
+    resumed = tune(_matmul(), trials=kept + 2, db=db, builder=InProcessBuilder(str(tmp_path)),
+                   runner=InProcessRunner(), batch=2)
+    assert resumed.new_measurements == 2 and db.count(key, get_target("cpu").key) == kept + 2
+
+
+def test_task_scheduler_spends_where_latency_is():
+    target = get_target("cpu")
+    small = TuningTask(Subgraph(_matmul(16, "small")), target, occurrences=1)
+    big = TuningTask(Subgraph(_matmul(64, "big")), target, occurrences=3)
+    small.trials.append(Trial(Config(), "ok", 1e-6))
+    big.trials.append(Trial(Config(), "ok", 1e-4))
+    scheduler = TaskScheduler([small, big])
+    assert scheduler.next() is big
+    fresh = TuningTask(Subgraph(_matmul(32, "fresh")), target)
+    assert TaskScheduler([small, big, fresh]).next() is fresh  # every kernel gets a first round
+
+
+def test_xgb_model_learns_a_ranking():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, len(FEATURE_NAMES))).astype(np.float32)
+    cost = np.exp(x[:, 0])  # faster when feature 0 is small
+    model = XgbCostModel(seed=0)
+    assert not model.informative
+    model.update(list(x), list(cost), ["w"] * 64)
+    assert model.informative
+    test = rng.standard_normal((32, len(FEATURE_NAMES))).astype(np.float32)
+    scores = model.predict(list(test))
+    assert np.corrcoef(scores, -test[:, 0])[0, 1] > 0.7
+
+
+def test_random_model_is_seeded():
+    a, b = RandomModel(3).predict([None] * 5), RandomModel(3).predict([None] * 5)
+    assert np.array_equal(a, b)
+
+
+def test_evolutionary_search_proposes_fresh_legal_configs():
+    task = TuningTask(Subgraph(_matmul()), get_target("cpu"))
+    model = XgbCostModel()
+    first = EvolutionarySearch().propose(task, model, 6)
+    assert len(first) == 6 and len({c.to_json() for c in first}) == 6
+    assert all(task.space(c.fusion).is_legal(c) for c in first)
+    for c in first:
+        task.trials.append(Trial(c, "ok", 1e-4 * (1 + len(task.trials))))
+        task.measured.add(c.to_json())
+    model.update([task.features(c) for c in first] * 2, [t.cost for t in task.trials] * 2, [task.key] * 12)
+    second = EvolutionarySearch().propose(task, model, 6)
+    assert not {c.to_json() for c in second} & task.measured and len(second) == 6
+
+
+def test_features_are_finite_and_named():
+    task = TuningTask(Subgraph(_matmul()), get_target("cpu"))
+    f = task.features(task.default_config())
+    assert f.shape == (len(FEATURE_NAMES),) and np.isfinite(f).all()
+    named = dict(zip(FEATURE_NAMES, f))
+    assert named["vector_frac"] > 0.9 and named["reduction_frac"] > 0.5
+
+
+def test_cli_tune_and_db_commands(tmp_path, capsys):
+    from akg.cli import main
+    from akg.graph.io import save_mir
+
+    save_mir(_matmul(), tmp_path / "mm.mir")
+    db = str(tmp_path / "t.db")
+    assert main(["tune", str(tmp_path / "mm.mir"), "--trials", "4", "--batch", "4", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "4 new measurements" in out
+    assert main(["db", "ls", "--db", db]) == 0
+    assert "mm" in capsys.readouterr().out
+    assert main(["db", "export", str(tmp_path / "r.jsonl"), "--db", db]) == 0
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert sum('"kind":"record"' in line.replace(" ", "") for line in lines) == 4
+    assert main(["db", "import", str(tmp_path / "r.jsonl"), "--db", str(tmp_path / "other.db")]) == 0
+    assert "imported 4 new records" in capsys.readouterr().out
+    assert main(["compile", str(tmp_path / "mm.mir"), "--db", db]) == 0
+    assert "tuned (" in capsys.readouterr().out
