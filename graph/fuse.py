@@ -1,0 +1,398 @@
+"""Fusion partitioning (graph stage after expansion and simplification): cut a graph of basic
+ops into Subgraphs, one kernel each, in execution order, and record why each cut was made.
+
+Rules (docs/fusion.md): elementwise and layout ops fuse with each other and with reductions
+on either side; a matmul/conv ("anchor") takes elementwise/layout epilogues and side inputs
+but never a second anchor, a reduction or an expensive prologue; no fusion creates a cycle
+between kernels; a kernel holds at most `max_ops` ops and `max_reduce_depth` chained
+reduction stages. Every refused fusion is logged at DEBUG and kept as a `Cut` with its reason.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from akg.graph.expand import expand
+from akg.graph.interpreter import bind_inputs, evaluate
+from akg.graph.ir import Graph, Node, Value
+from akg.graph.ops import CONV, LINALG, POOL, REDUCE
+from akg.graph.subgraph import Subgraph
+
+log = logging.getLogger(__name__)
+
+ANCHOR_KINDS = (LINALG, CONV)  # heavy contractions: one per kernel, epilogues only
+STAGE_KINDS = (REDUCE, POOL)  # reduction stages (scatter_add counts as one too)
+# What a matmul/conv may take as a prologue: pure index changes (inlined into its operand
+# accesses) and casts. Arithmetic would be recomputed for every use inside the contraction.
+CHEAP_PROLOGUE = frozenset({"reshape", "squeeze", "expand_dims", "transpose", "broadcast_to",
+                            "slice", "strided_slice", "cast"})
+
+
+@dataclass(frozen=True)
+class FusionLimits:
+    """Size limits that keep a fused kernel schedulable by the polyhedral pipeline."""
+
+    max_ops: int = 24  # basic ops per kernel
+    max_reduce_depth: int = 4  # reduction stages chained one after another in a kernel
+
+
+# --- the result ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A value that leaves kernel `producer` for kernel `consumer`, and why they stay apart."""
+
+    value: str
+    producer: int
+    consumer: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"%{self.value}: k{self.producer} -> k{self.consumer}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class FusedKernel:
+    """One kernel of a partition: its subgraph and the parent-graph names of the values it
+    reads (`inputs`, in the subgraph's input order) and writes (`outputs`, likewise). The
+    constants it uses are constants of its subgraph, not inputs."""
+
+    subgraph: Subgraph
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.subgraph.name
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return self.subgraph.graph.nodes
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(n.op for n in self.nodes)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """`graph` (the expanded, simplified graph whose value names everything here refers to)
+    cut into `kernels`, listed in a valid execution order, and the `cuts` between them.
+
+    A runtime calls the kernels in order, passing values by name: each kernel's inputs are
+    graph inputs or outputs of earlier kernels. Graph outputs that no kernel writes are graph
+    inputs or constants of `graph`.
+    """
+
+    graph: Graph
+    kernels: tuple[FusedKernel, ...]
+    cuts: tuple[Cut, ...]
+
+    @property
+    def subgraphs(self) -> list[Subgraph]:
+        return [k.subgraph for k in self.kernels]
+
+    def __len__(self) -> int:
+        return len(self.kernels)
+
+    def kernel_of(self, value: str) -> int | None:
+        """Index of the kernel that writes `value` (None for graph inputs and constants)."""
+        for i, k in enumerate(self.kernels):
+            if any(v.name == value for n in k.nodes for v in n.outputs):
+                return i
+        return None
+
+    def evaluate(self, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run the kernels in order with the reference interpreter, passing values by name, as
+        a runtime would; returns the graph's outputs."""
+        env: dict[str, np.ndarray] = {v.name: a for v, a in bind_inputs(self.graph, inputs).items()}
+        env.update((v.name, a) for v, a in self.graph.constants.items())
+        for k in self.kernels:
+            outs = evaluate(k.subgraph.graph, {name: env[name] for name in k.inputs})
+            env.update(zip(k.outputs, outs))
+        return [env[v.name] for v in self.graph.outputs]
+
+
+# --- partitioning -------------------------------------------------------------------------------
+
+
+def partition(graph: Graph, *, simplify: bool = True, limits: FusionLimits = FusionLimits()) -> Partition:
+    """Cut `graph` into kernels: expand composites, simplify (unless told not to), then fuse
+    greedily along producer -> consumer edges in topological order."""
+    graph = expand(graph)
+    if simplify:
+        from akg.graph.simplify import simplify as run_simplify
+
+        graph = run_simplify(graph)
+    return _Partitioner(graph, limits).run()
+
+
+def _kind(node: Node) -> str:
+    return node.opdef.kind
+
+
+def _is_anchor(node: Node) -> bool:
+    return _kind(node) in ANCHOR_KINDS
+
+
+def _is_stage(node: Node) -> bool:
+    return _kind(node) in STAGE_KINDS or node.op == "scatter_add"
+
+
+def _label(node: Node) -> str:
+    return f"{node.op} %{node.outputs[0].name}"
+
+
+class _Partitioner:
+    """Greedy union of node groups: every edge is tried once, when its consumer is reached
+    (edges into a prologue-to-be are tried last)."""
+
+    def __init__(self, graph: Graph, limits: FusionLimits):
+        self.graph, self.limits = graph, limits
+        self.nodes = graph.nodes
+        self.producer: dict[Value, int] = {v: i for i, n in enumerate(self.nodes) for v in n.outputs}
+        self.users: list[list[int]] = [[] for _ in self.nodes]
+        for i, n in enumerate(self.nodes):
+            for v in n.inputs:
+                p = self.producer.get(v)
+                if p is not None and i not in self.users[p]:
+                    self.users[p].append(i)
+        self.group = list(range(len(self.nodes)))  # node -> group id
+        self.members: dict[int, list[int]] = {i: [i] for i in range(len(self.nodes))}
+        self.refused: dict[tuple[int, int], str] = {}
+
+    # --- the greedy loop ------------------------------------------------------------------------
+
+    def run(self) -> Partition:
+        deferred = []
+        for i in range(len(self.nodes)):
+            if self.prefers_consumer(i):
+                deferred.append(i)
+            else:
+                self.try_producers(i)
+        for i in deferred:
+            self.try_producers(i)
+        return self.result()
+
+    def try_producers(self, i: int) -> None:
+        node = self.nodes[i]
+        for v in node.inputs:
+            p = self.producer.get(v)
+            if p is None or self.group[p] == self.group[i] or (p, i) in self.refused:
+                continue
+            reason = self.why_not(self.group[p], self.group[i])
+            if reason is None:
+                self.merge(self.group[p], self.group[i])
+            else:
+                self.refused[(p, i)] = reason
+                log.debug("%s: not fusing %s into %s: %s", self.graph.name,
+                          _label(self.nodes[p]), _label(node), reason)
+
+    def prefers_consumer(self, i: int) -> bool:
+        """An index change or cast that only feeds matmuls/convs, of a value that is written
+        out anyway (it has other users), joins its consumer as a prologue rather than its
+        producer, where it would cost one more output buffer. Its producer edges are tried
+        after every other edge."""
+        node = self.nodes[i]
+        return (node.op in CHEAP_PROLOGUE and bool(self.users[i])
+                and all(_is_anchor(self.nodes[u]) for u in self.users[i])
+                and any(len(self.users[p]) > 1 for v in node.inputs if (p := self.producer.get(v)) is not None))
+
+    def merge(self, a: int, b: int) -> None:
+        keep, gone = (a, b) if len(self.members[a]) >= len(self.members[b]) else (b, a)
+        for n in self.members[gone]:
+            self.group[n] = keep
+        self.members[keep] = sorted(self.members[keep] + self.members.pop(gone))
+
+    # --- the rules ------------------------------------------------------------------------------
+
+    def why_not(self, p: int, c: int) -> str | None:
+        """Why producer group p may not join consumer group c, or None if it may."""
+        P, C = self.members[p], self.members[c]
+        edges = [(v, u, pos) for u in C for pos, v in enumerate(self.nodes[u].inputs)
+                 if v in self.producer and self.group[self.producer[v]] == p]
+        for v, u, pos in edges:
+            if self.nodes[u].op == "gather" and pos == 0:
+                return f"gather %{self.nodes[u].outputs[0].name} reads %{v.name} at data-dependent positions"
+        anchor_p, anchor_c = self.anchor(P), self.anchor(C)
+        if anchor_p is not None and anchor_c is not None:
+            return (f"two matmul/conv ops never share a kernel "
+                    f"({_label(self.nodes[anchor_p])}, {_label(self.nodes[anchor_c])})")
+        anchor = anchor_p if anchor_p is not None else anchor_c
+        if anchor is not None:
+            stage = next((n for n in P + C if _is_stage(self.nodes[n])), None)
+            if stage is not None:
+                return (f"a kernel with {_label(self.nodes[anchor])} takes no reduction "
+                        f"({_label(self.nodes[stage])})")
+        if anchor_c is not None and not self.upstream(anchor_c, C).isdisjoint(u for _, u, _ in edges):
+            costly = next((n for n in P if self.nodes[n].op not in CHEAP_PROLOGUE), None)
+            if costly is not None:
+                return (f"{_label(self.nodes[anchor_c])} takes only index-change or cast prologues, "
+                        f"not {_label(self.nodes[costly])}")
+        if len(P) + len(C) > self.limits.max_ops:
+            return f"the kernel would hold {len(P) + len(C)} ops (limit {self.limits.max_ops})"
+        depth = self.reduce_depth(sorted(P + C))
+        if depth > self.limits.max_reduce_depth:
+            return f"the kernel would chain {depth} reduction stages (limit {self.limits.max_reduce_depth})"
+        detour = self.detour(p, c)
+        if detour is not None:
+            return f"a cycle: %{detour[0]} also feeds {detour[1]} in another kernel, which feeds back in"
+        return None
+
+    def anchor(self, members: list[int]) -> int | None:
+        return next((n for n in members if _is_anchor(self.nodes[n])), None)
+
+    def upstream(self, node: int, members: list[int]) -> set[int]:
+        """`node` and its ancestors inside the group `members`."""
+        inside, seen, stack = set(members), {node}, [node]
+        while stack:
+            for v in self.nodes[stack.pop()].inputs:
+                p = self.producer.get(v)
+                if p is not None and p in inside and p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        return seen
+
+    def reduce_depth(self, members: list[int]) -> int:
+        """The most reduction stages on one producer -> consumer chain inside the group."""
+        inside, depth = set(members), {}
+        for n in members:  # topological: node indices follow the graph's order
+            before = [depth[p] for v in self.nodes[n].inputs
+                      if (p := self.producer.get(v)) is not None and p in inside]
+            depth[n] = max(before, default=0) + _is_stage(self.nodes[n])
+        return max(depth.values(), default=0)
+
+    def detour(self, p: int, c: int) -> tuple[str, str] | None:
+        """A path p -> x -> ... -> c through another group x (merging would make a cycle):
+        the value leaving p and the first op on the way, or None."""
+        last = max(self.members[c])
+        starts = []
+        for n in self.members[p]:
+            for u in self.users[n]:
+                g = self.group[u]
+                if g not in (p, c) and min(self.members[g]) < last:
+                    starts.append((g, n, u))
+        seen: set[int] = set()
+        for g0, n, u in starts:
+            stack = [g0]
+            while stack:
+                g = stack.pop()
+                if g in seen:
+                    continue
+                seen.add(g)
+                for m in self.members[g]:
+                    for w in self.users[m]:
+                        h = self.group[w]
+                        if h == c:
+                            value = next(v for v in self.nodes[n].outputs if v in self.nodes[u].inputs)
+                            return value.name, _label(self.nodes[u])
+                        if h != g and h not in seen and min(self.members[h]) < last:
+                            stack.append(h)
+        return None
+
+    # --- the partition --------------------------------------------------------------------------
+
+    def ordered_groups(self) -> list[int]:
+        """Groups in a topological order of the kernel graph (earliest first node first)."""
+        succ: dict[int, set[int]] = {g: set() for g in self.members}
+        indegree = dict.fromkeys(self.members, 0)
+        for n, users in enumerate(self.users):
+            for u in users:
+                a, b = self.group[n], self.group[u]
+                if a != b and b not in succ[a]:
+                    succ[a].add(b)
+                    indegree[b] += 1
+        ready = [(self.members[g][0], g) for g, d in indegree.items() if d == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, g = heapq.heappop(ready)
+            order.append(g)
+            for h in succ[g]:
+                indegree[h] -= 1
+                if indegree[h] == 0:
+                    heapq.heappush(ready, (self.members[h][0], h))
+        if len(order) != len(self.members):
+            raise AssertionError(f"internal: the kernels of {self.graph.name} form a cycle")
+        return order
+
+    def result(self) -> Partition:
+        graph = self.graph
+        order = self.ordered_groups()
+        index = {g: k for k, g in enumerate(order)}
+        graph_outputs = set(graph.outputs)
+        kernels = []
+        cuts: dict[tuple[str, int, int], Cut] = {}
+        for k, g in enumerate(order):
+            members = self.members[g]
+            nodes = [self.nodes[n] for n in members]
+            inside = set(members)
+            inputs: list[Value] = []
+            constants: dict[Value, np.ndarray] = {}
+            for n in members:
+                for v in self.nodes[n].inputs:
+                    p = self.producer.get(v)
+                    if v in graph.constants:
+                        constants[v] = graph.constants[v]
+                    elif p is None or p not in inside:
+                        if v not in inputs:
+                            inputs.append(v)
+                        if p is not None:
+                            key = (v.name, index[self.group[p]], k)
+                            cuts.setdefault(key, Cut(v.name, key[1], k, self.refused[(p, n)]))
+            outputs = [v for n in members for v in self.nodes[n].outputs
+                       if v in graph_outputs or not self.users[n]
+                       or any(u not in inside and v in self.nodes[u].inputs for u in self.users[n])]
+            ops = list(dict.fromkeys(node.op for node in nodes))
+            name = f"{graph.name}.k{k}_{'_'.join(ops[:3])}"
+            sub = Graph(name, inputs, outputs, nodes, constants)
+            kernels.append(FusedKernel(Subgraph(sub, name, occurrences=1),
+                                       tuple(v.name for v in inputs), tuple(v.name for v in outputs)))
+        log.debug("%s: %d kernel(s) from %d op(s), %d cut(s)", graph.name, len(kernels), len(self.nodes), len(cuts))
+        return Partition(graph, tuple(kernels), tuple(sorted(cuts.values(), key=lambda c: (c.consumer, c.producer))))
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+
+def emit_partition(p: Partition) -> str:
+    """A readable listing: each kernel, its ops, inputs, outputs and the cuts into it."""
+    g = p.graph
+    n_ops = sum(len(k.nodes) for k in p.kernels)
+    lines = [f"fusion of @{g.name}: {len(p.kernels)} kernel(s) from {n_ops} basic op(s)"]
+    types = {v.name: v.type for v in g.values}
+    writer = {name: i for i, k in enumerate(p.kernels) for name in k.outputs}
+    readers: dict[str, list[int]] = {}
+    for i, k in enumerate(p.kernels):
+        for name in k.inputs:
+            readers.setdefault(name, []).append(i)
+    graph_outputs = {v.name for v in g.outputs}
+    for i, k in enumerate(p.kernels):
+        lines.append(f"k{i} {k.name}  ({len(k.nodes)} ops)")
+        lines.append("  ops:    " + ", ".join(f"%{n.outputs[0].name}={n.op}" for n in k.nodes))
+
+        def source(name: str) -> str:
+            return f" <- k{writer[name]}" if name in writer else " (graph input)"
+
+        def sinks(name: str) -> str:
+            to = [f"k{j}" for j in readers.get(name, [])] + (["graph output"] if name in graph_outputs else [])
+            return f" -> {', '.join(to)}" if to else " (unused)"
+
+        lines.append("  in:     " + (", ".join(f"%{n}: {types[n]}{source(n)}" for n in k.inputs) or "none"))
+        consts = k.subgraph.graph.constants
+        if consts:
+            lines.append("  consts: " + ", ".join(f"%{v.name}: {v.type}" for v in consts))
+        lines.append("  out:    " + ", ".join(f"%{n}: {types[n]}{sinks(n)}" for n in k.outputs))
+        for cut in p.cuts:
+            if cut.consumer == i:
+                lines.append(f"  cut:    {cut}")
+    direct = [v for v in g.outputs if v.name not in writer]
+    if direct:
+        lines.append("graph outputs written by no kernel: " + ", ".join(f"%{v.name}" for v in direct))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,348 @@
+"""Simplification (graph stage between expansion and fusion): constant folding, algebraic
+identities, common-subexpression elimination and dead-code elimination, each a pure pass
+`Graph -> Graph` in `PASSES`, and `simplify` running them to a fixed point.
+
+Every pass keeps the graph's inputs, and its outputs with their names and order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from akg.graph.ir import Graph, Node, Value
+from akg.graph.ops.layout import transpose_perm
+from akg.registry import Registry
+
+log = logging.getLogger(__name__)
+
+# A folded result may hold this many elements, or as many as its inputs together: folding
+# never turns a small constant into a large one (a broadcast of a scalar stays a broadcast).
+FOLD_LIMIT = 1 << 12
+
+COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum", "equal", "not_equal",
+                         "logical_and", "logical_or"})
+RESHAPES = frozenset({"reshape", "squeeze", "expand_dims"})
+
+
+@dataclass(frozen=True)
+class SimplifyPass:
+    """One registered simplification: a pure function from a graph to an equivalent graph."""
+
+    name: str
+    run: Callable[[Graph], Graph]
+    doc: str = ""
+
+    def __call__(self, graph: Graph) -> Graph:
+        return self.run(graph)
+
+
+PASSES: Registry[SimplifyPass] = Registry("simplification pass")
+
+# The order `simplify` runs them in, each round.
+PIPELINE = ("fold_constants", "identities", "cse", "dce")
+
+
+def defpass(name: str) -> Callable[[Callable[[Graph], Graph]], Callable[[Graph], Graph]]:
+    """Register the decorated `Graph -> Graph` function as the pass `name`."""
+
+    def wrap(fn: Callable[[Graph], Graph]) -> Callable[[Graph], Graph]:
+        PASSES.register(name, SimplifyPass(name, fn, (fn.__doc__ or "").strip()))
+        return fn
+
+    return wrap
+
+
+def simplify(graph: Graph, passes: Sequence[str] = PIPELINE, max_rounds: int = 16) -> Graph:
+    """Run `passes` in order, again and again, until the graph stops changing."""
+    steps = [PASSES.get(name) for name in passes]
+    for round_ in range(1, max_rounds + 1):
+        before = graph
+        for step in steps:
+            graph = step(graph)
+        if graph == before:
+            log.debug("simplify %s: fixed point after %d round(s)", graph.name, round_)
+            return graph
+    log.debug("simplify %s: still changing after %d rounds, stopping", graph.name, max_rounds)
+    return graph
+
+
+# --- rewriting ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    """A node of the graph being built (inputs may still be substituted)."""
+
+    op: str
+    inputs: tuple[Value, ...]
+    attrs: Any  # Attrs, or a plain mapping checked when the Node is made
+    outputs: tuple[Value, ...]
+    position: int  # index of the old node it stands for, to keep the graph's order
+
+
+class _Rewriter:
+    """The next graph, built while walking the old one: nodes kept or replaced, values
+    substituted by equivalent values, constants added or dropped."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.nodes: list[_Pending] = []
+        self.constants: dict[Value, np.ndarray] = dict(graph.constants)
+        self.subst: dict[Value, Value] = {}
+        self.producer: dict[Value, _Pending] = {}
+        self.changes = 0
+        self._position = 0
+
+    def walk(self) -> Iterable[Node]:
+        """The old graph's nodes, in order; what is emitted meanwhile takes each one's place."""
+        for i, node in enumerate(self.graph.nodes):
+            self._position = i
+            yield node
+
+    def get(self, v: Value) -> Value:
+        while v in self.subst:
+            v = self.subst[v]
+        return v
+
+    def inputs(self, node: Node) -> list[Value]:
+        return [self.get(v) for v in node.inputs]
+
+    def const(self, v: Value) -> np.ndarray | None:
+        return self.constants.get(self.get(v))
+
+    def emit(self, op: str, inputs: Iterable[Value], attrs: Mapping[str, Any] | Any,
+             outputs: Sequence[Value]) -> None:
+        pending = _Pending(op, tuple(inputs), attrs, tuple(outputs), self._position)
+        self.nodes.append(pending)
+        for v in pending.outputs:
+            self.producer[v] = pending
+
+    def keep(self, node: Node) -> None:
+        self.emit(node.op, self.inputs(node), node.attrs, node.outputs)
+
+    def replace(self, old: Value, new: Value) -> None:
+        """Uses of `old` become uses of `new` (an equivalent value of the same type)."""
+        if old.type != new.type:
+            raise AssertionError(f"internal: cannot replace {old!r} by {new!r}")
+        self.subst[old] = new
+        self.changes += 1
+
+    def finish(self, pass_name: str) -> Graph:
+        """The new graph. A replaced graph output keeps its name: its replacement is renamed,
+        or (when that is an input, a constant or another output) copied or kept as it was."""
+        alias: dict[Value, Value] = {}
+        claimed = {v for v in self.graph.outputs if self.get(v) is v}
+        extra: list[_Pending] = []
+        position = {id(n): i for i, n in enumerate(self.graph.nodes)}
+        done: set[Value] = set()
+        for o in self.graph.outputs:
+            r = self.get(o)
+            if r is o or o in done:
+                continue
+            done.add(o)
+            if r in self.producer and r not in claimed and r not in alias:
+                alias[r] = o
+                claimed.add(r)
+            elif r in self.constants and o not in self.constants:
+                self.constants[o] = self.constants[r]
+            elif o not in self.constants:
+                old = self.graph.producer(o)
+                extra.append(_Pending(old.op, tuple(self.get(v) for v in old.inputs), old.attrs, old.outputs,
+                                      position[id(old)]))
+
+        def final(v: Value) -> Value:
+            v = self.get(v)
+            return alias.get(v, v)
+
+        nodes = [Node(p.op, [final(v) for v in p.inputs], p.attrs, [alias.get(v, v) for v in p.outputs])
+                 for p in sorted((*self.nodes, *extra), key=lambda p: p.position)]
+        if self.changes:
+            log.debug("%s on %s: %d rewrite(s)", pass_name, self.graph.name, self.changes)
+        return Graph(self.graph.name, self.graph.inputs, self.graph.outputs, nodes, self.constants)
+
+
+# --- constant folding ---------------------------------------------------------------------------
+
+
+def _foldable(node: Node, ins: Sequence[Value]) -> bool:
+    out = sum(v.type.size for v in node.outputs)
+    return out <= max(FOLD_LIMIT, sum(v.type.size for v in ins))
+
+
+@defpass("fold_constants")
+def fold_constants(graph: Graph) -> Graph:
+    """Evaluate ops whose inputs are all constants with the op's NumPy reference; the results
+    become constants of the same names. Results larger than FOLD_LIMIT elements and than their
+    inputs together (a broadcast of a scalar, an outer product) stay ops."""
+    rw = _Rewriter(graph)
+    for node in rw.walk():
+        ins = rw.inputs(node)
+        arrays = [rw.constants.get(v) for v in ins]
+        if any(a is None for a in arrays) or not _foldable(node, ins):
+            rw.keep(node)
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                results = node.opdef.evaluate(arrays, node.attrs)
+        except (IndexError, ValueError) as e:  # out-of-range indices stay a runtime error
+            log.debug("not folding %r: %s", node, e)
+            rw.keep(node)
+            continue
+        for v, r in zip(node.outputs, results):
+            rw.constants[v] = np.asarray(r).astype(v.dtype, copy=False)
+        rw.changes += 1
+    return rw.finish("fold_constants")
+
+
+# --- algebraic identities -----------------------------------------------------------------------
+
+
+def _all(a: np.ndarray | None, value: int) -> bool:
+    return a is not None and a.size > 0 and bool(np.all(a == value))
+
+
+def _neutral_operand(rw: _Rewriter, node: Node, ins: list[Value]) -> Value | None:
+    """x for x*1, 1*x, x+0, 0+x, x-0, x/1 (when the result has x's type)."""
+    out = node.outputs[0]
+    a, b = ins
+    ca, cb = rw.constants.get(a), rw.constants.get(b)
+    if node.op == "mul":
+        candidates = [(a, cb, 1), (b, ca, 1)]
+    elif node.op == "add":
+        candidates = [(a, cb, 0), (b, ca, 0)]
+    elif node.op == "sub":
+        candidates = [(a, cb, 0)]
+    elif node.op == "div":
+        candidates = [(a, cb, 1)]
+    else:
+        return None
+    for x, c, neutral in candidates:
+        if x.type == out.type and _all(c, neutral):
+            return x
+    return None
+
+
+def _is_identity_layout(node: Node, x: Value) -> bool:
+    out = node.outputs[0]
+    if out.type != x.type:
+        return False
+    op, attrs = node.op, node.attrs
+    if op in RESHAPES or op in ("broadcast_to", "cast"):
+        return True
+    if op == "transpose":
+        return transpose_perm(x.type.rank, attrs["perm"]) == tuple(range(x.type.rank))
+    if op == "strided_slice":
+        return all(s == 1 for s in attrs["strides"])
+    if op in ("slice", "concat", "split"):
+        return True  # same shape: the whole tensor (a single concat input, a single split part)
+    if op == "pad":
+        return not any(attrs["before"]) and not any(attrs["after"])
+    return False
+
+
+@defpass("identities")
+def identities(graph: Graph) -> Graph:
+    """x*1, x+0, x-0, x/1 -> x; cast to its own dtype, broadcast_to / reshape / squeeze /
+    expand_dims to the same shape, identity transpose, full slice, zero pad, single concat ->
+    the input; reshape-like of reshape-like -> one reshape; transpose of transpose -> one
+    transpose with the composed permutation."""
+    rw = _Rewriter(graph)
+    for node in rw.walk():
+        ins = rw.inputs(node)
+        if len(node.outputs) != 1:
+            rw.keep(node)
+            continue
+        out = node.outputs[0]
+        if len(ins) == 2:
+            x = _neutral_operand(rw, node, ins)
+            if x is not None:
+                rw.replace(out, x)
+                continue
+        if len(ins) == 1 and _is_identity_layout(node, ins[0]):
+            rw.replace(out, ins[0])
+            continue
+        inner = rw.producer.get(ins[0]) if ins else None
+        if node.op in RESHAPES and inner is not None and inner.op in RESHAPES:
+            source = inner.inputs[0]
+            if source.type == out.type:
+                rw.replace(out, source)
+            else:
+                rw.emit("reshape", [source], {"shape": list(out.shape)}, [out])
+                rw.changes += 1
+            continue
+        if node.op == "transpose" and inner is not None and inner.op == "transpose":
+            source = inner.inputs[0]
+            rank = source.type.rank
+            p1, p2 = transpose_perm(rank, inner.attrs["perm"]), transpose_perm(rank, node.attrs["perm"])
+            perm = [p1[p] for p in p2]
+            if perm == list(range(rank)):
+                rw.replace(out, source)
+            else:
+                rw.emit("transpose", [source], {"perm": perm}, [out])
+                rw.changes += 1
+            continue
+        rw.keep(node)
+    return rw.finish("identities")
+
+
+# --- common subexpressions ----------------------------------------------------------------------
+
+
+def _const_key(a: np.ndarray) -> tuple:
+    data = np.ascontiguousarray(a)
+    return (a.dtype.str, a.shape, hashlib.sha1(data.tobytes()).hexdigest())
+
+
+@defpass("cse")
+def cse(graph: Graph) -> Graph:
+    """Merge equal constants (same dtype, shape and bytes) and nodes with the same op,
+    attributes and inputs (in either order for commutative ops); the first one stays."""
+    rw = _Rewriter(graph)
+    seen_consts: dict[tuple, Value] = {}
+    for v, a in graph.constants.items():
+        key = _const_key(a)
+        if key in seen_consts:
+            rw.replace(v, seen_consts[key])
+            del rw.constants[v]
+        else:
+            seen_consts[key] = v
+    outputs = set(graph.outputs)
+    seen: dict[tuple, Node] = {}
+    for node in rw.walk():
+        ins = rw.inputs(node)
+        operands = tuple(sorted(ins, key=lambda v: v.name)) if node.op in COMMUTATIVE else tuple(ins)
+        key = (node.op, node.attrs, operands)
+        first = seen.get(key)
+        if first is None or (len(node.outputs) > 1 and outputs.intersection(node.outputs)):
+            seen.setdefault(key, node)
+            rw.keep(node)
+            continue
+        for old, new in zip(node.outputs, first.outputs):
+            rw.replace(old, new)
+    return rw.finish("cse")
+
+
+# --- dead code ----------------------------------------------------------------------------------
+
+
+@defpass("dce")
+def dce(graph: Graph) -> Graph:
+    """Drop nodes none of whose outputs reach a graph output, and unused constants (graph
+    inputs stay: they are the graph's signature)."""
+    live = set(graph.outputs)
+    kept: list[Node] = []
+    for node in reversed(graph.nodes):
+        if live.intersection(node.outputs):
+            kept.append(node)
+            live.update(node.inputs)
+    constants = {v: a for v, a in graph.constants.items() if v in live}
+    dropped = len(graph.nodes) - len(kept) + len(graph.constants) - len(constants)
+    if not dropped:
+        return graph
+    log.debug("dce on %s: %d node(s) and constant(s) dropped", graph.name, dropped)
+    return Graph(graph.name, graph.inputs, graph.outputs, reversed(kept), constants)
