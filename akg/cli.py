@@ -47,12 +47,19 @@ def cli(debug: bool) -> None:
 
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
-def show(model: Path) -> None:
+@click.option("--fusion", is_flag=True, help="Print the fusion partition: kernels, their ops, inputs, "
+              "outputs and why neighbouring kernels were cut.")
+def show(model: Path, fusion: bool) -> None:
     """Print a model's ops, shapes, parameter count and FLOPs estimate."""
     from akg.graph.io import load_model
     from akg.graph.stats import graph_stats, node_flops
 
     graph = load_model(model)
+    if fusion:
+        from akg.graph.fuse import emit_partition, partition
+
+        click.echo(emit_partition(partition(graph)), nl=False)
+        return
     table = Table(title=f"graph @{graph.name}", show_lines=False)
     for col, justify in (("value", "left"), ("op", "left"), ("inputs", "left"),
                          ("type", "left"), ("FLOPs", "right")):
@@ -85,41 +92,77 @@ TARGET_HELP = "Compile for this target (cpu). Without it, `run` uses the referen
 @click.option("--check", is_flag=True, help="With --target: compare with the reference interpreter.")
 def run(model: Path, inputs_path: Path | None, output_path: Path | None, seed: int,
         target: str | None, check: bool) -> None:
-    """Run a model (or kernel) and print output shapes and checksums."""
+    """Run a model, kernel or .akgpack and print output shapes and checksums."""
     from akg.graph.interpreter import evaluate, random_inputs
+
+    if model.suffix == ".akgpack":
+        from akg.runtime import CompiledModel
+
+        compiled = CompiledModel.load(model)
+        inputs = _inputs(inputs_path, lambda: compiled.random_inputs(seed), seed)
+        outputs = compiled(**inputs)
+        _print_outputs(compiled.name, [(s.name, s.shape, s.dtype) for s in compiled.outputs], outputs,
+                       f"akgpack, {len(compiled.calls)} kernels")
+        _save_outputs(output_path, [s.name for s in compiled.outputs], outputs)
+        return
     from akg.graph.io import load_model
 
     graph = load_model(model)
-    if inputs_path is None:
-        inputs = random_inputs(graph, seed)
-        console.print(f"inputs: random (seed {seed})")
-    else:
-        inputs = _read_npz(inputs_path)
-        console.print(f"inputs: {inputs_path}")
+    inputs = _inputs(inputs_path, lambda: random_inputs(graph, seed), seed)
     if target is None:
         outputs, how = evaluate(graph, inputs), "reference interpreter"
     else:
-        import akg
         from akg.graph.interpreter import bind_inputs
         from akg.target import get_target
 
         bind_inputs(graph, inputs)  # typed errors for missing or mis-shaped inputs
-        kernel = akg.build(graph, target=get_target(target))
-        outputs, how = kernel(**inputs), f"akg, {kernel.target}, {kernel.config_source} config"
-    table = Table(title=f"outputs of @{graph.name} ({how})")
-    for col in ("output", "type", "sum", "mean |x|", "checksum"):
-        table.add_column(col)
-    for v, a in zip(graph.outputs, outputs):
-        table.add_row(f"%{v.name}", str(v.type), f"{a.astype(np.float64).sum():.6g}",
-                      f"{np.abs(a.astype(np.float64)).mean() if a.size else 0:.6g}", checksum(a))
-    console.print(table)
+        if _is_kernel_file(model):
+            import akg
+
+            kernel = akg.build(graph, target=get_target(target))
+            outputs, how = kernel(**inputs), f"akg kernel, {kernel.target}, {kernel.config_source} config"
+        else:
+            from akg.runtime import compile_model
+
+            compiled = compile_model(graph, get_target(target))
+            outputs, how = compiled(**inputs), f"akg, {len(compiled.calls)} kernels on {get_target(target)}"
+    _print_outputs(graph.name, [(v.name, v.shape, v.dtype) for v in graph.outputs], outputs, how)
     if check and target is not None:
         expected = evaluate(graph, inputs)
         worst = max((_max_error(a, e) for a, e in zip(outputs, expected)), default=0.0)
         console.print(f"max error vs reference: {worst:.3g}")
-    if output_path is not None:
-        np.savez(output_path, **{v.name: a for v, a in zip(graph.outputs, outputs)})
-        console.print(f"wrote {output_path}")
+    _save_outputs(output_path, [v.name for v in graph.outputs], outputs)
+
+
+def _is_kernel_file(path: Path) -> bool:
+    """AKG composite JSON files hold one fused kernel; other formats hold models."""
+    return path.suffix.lower() in (".json", ".info")
+
+
+def _inputs(path: Path | None, make_random, seed: int) -> dict[str, np.ndarray]:
+    if path is None:
+        console.print(f"inputs: random (seed {seed})")
+        return make_random()
+    console.print(f"inputs: {path}")
+    return _read_npz(path)
+
+
+def _print_outputs(name: str, specs, outputs, how: str) -> None:
+    from akg.graph.types import TensorType
+
+    table = Table(title=f"outputs of @{name} ({how})")
+    for col in ("output", "type", "sum", "mean |x|", "checksum"):
+        table.add_column(col)
+    for (out, shape, dtype), a in zip(specs, outputs):
+        table.add_row(f"%{out}", str(TensorType(shape, dtype)), f"{a.astype(np.float64).sum():.6g}",
+                      f"{np.abs(a.astype(np.float64)).mean() if a.size else 0:.6g}", checksum(a))
+    console.print(table)
+
+
+def _save_outputs(path: Path | None, names, outputs) -> None:
+    if path is not None:
+        np.savez(path, **dict(zip(names, outputs)))
+        console.print(f"wrote {path}")
 
 
 def _max_error(a: np.ndarray, e: np.ndarray) -> float:
@@ -135,21 +178,44 @@ def _max_error(a: np.ndarray, e: np.ndarray) -> float:
 @click.option("--target", default="cpu", show_default=True, help="Target to compile for.")
 @click.option("--show-source", is_flag=True, help="Print the kernel's TIR.")
 @click.option("--asm", "show_asm", is_flag=True, help="Print the generated assembly.")
-@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write kernel.tir, kernel.s and kernel.so into this folder.")
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
+              help="Model: the .akgpack to write. Kernel file: a folder for kernel.tir, kernel.s, kernel.so.")
 @click.option("--db", "db_url", default=None, help="Tuning database to take the best config from "
               "(default: $AKG_DB, else ~/.cache/akg/tuning.db).")
 def compile_cmd(model: Path, target: str, show_source: bool, show_asm: bool, out_dir: Path | None,
                 db_url: str | None) -> None:
-    """Compile a kernel (composite JSON or a .mir subgraph) with its best tuned config, or the
-    default one, and report which."""
-    import akg
+    """Compile a model into kernels (-o model.akgpack saves them with their memory plan and
+    weights), or one kernel file (composite JSON), taking each kernel's best tuned config from
+    the database, else the default config, and saying which."""
     from akg.db import open_database
     from akg.graph.io import load_model
     from akg.target import get_target
 
     graph = load_model(model)
-    kernel = akg.build(graph, target=get_target(target), db=open_database(db_url))
+    database = open_database(db_url)
+    if not _is_kernel_file(model) or (out_dir is not None and out_dir.suffix == ".akgpack"):
+        from akg.runtime import compile_model
+
+        compiled = compile_model(graph, get_target(target), db=database)
+        table = Table(title=f"{compiled.name}: {len(compiled.calls)} kernels "
+                            f"({len(compiled.kernels)} distinct) for {get_target(target)}")
+        for col in ("kernel", "inputs", "outputs", "config"):
+            table.add_column(col)
+        for call in compiled.calls:
+            table.add_row(call.name, ", ".join(call.inputs), ", ".join(call.outputs),
+                          compiled.kernels[call.kernel].source)
+        console.print(table)
+        plan = compiled.plan
+        console.print(f"memory plan: peak {_human(plan.peak_bytes, 'B')} of intermediates, "
+                      f"{_human(plan.naive_bytes, 'B')} without reuse; compiled in {compiled.stats['compile_s']:.1f}s")
+        if out_dir is not None:
+            target_path = out_dir if out_dir.suffix == ".akgpack" else out_dir.with_suffix(".akgpack")
+            compiled.save(target_path)
+            console.print(f"wrote {target_path}")
+        return
+    import akg
+
+    kernel = akg.build(graph, target=get_target(target), db=database)
     s = kernel.stats
     console.print(f"kernel {kernel.name} for {kernel.target}: {kernel.config_source} config "
                   f"{kernel.config.to_json()}")
@@ -221,6 +287,24 @@ def grad(model: Path, loss: str, wrt: str, optimizer: str | None, lr: float | No
                       f"outputs new.<name>")
         console.print(f"wrote {init}: the initial state (parameters and zero optimizer state)")
     if emit_mir(result, weights_file=output_path.with_suffix(".npz").name)[1]:
+        console.print(f"weights: {output_path.with_suffix('.npz')}")
+
+
+@cli.command("convert")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The .mir to write; large weights go in an .npz beside it.")
+def convert(model: Path, output_path: Path) -> None:
+    """Write a model (.mindir, composite JSON, .mir) in akg's .mir text form."""
+    from akg.graph.io import emit_mir, load_model, save_mir
+
+    if output_path.suffix.lower() != ".mir":
+        raise click.BadParameter(f"must end in .mir, got {str(output_path)!r}", param_hint="-o")
+    graph = load_model(model)
+    save_mir(graph, output_path)
+    console.print(f"wrote {output_path}: @{graph.name}, {len(graph.nodes)} nodes, "
+                  f"{len(graph.inputs)} inputs, {len(graph.outputs)} outputs")
+    if emit_mir(graph, weights_file=output_path.with_suffix(".npz").name)[1]:
         console.print(f"weights: {output_path.with_suffix('.npz')}")
 
 

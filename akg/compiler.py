@@ -139,4 +139,9 @@ def build(subgraph: Subgraph | Graph | Program, target: str | Target = "cpu",
     fusion = config.fusion if config is not None else "smart"
     pipeline = Pipeline(program, target, fusion)
     pipeline.stats.lower_s = lower_s
-    return pipeline.build(config, config_source=source)
+    kernel = pipeline.build(config, config_source=source)
+    if isinstance(subgraph, Graph):
+        from akg.graph.interpreter import index_bounds
+
+        kernel.index_bounds = {v.name: b for v, b in index_bounds(subgraph).items() if v in set(subgraph.inputs)}
+    return kernel

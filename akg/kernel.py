@@ -44,6 +44,7 @@ class Kernel:
     stats: KernelStats = field(default_factory=KernelStats)
     config_source: str = "default"  # "default" heuristic, or where the config came from
     records: tuple = ()  # loop-nest records of the statements (akg.polyhedral.astgen)
+    index_bounds: dict = field(default_factory=dict)  # index inputs: exclusive upper bound
 
     @property
     def input_names(self) -> list[str]:
@@ -81,6 +82,9 @@ class Kernel:
             if a.shape != t.shape or a.dtype != np.dtype(t.dtype):
                 raise InputDataError(
                     f"input {t.name} must be {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}")
+            bound = self.index_bounds.get(t.name)
+            if bound is not None and a.size and (a.min() < 0 or a.max() >= bound):
+                raise InputDataError(f"input {t.name} holds indices outside [0, {bound})")
             out.append(_contiguous(a))
         return out
 
