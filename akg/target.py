@@ -51,6 +51,8 @@ class CpuTarget(Target):
         import tvm
 
         spec = {"kind": "llvm", "mcpu": self.mcpu, "num-cores": self.cores}
+        if self.vector_bits >= 512:  # LLVM otherwise auto-vectorises with 256-bit vectors on Intel
+            spec["mattr"] = ["-prefer-256-bit"]
         if self.triple:
             spec["mtriple"] = self.triple
         if self.fast_math_reassoc:

@@ -11,7 +11,7 @@ import numpy as np
 from akg.polyhedral.tree import BandInfo, BandPlan, TreePlan
 from akg.schedules.space import BandConfig, Config, validate_bands
 
-REGISTER_BYTES = 1008  # TVM keeps local buffers under 1 KiB on the stack (in registers)
+REGISTER_BYTES = 1024  # accumulators of a register tile: 16 AVX-512 registers
 PARALLEL_MIN_POINTS = 1 << 14  # below this many iterations a thread launch costs more
 
 
@@ -49,7 +49,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int) -> BandC
     if coin[-1] and ext[-1] >= lanes and innermost_contiguous:
         register[-1] = _largest_fitting(ext[-1], 2 * lanes if ext[-1] >= 2 * lanes else lanes, lanes)
     if sink and n > 1 and coin[-2]:
-        rows = max(1, min(ext[-2], REGISTER_BYTES // max(1, (register[-1] or ext[-1]) * itemsize), 4))
+        rows = max(1, min(ext[-2], REGISTER_BYTES // max(1, (register[-1] or ext[-1]) * itemsize), 8))
         register[-2] = _largest_fitting(ext[-2], rows)
 
     tile = [0] * n
