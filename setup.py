@@ -61,6 +61,8 @@ setup(
         "rich>=13,<16",
         "psutil>=5.9",
         "cloudpickle>=2.0",
+        # MindIR import; graph/io/_mind_ir_pb2.py is protoc 25.1 gencode, which loads on 4.25.1 to 7.x
+        "protobuf>=4.25.1,<8",
     ],
     extras_require={
         "test": [

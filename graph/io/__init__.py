@@ -7,9 +7,10 @@ from pathlib import Path
 from akg.errors import ImportFormatError
 from akg.graph.io.mir import emit_mir, load_mir, parse_mir, save_mir  # noqa: F401
 from akg.graph.io.akg_json import load_akg_json, parse_akg_json  # noqa: F401
+from akg.graph.io.mindir import load_mindir, parse_mindir  # noqa: F401
 
 # suffix -> loader; importers of other formats register here as they land
-LOADERS = {".mir": load_mir, ".info": load_akg_json, ".json": load_akg_json}
+LOADERS = {".mir": load_mir, ".info": load_akg_json, ".json": load_akg_json, ".mindir": load_mindir}
 
 
 def load_model(path: str | Path):
