@@ -19,7 +19,7 @@ from tvm.sym.analyzer import Analyzer
 from tvm import tirx
 
 from akg.errors import LoweringError
-from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Reduce, Select, Tensor, Var, walk
+from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Select, Tensor, Var, walk
 from akg.polyhedral.model import PolyModel, Statement
 from akg.polyhedral.intrinsics import FAST_F32
 from akg.polyhedral.promote import Promoter, Promotion

@@ -11,7 +11,7 @@ statement instances, so every occurrence is correct on its own.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import islpy as isl
 import numpy as np

@@ -319,7 +319,7 @@ def conv_input_grad(e, g, wt, x_shape, strides, pads, dilation, groups: int):
     that is negative), correlated with `wt = flipped_transposed(w)` at the forward dilation."""
     _, _, h, w = x_shape
     kh, kw = wt.shape[2:]
-    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilation, pads
+    (sh, sw), (dh, dw), (pt, pl, _, _) = strides, dilation, pads
     gd = e.op("dilate", g, strides=[1, 1, sh, sw], hint="gd") if sh > 1 or sw > 1 else g
     lo = [(kh - 1) * dh - pt, (kw - 1) * dw - pl]
     hi = [h + pt - gd.shape[2], w + pl - gd.shape[3]]

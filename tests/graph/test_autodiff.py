@@ -116,7 +116,7 @@ def test_accumulation_is_one_add_named_after_the_value():
 def test_gradient_of_an_unused_value_is_zero_and_of_the_loss_is_one():
     b = GraphBuilder()
     x = b.input("x", (2,), "float64")
-    u = b.input("u", (2, 2), "float64")
+    b.input("u", (2, 2), "float64")
     loss = b.sum(x, name="loss")
     b.output(loss)
     g = grad(b.build(), "loss", ["u", "loss", "x"])

@@ -3,7 +3,6 @@ and measurement goes on; good candidates are verified and timed."""
 
 import tempfile
 
-import numpy as np
 import pytest
 import tvm
 from tvm import tirx

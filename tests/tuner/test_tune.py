@@ -9,7 +9,6 @@ import textwrap
 import time
 
 import numpy as np
-import pytest
 
 import akg
 from akg.db import InMemoryDatabase, open_database
