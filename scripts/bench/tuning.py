@@ -1,0 +1,147 @@
+#!/usr/bin/env python
+"""Tuning benchmark: akg's tuner against TVM MetaSchedule at equal trial budgets (64 and
+256 by default), on the kernel suite, in one process on one machine.
+
+For each workload and budget: the final kernel time of each tuner (re-timed here, same
+harness), the ratio, tuning wall time and time per trial, and the trial at which each
+reached 95% of its own final speed. A second akg run on the warm database must measure
+nothing. NumPy (OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset) is reported for reference.
+
+    python scripts/bench/tuning.py [--budgets 64,256] [--only matmul,softmax] [--record docs/performance.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import peers  # noqa: E402  (sets TVM_NUM_THREADS before TVM starts its thread pool)
+from kernels import arrays_for, corpus_chains, suite_benches  # noqa: E402
+
+import akg  # noqa: E402
+from akg.db import open_database  # noqa: E402
+from akg.graph.compute.to_te import to_te  # noqa: E402
+from akg.graph.subgraph import Subgraph  # noqa: E402
+from akg.target import get_target  # noqa: E402
+from akg.tuner.tune import tune  # noqa: E402
+
+
+def reach(curve: list[tuple[int, float]], fraction: float = 0.95) -> int | None:
+    """First trial whose best-so-far time is within 1/fraction of the final best."""
+    bests = [c for _, c in curve if c is not None and not math.isnan(c)]
+    if not bests:
+        return None
+    final = min(bests)
+    best = math.inf
+    for trial, cost in curve:
+        if cost is not None and not math.isnan(cost):
+            best = min(best, cost)
+        if best <= final / fraction:
+            return trial
+    return None
+
+
+def akg_side(bench, budget: int, db: str, ins, outs, target) -> dict:
+    t0 = time.perf_counter()
+    result = tune(bench.graph, trials=budget, db=db)
+    wall = time.perf_counter() - t0
+    key = Subgraph(bench.graph).workload_key
+    history = open_database(db).history(key, get_target("cpu").key)
+    curve, best = [], math.inf
+    for i, rec in enumerate(history, 1):
+        if rec.cost is not None and str(rec.status) == "ok":
+            best = min(best, rec.cost)
+        curve.append((i, best if best < math.inf else None))
+    kernel = akg.build(bench.graph, db=db)
+    wrapped = peers.Kernel(kernel.executable, target, "akg")
+    again = tune(bench.graph, trials=budget, db=db)
+    return {"akg_s": wrapped.time(ins + outs), "akg_tune_s": wall, "akg_trials": result.new_measurements,
+            "akg_reach95": reach(curve), "akg_second_run_new": again.new_measurements,
+            "akg_config": kernel.config.to_json()}
+
+
+def ms_side(bench, budget: int, work_dir: str, ins, outs, target, program) -> dict:
+    res = peers.tune_metaschedule(to_te(program), target, trials=budget, work_dir=work_dir)
+    curve = [(i, best) for i, _, best, _ in res.curve]
+    return {"ms_s": res.kernel.time(ins + outs) if res.kernel else None, "ms_tune_s": res.tune_seconds,
+            "ms_trials": res.trials, "ms_reach95": reach(curve)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budgets", default="64,256")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--record", type=Path)
+    args = ap.parse_args(argv)
+    benches = suite_benches() + corpus_chains()
+    if args.only:
+        benches = [b for b in benches if any(b.name.startswith(w) for w in args.only.split(","))]
+    target = peers.detect_target()
+    work = Path(tempfile.mkdtemp(prefix="akg-bench-tuning-"))
+    rows = []
+    for bench in benches:
+        program, ins, outs = arrays_for(bench.graph)
+        numpy_s = peers.numpy_baseline(bench.numpy_fn, ins)
+        for budget in [int(b) for b in args.budgets.split(",")]:
+            print(f"== {bench.name} @ {budget}", flush=True)
+            row = {"name": bench.name, "budget": budget, "numpy_s": numpy_s, "bound": bench.bound,
+                   "flops": bench.flops, "bytes": bench.bytes}
+            row.update(akg_side(bench, budget, str(work / f"{bench.name.replace(':', '_')}-{budget}.db"),
+                                ins, outs, target))
+            row.update(ms_side(bench, budget, str(work / f"ms-{bench.name.replace(':', '_')}-{budget}"),
+                               ins, outs, target, program))
+            rows.append(row)
+            print(table([row]).splitlines()[-1], flush=True)
+    text = table(rows) + "\n\n" + summary(rows)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1, default=str))
+    if args.record:
+        with open(args.record, "a") as f:
+            f.write(f"\n## Tuning, akg vs MetaSchedule at equal trials ({dt.date.today()})\n\n")
+            f.write(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores ({target}). "
+                    f"Command: `python scripts/bench/tuning.py {' '.join(argv or sys.argv[1:])}`.\n\n{text}\n")
+    return 0
+
+
+def _ms(s):
+    return f"{s * 1e3:.3f} ms" if s else "n/a"
+
+
+def table(rows) -> str:
+    lines = ["| workload | trials | akg | MetaSchedule | akg speed vs MS | vs NumPy | akg tune s (per trial) "
+             "| MS tune s (per trial) | 95% at trial akg / MS | 2nd run new |", "|" + "---|" * 10]
+    for r in rows:
+        speed = f"{r['ms_s'] / r['akg_s']:.2f}x" if r.get("ms_s") and r.get("akg_s") else "n/a"
+        vs_np = f"{r['numpy_s'] / r['akg_s']:.2f}x" if r.get("numpy_s") and r.get("akg_s") else "n/a"
+        lines.append(
+            f"| {r['name']} | {r['budget']} | {_ms(r['akg_s'])} | {_ms(r.get('ms_s'))} | {speed} | {vs_np} "
+            f"| {r['akg_tune_s']:.0f} ({r['akg_tune_s'] / max(r['akg_trials'], 1):.2f}) "
+            f"| {r['ms_tune_s']:.0f} ({r['ms_tune_s'] / max(r['ms_trials'], 1):.2f}) "
+            f"| {r['akg_reach95']} / {r['ms_reach95']} | {r['akg_second_run_new']} |")
+    return "\n".join(lines)
+
+
+def summary(rows) -> str:
+    out = []
+    for budget in sorted({r["budget"] for r in rows}):
+        ratios = [r["ms_s"] / r["akg_s"] for r in rows if r["budget"] == budget and r.get("ms_s") and r.get("akg_s")]
+        if ratios:
+            geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            out.append(f"geometric mean akg speed vs MetaSchedule at {budget} trials: {geo:.2f}x over {len(ratios)} kernels")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
