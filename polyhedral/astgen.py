@@ -23,7 +23,7 @@ from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Select, Tensor
 from akg.polyhedral.model import PolyModel, Statement
 from akg.polyhedral.intrinsics import FAST_F32
 from akg.polyhedral.promote import Promoter, Promotion
-from akg.polyhedral.tree import MARK_PARALLEL, MARK_PROMOTE, MARK_UNROLL, MARK_VECTORIZE
+from akg.polyhedral.tree import MARK_PACK, MARK_PARALLEL, MARK_PROMOTE, MARK_UNROLL, MARK_VECTORIZE
 
 MAX_VECTOR = 64  # lanes; longer constant loops are left to LLVM's vectorizer
 MAX_UNROLL = 32
@@ -44,7 +44,7 @@ def _ident(name: str) -> str:
 class _Scope:
     """Buffers and index offsets that a promotion mark puts in effect below it."""
 
-    buffers: dict[int, tuple[tirx.Buffer, list]]  # tensor id -> (local buffer, offsets)
+    buffers: dict  # tensor id -> (local buffer, offsets, block): see Promotion.block
 
 
 class TirLowering:
@@ -85,30 +85,31 @@ class TirLowering:
                 self.shadows[id(t)] = val
                 self.allocs.append(val)
 
-    def _buffer(self, t: Tensor, shadow: bool = False) -> tuple[tirx.Buffer, list]:
+    def _buffer(self, t: Tensor, shadow: bool = False) -> tuple[tirx.Buffer, list, int]:
         for scope in reversed(self.scopes):
             if id(t) in scope.buffers and not shadow:
                 return scope.buffers[id(t)]
             if shadow and ("val", id(t)) in scope.buffers:
                 return scope.buffers[("val", id(t))]
         if shadow:
-            return self.shadows[id(t)], []
+            return self.shadows[id(t)], [], 0
         if id(t) not in self.buffers:
             raise LoweringError(f"tensor {t.name} is used outside the region where it is local")
-        return self.buffers[id(t)], []
+        return self.buffers[id(t)], [], 0
 
-    def _local_index(self, indices: list, offsets: list) -> list:
+    def _local_index(self, indices: list, offsets: list, block: int = 0) -> list:
         if not offsets:
             return indices
-        return [self.analyzer.simplify(i - o) for i, o in zip(indices, offsets)]
+        local = [self.analyzer.simplify(i - o) for i, o in zip(indices, offsets)]
+        return _blocked(local, block)
 
     def _load(self, t: Tensor, indices: list, shadow: bool = False) -> tirx.PrimExpr:
-        buf, offsets = self._buffer(t, shadow)
-        return tirx.BufferLoad(buf, self._local_index(indices, offsets))
+        buf, offsets, block = self._buffer(t, shadow)
+        return tirx.BufferLoad(buf, self._local_index(indices, offsets, block))
 
     def _store(self, t: Tensor, value, indices: list, shadow: bool = False) -> tirx.Stmt:
-        buf, offsets = self._buffer(t, shadow)
-        return tirx.BufferStore(buf, value, self._local_index(indices, offsets))
+        buf, offsets, block = self._buffer(t, shadow)
+        return tirx.BufferStore(buf, value, self._local_index(indices, offsets, block))
 
     # --- entry ----------------------------------------------------------------------------------
 
@@ -127,7 +128,7 @@ class TirLowering:
             piece = None
             try:
                 name = mark.get_name()
-                if name.startswith(MARK_PROMOTE + "."):
+                if name.startswith((MARK_PROMOTE + ".", MARK_PACK + ".")):
                     piece = self.promoter.at_mark(name, build.get_schedule())
                     if piece is not None:
                         self.piece_offsets[piece] = [
@@ -231,7 +232,7 @@ class TirLowering:
         inner = node.mark_get_node()
         if name in (MARK_PARALLEL, MARK_VECTORIZE, MARK_UNROLL):
             return self.stmt(inner, kind=name)
-        if name.startswith(MARK_PROMOTE + "."):
+        if name.startswith((MARK_PROMOTE + ".", MARK_PACK + ".")):
             return self._promoted(node, inner)
         return self.stmt(inner)
 
@@ -311,7 +312,7 @@ class TirLowering:
         accesses = []
         loads = [] if stmt.role == "init" else [n for n in walk(stmt.expr) if isinstance(n, Load)]
         for tensor, indices in [(stmt.op.output, stmt.op.axes), *((n.tensor, n.indices) for n in loads)]:
-            buf, offsets = self._buffer(tensor)
+            buf, offsets, _ = self._buffer(tensor)
             stride = None
             if shifted is not None:
                 try:
@@ -403,19 +404,19 @@ class TirLowering:
         before, after, allocs = [], [], []
         for p, exprs in zip(self.promoter.pieces[piece], self.piece_offsets[piece]):
             offsets = [self.expr(e) for e in exprs]
-            local = tirx.decl_buffer(p.sizes, p.tensor.dtype, _ident(p.tensor.name) + "_local", scope="global")
+            local = tirx.decl_buffer(p.shape, p.tensor.dtype, _ident(p.tensor.name) + "_local", scope="global")
             allocs.append(local)
             if p.copy_in:
                 before.append(self._copy(local, offsets, p, into_local=True))
             if p.copy_out:
                 after.append(self._copy(local, offsets, p, into_local=False))
-            scope.buffers[id(p.tensor)] = (local, offsets)
+            scope.buffers[id(p.tensor)] = (local, offsets, p.block)
             if id(p.tensor) in self.shadows:
                 shadow = self.shadows[id(p.tensor)]
                 val = tirx.decl_buffer(p.sizes, shadow.dtype, _ident(p.tensor.name) + "_val_local",
                                        scope="global")
                 allocs.append(val)
-                scope.buffers[("val", id(p.tensor))] = (val, offsets)
+                scope.buffers[("val", id(p.tensor))] = (val, offsets, 0)
                 if p.copy_in:
                     before.append(self._copy(val, offsets, p, into_local=True, shadow=True))
                 if p.copy_out:
@@ -432,10 +433,11 @@ class TirLowering:
         buffer in the enclosing scope (memory, or an outer local buffer)."""
         vars_ = [tirx.Var(f"{_ident(p.tensor.name)}_e{d}", "int32") for d in range(len(p.sizes))]
         outer_index = [o + v for o, v in zip(offsets, vars_)]
+        local_index = _blocked(list(vars_), p.block)
         if into_local:
-            body = tirx.BufferStore(local, self._load(p.tensor, outer_index, shadow), vars_)
+            body = tirx.BufferStore(local, self._load(p.tensor, outer_index, shadow), local_index)
         else:
-            body = self._store(p.tensor, tirx.BufferLoad(local, vars_), outer_index, shadow)
+            body = self._store(p.tensor, tirx.BufferLoad(local, local_index), outer_index, shadow)
         if p.guard:
             cond = _fold(tirx.And, [tirx.And(tirx.GE(g, 0), tirx.LT(g, n))
                                     for g, n in zip(outer_index, p.tensor.shape)])
@@ -540,6 +542,14 @@ def _call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = True) 
     if op in _COMPARE:
         return _COMPARE[op](a, b)
     raise LoweringError(f"no TIR lowering for '{op}'")
+
+
+def _blocked(index: list, block: int) -> list:
+    """Index into a blocked local layout: (..., last) -> (last // block, ..., last % block)."""
+    if not block:
+        return index
+    *lead, last = index
+    return [tirx.floordiv(last, block), *lead, tirx.floormod(last, block)]
 
 
 STACK_BYTES = 16 * 1024

@@ -18,11 +18,12 @@ import numpy as np
 
 from akg.graph.compute.expr import Tensor
 from akg.polyhedral.model import PolyModel
-from akg.polyhedral.tree import MARK_PROMOTE
+from akg.polyhedral.tree import MARK_PACK, MARK_PROMOTE
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET = 16 * 1024  # bytes per promoted buffer
+PACK_BUDGET = 1 << 20  # bytes per packed operand panel (about half an L2)
 
 
 @dataclass(eq=False)
@@ -34,6 +35,15 @@ class Promotion:
     copy_out: bool
     guard: bool  # the box can reach outside the tensor: copies check bounds
     instances: isl.UnionSet  # statement instances below this mark occurrence
+    block: int = 0  # >0: blocked layout [last // block, other dims..., block] (a packed panel)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Shape of the local buffer."""
+        if not self.block:
+            return self.sizes
+        *lead, last = self.sizes
+        return (last // self.block, *lead, self.block)
 
 
 def maps(umap: isl.UnionMap) -> list[isl.Map]:
@@ -66,7 +76,8 @@ class Promoter:
                 self.inner[name] = node.get_subtree_schedule_union_map()
                 below = isl.UnionSet.empty(node.get_domain().get_space())
                 for deeper in _marks_below(node):
-                    below = below.union(deeper.get_domain())
+                    if deeper.mark_get_id().get_name().startswith(MARK_PROMOTE + "."):
+                        below = below.union(deeper.get_domain())
                 self.deeper[name] = below
         self.pieces: list[list[Promotion]] = []
 
@@ -97,11 +108,19 @@ class Promoter:
             return None
         sub = outer.domain()
         chosen = []
-        tids = sorted({m.get_tuple_name(isl.dim_type.out) for m in maps(self.writes.intersect_domain(sub))})
-        for tid in tids:
-            promo = self._promote(name, tid, outer, sub)
-            if promo is not None:
-                chosen.append(promo)
+        written = {m.get_tuple_name(isl.dim_type.out) for m in maps(self.writes.intersect_domain(sub))}
+        if name.startswith(MARK_PACK + "."):
+            lanes = int(name.rsplit(".", 1)[1])
+            read = {m.get_tuple_name(isl.dim_type.out) for m in maps(self.reads.intersect_domain(sub))}
+            for tid in sorted(read - written):
+                promo = self._pack(name, tid, outer, sub, lanes)
+                if promo is not None:
+                    chosen.append(promo)
+        else:
+            for tid in sorted(written):
+                promo = self._promote(name, tid, outer, sub)
+                if promo is not None:
+                    chosen.append(promo)
         if not chosen:
             return None
         self.pieces.append(chosen)
@@ -150,6 +169,43 @@ class Promoter:
                 return None
         return Promotion(tensor, lower, tuple(sizes), copy_in, copy_out, guard, sub)
 
+    def _pack(self, name: str, tid: str, outer: isl.UnionMap, sub: isl.UnionSet, lanes: int) -> Promotion | None:
+        """A read-only operand reused below a pack mark, copied in once per iteration of the
+        loops around the mark, in a blocked layout when its last dim splits into vectors."""
+        tensor = self.by_id[tid]
+        acc = self._of(self.reads, tid).intersect_domain(sub)
+        if tensor.ndim < 2 or not self._reused(name, outer, acc):
+            return None
+        box = self._box(single(outer.reverse().apply_range(acc)))
+        if box is None:
+            return None
+        lower, sizes = box
+        nbytes = int(np.prod(sizes, dtype=np.int64)) * np.dtype(tensor.dtype).itemsize
+        if nbytes > PACK_BUDGET or int(np.prod(sizes)) >= int(np.prod(tensor.shape)):
+            return None  # too big, or no smaller than the tensor itself
+        block = lanes if lanes > 1 and sizes[-1] % lanes == 0 and sizes[-1] > lanes else 0
+        guard = not _box_map(lower, sizes, single(outer.reverse().apply_range(acc)).domain(), tid).range() \
+            .is_subset(self._bounds(tensor, tid))
+        return Promotion(tensor, lower, tuple(sizes), True, False, guard, sub, block)
+
+    def _box(self, footprint: isl.Map | None) -> tuple[list[isl.PwAff], list[int]] | None:
+        if footprint is None:
+            return None
+        lower, sizes = [], []
+        for d in range(footprint.dim(isl.dim_type.out)):
+            lo, hi = footprint.dim_min(d), footprint.dim_max(d)
+            span = (hi - lo).max_val()
+            if not span.is_int():
+                return None
+            lower.append(lo)
+            sizes.append(int(span.to_python()) + 1)
+        return lower, sizes
+
+    def _bounds(self, tensor: Tensor, tid: str) -> isl.Set:
+        return isl.Set(f"{{ {tid}[{', '.join(f'e{d}' for d in range(tensor.ndim))}] : "
+                       + (" and ".join(f"0 <= e{d} < {n}" for d, n in enumerate(tensor.shape)) or "true")
+                       + " }", context=self.model.ctx)
+
     def _reused(self, name: str, outer: isl.UnionMap, accesses: isl.UnionMap) -> bool:
         """Do the loops below the mark touch some element more than once (within one
         iteration of the loops around it)?"""
@@ -185,7 +241,7 @@ class Promoter:
 
 def _is_promote(node: isl.ScheduleNode) -> bool:
     return node.get_type() == isl.schedule_node_type.mark and \
-        node.mark_get_id().get_name().startswith(MARK_PROMOTE + ".")
+        node.mark_get_id().get_name().startswith((MARK_PROMOTE + ".", MARK_PACK + "."))
 
 
 def _marks(schedule: isl.Schedule) -> list[isl.ScheduleNode]:

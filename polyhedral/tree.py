@@ -15,6 +15,7 @@ MARK_PARALLEL = "parallel"
 MARK_VECTORIZE = "vectorize"
 MARK_UNROLL = "unroll"
 MARK_PROMOTE = "promote"  # "promote.<band>.<level>": memory promotion point
+MARK_PACK = "pack"  # "pack.<band>.<lanes>": read-only operands copied into a blocked local layout
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class BandPlan:
     register: tuple[int, ...]
     sink: bool
     parallel: bool
+    pack: bool = False
 
 
 @dataclass(frozen=True)
@@ -299,7 +301,19 @@ def _apply_band(node: isl.ScheduleNode, index: int, bp: BandPlan, plan: TreePlan
     register = tuple(r if 0 < r < t else (1 if reg_tiled else t) for r, t in zip(bp.register, tile))
     tiled = tile != extents
     parallel = bp.parallel and coincident[0]
-    if tiled:
+    pack = bp.pack and tiled and n > 1 and tile[-1] != extents[-1] and all(coincident)
+    if tiled and pack:
+        # the last member's tile loop goes outermost, and operands that depend only on it
+        # (a matmul's B panel) are packed once per iteration and reused by the other tiles
+        node = tile_band(node, tile)
+        node = permute_band(node, (n - 1, *range(n - 1)))
+        node = node.band_split(1)
+        if bp.parallel:
+            node = _mark(node, MARK_PARALLEL)
+        lanes = register[-1] if reg_tiled else 0
+        node = _mark(node.child(0), f"{MARK_PACK}.{index}.{lanes}")
+        node = _mark(node.child(0), f"{MARK_PROMOTE}.{index}.0")
+    elif tiled:
         node = tile_band(node, tile)
         if parallel:
             node = _mark(node, MARK_PARALLEL)

@@ -66,7 +66,9 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int) -> BandC
         t = tile[pos] or ext[pos]
         if register[pos] >= t:
             register[pos] = 0
-    return BandConfig(tuple(order), tuple(tile), tuple(register), sink)
+    # matmul-like bands: pack the operand panel that the other tiles reuse
+    pack = sink and n == 2 and tile[-1] != 0
+    return BandConfig(tuple(order), tuple(tile), tuple(register), sink, pack)
 
 
 def default_config(infos: list[BandInfo], target, dtype: str = "float32", fusion: str = "smart") -> Config:
@@ -82,5 +84,6 @@ def to_plan(config: Config, infos: list[BandInfo], target, dtype: str = "float32
     plans = []
     for info, bc in zip(infos, bands):
         plans.append(BandPlan(order=bc.order, tile=bc.tile, register=bc.register, sink=bc.sink,
-                              parallel=config.parallel and info.work >= PARALLEL_MIN_POINTS and target.cores > 1))
+                              parallel=config.parallel and info.work >= PARALLEL_MIN_POINTS and target.cores > 1,
+                              pack=bc.pack))
     return TreePlan(tuple(plans), vectorize=config.vectorize, unroll=config.unroll)

@@ -24,6 +24,7 @@ class BandConfig:
     tile: tuple[int, ...]
     register: tuple[int, ...]
     sink: bool = False
+    pack: bool = False  # copy operands reused across the other tiles into a blocked local buffer
 
     def __post_init__(self):
         for name in ("order", "tile", "register"):
@@ -83,10 +84,10 @@ class BandSpace:
             bound = tile[pos] or self.info.extents[m]
             choices = [r for r in self.tiles[m] if r == 0 or r < bound]
             register.append(rng.choice(choices))
-        return BandConfig(order, tile, tuple(register), rng.random() < 0.5)
+        return BandConfig(order, tile, tuple(register), rng.random() < 0.5, rng.random() < 0.5)
 
     def size(self) -> int:
-        n = len(self.orders) * 2
+        n = len(self.orders) * 4
         for m in range(self.info.members):
             n *= len(self.tiles[m]) ** 2
         return n
@@ -145,6 +146,8 @@ class Space:
                                   tuple(bc.register[bc.order.index(m)] for m in order), bc.sink)
         elif roll < 0.2:
             bands[k] = replace(bc, sink=not bc.sink)
+        elif roll < 0.27:
+            bands[k] = replace(bc, pack=not bc.pack)
         else:
             pos = rng.randrange(len(bc.order))
             m = bc.order[pos]
@@ -171,7 +174,8 @@ def _band_configs(b: BandSpace) -> Iterator[BandConfig]:
             for reg in itertools.product(*(b.tiles[m] for m in order)):
                 if all(r == 0 or r < (t or b.info.extents[m]) for r, t, m in zip(reg, tile, order)):
                     for sink in (False, True):
-                        yield BandConfig(order, tile, reg, sink)
+                        for pack in (False, True):
+                            yield BandConfig(order, tile, reg, sink, pack)
 
 
 def band_space(info: BandInfo) -> BandSpace:

@@ -262,3 +262,17 @@ def test_unknown_target():
 def test_bad_fusion_name():
     with pytest.raises(ScheduleError, match="unknown fusion strategy 'most'"):
         akg.build(graph(lambda b: b.output(b.exp(b.input("x", (4,))))), config=Config(fusion="most"))
+
+
+@pytest.mark.parametrize("m, k, n, tile, register", [
+    (64, 48, 96, (16, 32), (8, 16)),  # tiles divide: blocked packed panel
+    (37, 29, 53, (16, 32), (4, 16)),  # partial tiles: guarded copies
+    (8, 16, 40, (8, 16), (0, 0)),     # no register tile: plain packed layout
+])
+def test_packed_operand_panels(m, k, n, tile, register, check_kernel):
+    from akg.schedules.space import BandConfig
+
+    g = graph(lambda b: b.output(b.relu(b.matmul(b.input("a", (m, k)), b.input("w", (k, n))))))
+    kernel = akg.build(g, config=Config(bands=(BandConfig((0, 1), tile, register, True, True),)))
+    assert "w_local" in kernel.tir()  # the weight panel is packed
+    check_kernel(g, kernel)
