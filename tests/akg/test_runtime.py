@@ -100,3 +100,21 @@ def test_graph_outputs_that_are_inputs_or_constants():
     np.testing.assert_array_equal(out[0], [-1, 0, 2])
     np.testing.assert_array_equal(out[1], np.arange(4))
     np.testing.assert_array_equal(out[2], [0, 0, 2])
+
+
+MINDIR = __import__("pathlib").Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "mindir"
+
+
+@pytest.mark.parametrize("name", ["add", "relu", "mlp", "lenet5", "resnet_block", "transformer_layer"])
+def test_mindir_fixtures_compile_and_match_mindspore(name):
+    from akg.graph.io import load_model
+
+    graph = load_model(MINDIR / f"{name}.mindir")
+    with np.load(MINDIR / f"{name}.io.npz") as npz:
+        data = {k: npz[k] for k in npz.files}
+    inputs = {v.name: data[f"input_{i}"] for i, v in enumerate(graph.inputs)}
+    model = compile_model(graph)
+    for i, got in enumerate(model(**inputs)):
+        want = data[f"output_{i}"]
+        scale = float(np.abs(want).max())
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(scale, 1.0))
