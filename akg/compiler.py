@@ -10,7 +10,7 @@ from collections import OrderedDict
 import islpy as isl
 
 from akg.errors import LoweringError, ScheduleError, UnsupportedError
-from akg.graph.compute.lower import Program, lower_graph
+from akg.graph.compute.lower import Program, lower_graph, split_reductions
 from akg.graph.ir import Graph
 from akg.graph.subgraph import Subgraph, workload_key
 from akg.kernel import Kernel, KernelStats
@@ -36,6 +36,8 @@ class Pipeline:
     for the knob space and build many configs without redoing the front end."""
 
     def __init__(self, program: Program, target: Target, fusion: str = "smart"):
+        if isinstance(target, CpuTarget):
+            program = split_reductions(program, target.vector_lanes(_main_dtype(program)))
         self.program, self.target, self.fusion = program, target, fusion
         self.stats = KernelStats()
         t0 = time.perf_counter()

@@ -22,7 +22,7 @@ from akg.polyhedral.tree import MARK_PACK, MARK_PROMOTE
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUDGET = 16 * 1024  # bytes per promoted buffer
+DEFAULT_BUDGET = 32 * 1024  # bytes per promoted buffer (fits L1 next to the streams)
 PACK_BUDGET = 1 << 20  # bytes per packed operand panel (about half an L2)
 
 

@@ -284,7 +284,51 @@ def apply_plan(model: PolyModel, schedule: isl.Schedule, plan: TreePlan) -> isl.
     for index in reversed(range(len(paths))):  # later bands first: earlier paths stay valid
         node = navigate(schedule, paths[index])
         schedule = _apply_band(node, index, plan.bands[index], plan).get_schedule()
+    if plan.vectorize:
+        schedule = _vectorize_inner_bands(model, schedule)
     return schedule
+
+
+MAX_INNER_VECTOR = 64
+
+
+def _vectorize_inner_bands(model: PolyModel, schedule: isl.Schedule) -> isl.Schedule:
+    """A short parallel loop inside the outer band whose accesses are contiguous along it, and
+    that sits above a reduction (split max/min reductions: lanes above the long loop), moves
+    below that reduction and becomes the vector loop."""
+    for _ in range(32):
+        for node in _all_bands(schedule):
+            if _marked(node) or node.band_n_member() != 1 or not node.band_member_get_coincident(0):
+                continue
+            inner = _inner_bands(node.child(0))
+            if not inner or all(b.band_member_get_coincident(d) for b in inner for d in range(b.band_n_member())):
+                continue
+            if _member_extents(node)[0] > MAX_INNER_VECTOR or _contiguity(model, node)[0] == 0:
+                continue
+            mupa = node.band_get_partial_schedule()
+            schedule = _insert_at_leaves(node.delete(), mupa, [True], [MARK_VECTORIZE]).get_schedule()
+            break
+        else:
+            return schedule
+    return schedule
+
+
+def _marked(node: isl.ScheduleNode) -> bool:
+    """Is the band directly under a mark (already mapped)?"""
+    return node.has_parent() and node.parent().get_type() == isl.schedule_node_type.mark
+
+
+def _all_bands(schedule: isl.Schedule) -> list[isl.ScheduleNode]:
+    out = []
+
+    def visit(n):
+        if n.get_type() == isl.schedule_node_type.band:
+            out.append(n)
+        for k in range(n.n_children()):
+            visit(n.child(k))
+
+    visit(schedule.get_root())
+    return out
 
 
 def _apply_band(node: isl.ScheduleNode, index: int, bp: BandPlan, plan: TreePlan) -> isl.ScheduleNode:
@@ -324,6 +368,9 @@ def _apply_band(node: isl.ScheduleNode, index: int, bp: BandPlan, plan: TreePlan
         node = _mark(tile_band(node, register).child(0), f"{MARK_PROMOTE}.{index}.1")
     # node: the innermost point band of this outer band
     innermost = node.child(0).get_type() == isl.schedule_node_type.leaf
+    if tiled and not reg_tiled and not innermost and not bp.sink:
+        # promote per iteration of the point loops too (one row of a softmax tile)
+        node = _mark(node.child(0), f"{MARK_PROMOTE}.{index}.1").parent().parent()
     if not tiled and not reg_tiled:
         if not innermost:  # promote per iteration of the whole band (e.g. one row)
             node = _mark(node.child(0), f"{MARK_PROMOTE}.{index}.0").parent().parent()

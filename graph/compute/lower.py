@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from akg.errors import UnsupportedOpError
-from akg.graph.compute.expr import (ComputeOp, Expr, Load, Reduce, Select, Tensor, compute, const,
+from akg.graph.compute.expr import (Call, ComputeOp, Expr, Load, Reduce, Select, Tensor, compute, const,
                                     placeholder, rebuild, size, substitute, walk)
 from akg.graph.expand import expand
 from akg.graph.ir import Graph, Value
@@ -106,6 +106,15 @@ def lower_graph(graph: Graph) -> Program:
 SMALL_BODY = 24  # nodes; a producer this small is recomputed by each consumer
 
 
+TRANSCENDENTAL = ("exp", "log", "erf", "tanh", "sigmoid", "sin", "cos", "pow")
+
+
+def _transcendental(op: ComputeOp) -> bool:
+    """Bodies worth computing once and keeping (softmax's exp feeds both the sum and the
+    division)."""
+    return any(isinstance(n, Call) and n.op in TRANSCENDENTAL for n in walk(op.body))
+
+
 def _guarded(op: ComputeOp) -> bool:
     """Bodies that select between a load and a fill value (padding): kept as buffers when
     read inside a reduction, so the reduction's inner loop carries no condition."""
@@ -131,7 +140,7 @@ def inline(program: Program) -> Program:
             return False
         if id(t) in reduce_readers and _guarded(op):
             return False
-        return uses.get(id(t), 0) <= 1 or size(op.body) <= SMALL_BODY
+        return uses.get(id(t), 0) <= 1 or (size(op.body) <= SMALL_BODY and not _transcendental(op))
 
     new_body: dict[int, tuple[ComputeOp, Expr]] = {}  # old tensor id -> (old op, rewritten body)
     remap: dict[int, Tensor] = {}
@@ -156,3 +165,52 @@ def inline(program: Program) -> Program:
         else:
             remap[id(op.output)] = ComputeOp(op.name, op.axes, body).output
     return Program(program.name, program.inputs, [remap[id(t)] for t in program.outputs], program.params)
+
+
+# --- reduction splitting ----------------------------------------------------------------------------
+
+
+def split_reductions(program: Program, lanes: int) -> Program:
+    """Rewrite each max/min reduction over one long axis as `lanes` partial reductions and a
+    short final one: partial[.., l] = max_ro src(r = ro * lanes + l), out = max_l partial.
+
+    The partial results form a vector, so the long loop vectorises; LLVM does not vectorise a
+    floating-point max/min reduction on its own (it would have to assume no NaNs). Sums are
+    left alone: with reassociation allowed, LLVM vectorises those itself.
+    """
+    from akg.graph.compute.expr import Var, reduce, reduce_axis
+
+    if lanes < 2:
+        return program
+    remap: dict[int, Tensor] = {}
+
+    def rewrite(e: Expr) -> Expr:
+        return rebuild(e, lambda n: Load(remap[id(n.tensor)], n.indices)
+                       if isinstance(n, Load) and id(n.tensor) in remap else None)
+
+    for op in program.ops():
+        red = op.reduce
+        body = rewrite(op.body)
+        if (red is not None and red.reducer in ("max", "min") and len(red.axes) == 1
+                and red.axes[0].extent % lanes == 0 and red.axes[0].extent >= 4 * lanes):
+            r = red.axes[0]
+            shape = [a.extent for a in op.axes]
+            src = rewrite(red.source)
+
+            def partial_body(*idx, op=op, r=r, src=src, reducer=red.reducer):
+                ro = reduce_axis(r.extent // lanes, f"{op.name}.ro")
+                mapping = dict(zip(op.axes, idx[:-1]))
+                mapping[r] = ro * lanes + idx[-1]
+                return reduce(reducer, substitute(src, mapping), [ro])
+
+            partial = compute([*shape, lanes], partial_body, f"{op.name}.partial")
+            lane = reduce_axis(lanes, f"{op.name}.lane")
+            new = compute(shape, lambda *i, p=partial, lane=lane, reducer=red.reducer:
+                          reduce(reducer, p[(*i, lane)], [lane]), op.name)
+            remap[id(op.output)] = new
+        elif body is not op.body:
+            remap[id(op.output)] = ComputeOp(op.name, op.axes, body).output
+    if not remap:
+        return program
+    outputs = [remap.get(id(t), t) for t in program.outputs]
+    return Program(program.name, program.inputs, outputs, program.params)

@@ -276,3 +276,10 @@ def test_packed_operand_panels(m, k, n, tile, register, check_kernel):
     kernel = akg.build(g, config=Config(bands=(BandConfig((0, 1), tile, register, True, True),)))
     assert "w_local" in kernel.tir()  # the weight panel is packed
     check_kernel(g, kernel)
+
+
+def test_long_max_reductions_are_split_into_vector_lanes(check_kernel):
+    g = graph(lambda b: b.output(b.softmax(b.input("x", (8, 256))), b.min(b.input("y", (4, 128)), axes=[1])))
+    kernel = check_kernel(g)
+    tir = kernel.tir()
+    assert ".partial" in tir.replace("_partial", ".partial") and "T.vectorized(16)" in tir
