@@ -26,6 +26,7 @@ import os
 os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
 
 # pylint: disable=wrong-import-position,import-outside-toplevel
+import functools
 import json
 import math
 import shutil
@@ -124,6 +125,7 @@ def _llvm_isa_features(cpu: str) -> set[str] | None:
     return {f for f in feats if f in _ISA_FEATURES}
 
 
+@functools.lru_cache(maxsize=None)
 def detect_cpu() -> dict[str, Any]:
     """Choose ``-mcpu`` for the host.  Returns {"mcpu", "llvm_host_cpu", "reason"}.
 
@@ -179,6 +181,96 @@ def target_dict(num_cores: int | None = None) -> dict[str, Any]:
 def tvm_num_threads() -> int:
     """Threads TVM's runtime pool actually uses (after TVM_NUM_THREADS)."""
     return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+# --------------------------------------------------------------------------------------
+# Machine load (the box is shared)
+# --------------------------------------------------------------------------------------
+
+class LoadMonitor:
+    """Context manager measuring the CPU use of *other* processes (in cores) while the
+    body runs: system busy time minus this process tree (live and reaped children) over
+    wall time.
+
+    The dev box is shared (other sessions run pytest / tuning on the same 2 vCPUs); a
+    2-thread kernel timed while another process holds a core runs 2-5x slower, so
+    record ``foreign_cores`` next to every timing.
+    """
+
+    def __enter__(self):
+        import psutil
+
+        self._me = psutil.Process()
+        self._t0, self._w0, self._o0 = psutil.cpu_times(), time.perf_counter(), self._own()
+        return self
+
+    def _own(self) -> float:
+        import psutil
+
+        total = 0.0
+        for proc in [self._me] + self._me.children(recursive=True):
+            try:
+                t = proc.cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system + t.children_user + t.children_system
+        return total
+
+    def __exit__(self, *exc):
+        import psutil
+
+        t1, own1 = psutil.cpu_times(), self._own()
+        wall = max(time.perf_counter() - self._w0, 1e-6)
+        busy = sum(getattr(t1, f) - getattr(self._t0, f) for f in ("user", "system", "nice"))
+        self.foreign_cores = max(0.0, (busy - (own1 - self._o0)) / wall)
+        return False
+
+
+def other_cpu_load(interval: float = 1.0) -> float:
+    """CPU use of other processes over the next ``interval`` seconds, in cores."""
+    with LoadMonitor() as lm:
+        time.sleep(interval)
+    return lm.foreign_cores
+
+
+def wait_for_idle(max_wait: float = 600.0, threshold: float = 0.15, quiet_for: float = 3.0,
+                  verbose: bool = True) -> float:
+    """Block until other processes use < ``threshold`` cores for ``quiet_for`` seconds
+    (or ``max_wait`` elapses).  Returns the last measured foreign load (cores)."""
+    t_end = time.time() + max_wait
+    quiet, load, warned = 0.0, 0.0, False
+    while True:
+        load = other_cpu_load(1.0)
+        quiet = quiet + 1.0 if load < threshold else 0.0
+        if quiet >= quiet_for or time.time() > t_end:
+            if load >= threshold and verbose:
+                print(f"  [wait_for_idle] gave up after {max_wait:.0f} s, foreign load "
+                      f"{load:.2f} cores", flush=True)
+            return load
+        if verbose and not warned and load >= threshold:
+            print(f"  [wait_for_idle] foreign load {load:.2f} cores, waiting ...", flush=True)
+            warned = True
+
+
+def measure_quietly(fn: Callable[[], Any], attempts: int = 4, threshold: float = 0.2,
+                    max_wait: float = 300.0, verbose: bool = True) -> tuple[Any, float]:
+    """Run ``fn()`` (a timing) on a quiet machine: wait_for_idle, run under a
+    LoadMonitor, and retry (up to ``attempts``) while other processes used more than
+    ``threshold`` cores meanwhile.  Returns (result with the lowest foreign load, load).
+    """
+    best = None
+    for i in range(attempts):
+        wait_for_idle(max_wait=max_wait, verbose=verbose)
+        with LoadMonitor() as lm:
+            res = fn()
+        if best is None or lm.foreign_cores < best[1]:
+            best = (res, lm.foreign_cores)
+        if lm.foreign_cores <= threshold:
+            break
+        if verbose and i + 1 < attempts:
+            print(f"  [measure_quietly] foreign load {lm.foreign_cores:.2f} cores during "
+                  f"timing, retrying", flush=True)
+    return best
 
 
 # --------------------------------------------------------------------------------------
@@ -429,6 +521,23 @@ def tune_metaschedule(
     return MSResult(kernel, tune_seconds, len(curve), best, curve, work_dir, sch, db)
 
 
+def load_metaschedule(te_args_or_func, target=None, work_dir: str = "") -> MSResult:
+    """Rebuild the best kernel from an existing tuning ``work_dir`` (its JSON database)
+    without tuning again; ``tune_seconds`` is NaN and the curve has no wall times."""
+    from tvm.s_tir import meta_schedule as ms
+
+    target = target or detect_target()
+    if isinstance(target, dict):
+        target = tvm.target.Target(target)
+    mod = _to_mod(te_args_or_func)
+    db = ms.database.JSONDatabase(work_dir=work_dir)
+    sch = ms.tir_integration.compile_tir(db, mod, target)
+    kernel = compile_mod(sch.mod, target, label="metaschedule") if sch is not None else None
+    curve = _curve_from_json_db(work_dir)
+    best = curve[-1][2] if curve else None
+    return MSResult(kernel, float("nan"), len(curve), best, curve, work_dir, sch, db)
+
+
 def _curve_from_json_db(work_dir: str):
     path = os.path.join(work_dir, "database_tuning_record.json")
     curve, best = [], None
@@ -553,7 +662,8 @@ def _stream_kernel(n: int, n_threads: int, lanes: int, kind: str) -> Kernel:
     return compile_mod(sch.mod, detect_target(), label=f"stream-{kind}")
 
 
-def machine_peaks(verbose: bool = True, bw_mbytes: int = 512) -> dict[str, Any]:
+def machine_peaks(verbose: bool = True, bw_mbytes: int = 512, wait: bool = True
+                  ) -> dict[str, Any]:
     """Measured machine peaks.
 
     * ``fma_gflops``: TVM kernel, one thread per TVM worker (``TVM_NUM_THREADS``), each
@@ -564,6 +674,9 @@ def machine_peaks(verbose: bool = True, bw_mbytes: int = 512) -> dict[str, Any]:
     * ``bw_copy_gbs`` / ``bw_triad_gbs``: TVM parallel vectorised copy / triad over
       ``bw_mbytes`` MB arrays, bytes counted STREAM-style (read + write, no
       write-allocate).  ``bw_copy_numpy_1t_gbs``: single-thread ``np.copyto``.
+      ``bw_copy_hot16MB_gbs``: TVM copy of a hot 16 MB array (cache-resident rate).
+
+    ``wait``: run each measurement through :func:`measure_quietly` (the box is shared).
     """
     from tvm.target import codegen
 
@@ -581,19 +694,27 @@ def machine_peaks(verbose: bool = True, bw_mbytes: int = 512) -> dict[str, Any]:
     dev = tvm.cpu()
     out = tvm.runtime.tensor(np.zeros((nthr, chains, lanes), "float32"), dev)
     f = exe.mod["main"]
+
+    def quietly(fn):
+        return measure_quietly(fn, verbose=verbose)[0] if wait else fn()
+
     f(out, 1000)
     n = 1_000_000
     t0 = time.perf_counter()
     f(out, n)
     dt = time.perf_counter() - t0
     n = max(n, int(n * 0.3 / dt))  # ~0.3 s per run
-    samples = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        f(out, n)
-        samples.append(time.perf_counter() - t0)
+
+    def fma_runs():
+        samples = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            f(out, n)
+            samples.append(time.perf_counter() - t0)
+        return min(samples)
+
     flops = 2.0 * nthr * chains * lanes * n
-    res["fma_gflops"] = flops / min(samples) / 1e9
+    res["fma_gflops"] = flops / quietly(fma_runs) / 1e9
     res["fma_gflops_per_thread"] = res["fma_gflops"] / nthr
     res["fma_vector_bits"] = lanes * 32
 
@@ -602,7 +723,8 @@ def machine_peaks(verbose: bool = True, bw_mbytes: int = 512) -> dict[str, Any]:
     A = rng.standard_normal((m, m), dtype=np.float32)
     B = rng.standard_normal((m, m), dtype=np.float32)
     C = np.empty((m, m), np.float32)
-    st = numpy_baseline(f"{NP_WORKER}:np_sgemm", [A, B, C], min_seconds=1.0, return_stats=True)
+    st = quietly(lambda: numpy_baseline(f"{NP_WORKER}:np_sgemm", [A, B, C], min_seconds=1.0,
+                                        return_stats=True))
     res["sgemm_gflops_numpy"] = 2.0 * m**3 / st["min"] / 1e9
     res["numpy_blas"] = st["blas"]
     del A, B, C
@@ -617,10 +739,19 @@ def machine_peaks(verbose: bool = True, bw_mbytes: int = 512) -> dict[str, Any]:
         ("triad", [x, y, z], 3 * 4 * n_el),
     ):
         k = _stream_kernel(n_el, nthr, lanes, kind)
-        st = time_module(k, arrays, min_seconds=0.5, return_stats=True)
+        st = quietly(lambda: time_module(k, arrays, min_seconds=0.5, return_stats=True))
         res[f"bw_{kind}_gbs"] = nbytes / st["min"] / 1e9
-    st = numpy_baseline(f"{NP_WORKER}:np_copy", [x, z], min_seconds=0.5, return_stats=True)
+    st = quietly(lambda: numpy_baseline(f"{NP_WORKER}:np_copy", [x, z], min_seconds=0.5,
+                                        return_stats=True))
     res["bw_copy_numpy_1t_gbs"] = 2 * 4 * n_el / st["min"] / 1e9
+    del x, y, z
+    # hot-cache copy with 16 MB arrays: the suite's memory-bound workloads (16-48 MB,
+    # timed hot) largely run out of the last-level cache, which this VM reports as huge
+    n_small = 4 * 1024 * 1024
+    xs, zs = np.ones(n_small, np.float32), np.empty(n_small, np.float32)
+    k = _stream_kernel(n_small, nthr, lanes, "copy")
+    st = quietly(lambda: time_module(k, [xs, zs], min_seconds=0.3, return_stats=True))
+    res["bw_copy_hot16MB_gbs"] = 2 * 4 * n_small / st["min"] / 1e9
     res["bw_array_mbytes"] = bw_mbytes
     if verbose:
         for key, val in res.items():

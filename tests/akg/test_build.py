@@ -282,4 +282,4 @@ def test_long_max_reductions_are_split_into_vector_lanes(check_kernel):
     g = graph(lambda b: b.output(b.softmax(b.input("x", (8, 256))), b.min(b.input("y", (4, 128)), axes=[1])))
     kernel = check_kernel(g)
     tir = kernel.tir()
-    assert ".partial" in tir.replace("_partial", ".partial") and "T.vectorized(16)" in tir
+    assert "_partial" in tir and "T.vectorized(" in tir
