@@ -26,6 +26,14 @@ def _largest_fitting(extent: int, want: int, multiple: int = 1) -> int:
     return want
 
 
+def _vector_tile(extent: int, lanes: int) -> int:
+    """Width of the vector register tile: two vectors when they divide the loop, else one
+    vector (a partial last tile runs as a remainder loop)."""
+    if extent % (2 * lanes) == 0:
+        return 2 * lanes
+    return lanes if extent >= lanes else extent
+
+
 def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int) -> BandConfig:
     """Heuristic mapping of one band.
 
@@ -47,7 +55,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int) -> BandC
     register = [0] * n
     innermost_contiguous = info.contiguity[order[-1]] > 0 or not info.has_inner
     if coin[-1] and ext[-1] >= lanes and innermost_contiguous:
-        register[-1] = _largest_fitting(ext[-1], 2 * lanes if ext[-1] >= 2 * lanes else lanes, lanes)
+        register[-1] = _vector_tile(ext[-1], lanes)
     if sink and n > 1 and coin[-2]:
         rows = max(1, min(ext[-2], REGISTER_BYTES // max(1, (register[-1] or ext[-1]) * itemsize), 8))
         register[-2] = _largest_fitting(ext[-2], rows)
