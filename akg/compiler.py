@@ -3,6 +3,8 @@ pipeline (model, dependences, isl schedule, target mapping, promotion, AST -> TI
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import time
 from collections import OrderedDict
@@ -92,6 +94,13 @@ class Pipeline:
 
 
 _PIPELINES: "OrderedDict[tuple, Pipeline]" = OrderedDict()
+
+
+@atexit.register
+def _drop_pipelines() -> None:
+    # isl objects must go before the interpreter tears modules down (islpy frees them late)
+    _PIPELINES.clear()
+    gc.collect()
 
 
 def pipeline_for(graph: Graph | Subgraph, target: str | Target = "cpu", fusion: str = "smart") -> Pipeline:

@@ -18,7 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "akg-composite"
+DEFAULT_CORPUS = next((p for p in (Path(os.environ.get("AKG_CORPUS", "/nonexistent")) / "akg-composite",
+                                    Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "akg-composite",
+                                    Path("/work/shared/corpus/akg-composite")) if p.is_dir()),
+                      Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "akg-composite")
 MAX_BYTES = 256 * 1024 * 1024  # kernels with more tensor data are checked by the slow run only
 
 

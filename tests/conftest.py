@@ -11,6 +11,22 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
+def corpus_root() -> Path:
+    """The shared test corpus: $AKG_CORPUS, else ../shared/corpus beside the repository,
+    else the workspace's /work/shared/corpus."""
+    import os
+
+    for candidate in (os.environ.get("AKG_CORPUS"), ROOT.parent / "shared" / "corpus", "/work/shared/corpus"):
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate)
+    pytest.fail("the shared corpus is missing (set AKG_CORPUS to its folder)")
+
+
+@pytest.fixture(scope="session", name="corpus")
+def corpus_fixture() -> Path:
+    return corpus_root()
+
+
 def load_script(name: str):
     """Import scripts/<name>.py as a module (scripts/ is not a package)."""
     spec = importlib.util.spec_from_file_location(f"scripts_{name}", ROOT / "scripts" / f"{name}.py")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import multiprocessing as mp
 import os
+import signal
 import statistics
 import tempfile
 import time
@@ -125,7 +126,8 @@ class LocalBuilder(Builder):
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                             initializer=_ignore_interrupts)
         return self._pool
 
     def build(self, graph: Graph, target, configs: list[Config]) -> list[BuildResult]:
@@ -202,7 +204,13 @@ def run_artifact(artifact: str, task_path: str, min_seconds: float = DEFAULT_MIN
     return Status.OK, float(statistics.median(timer(*tensors, *outs).results)), ""
 
 
+def _ignore_interrupts() -> None:
+    """Workers leave Ctrl-C to the tuner, which stops between rounds."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _runner_worker(conn, min_seconds: float, repeats: int) -> None:
+    _ignore_interrupts()
     os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
     while True:
         try:

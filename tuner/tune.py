@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
+import threading
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -145,8 +147,9 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
     new = 0
     interrupted = False
     curve: list[tuple[int, float, float]] = []
+    stop = _StopOnInterrupt()
     try:
-        while done < trials:
+        while done < trials and not stop.requested:
             task = scheduler.next()
             if task is None:
                 break
@@ -171,8 +174,11 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
                 progress(done, trials, task, results)
     except KeyboardInterrupt:
         interrupted = True
-        log.warning("tuning interrupted; every measurement so far is in the database")
     finally:
+        stop.restore()
+        interrupted = interrupted or stop.requested
+        if interrupted:
+            log.warning("tuning interrupted; every measurement so far is in the database")
         if own_builder and hasattr(builder, "close"):
             builder.close()
         if own_runner and hasattr(runner, "close"):
@@ -184,6 +190,28 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
                                     sum(1 for x in t.trials if x.status != "ok"),
                                     best.cost if best else None, best.config if best else None))
     return TuneResult(kernels, new, time.perf_counter() - t0, interrupted, curve)
+
+
+class _StopOnInterrupt:
+    """The first Ctrl-C asks the tuning loop to stop after the round in flight (so nothing
+    half-measured is lost and no worker is killed mid-write); a second one interrupts at once."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        log.warning("stopping after the current round (Ctrl-C again to stop now)")
+
+    def restore(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
 
 
 def _weighted(tasks: list[TuningTask]) -> float | None:

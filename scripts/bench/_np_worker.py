@@ -47,7 +47,7 @@ def _blas_info(np):
         cfg = np.show_config(mode="dicts")
         blas = cfg["Build Dependencies"]["blas"]
         return f"{blas.get('name')} {blas.get('version', '')}".strip()
-    except Exception:  # pylint: disable=broad-except
+    except Exception:  # noqa: BLE001  # pylint: disable=broad-except
         return "unknown"
 
 
@@ -76,7 +76,7 @@ def main():
     # each repeat lasts >= ~min_seconds/min_repeats (and >= 5 ms) so timer
     # overhead is negligible for micro-second kernels
     per_repeat = max(min_seconds / min_repeats, 5e-3)
-    number = max(1, int(round(per_repeat / est)))
+    number = max(1, round(per_repeat / est))
     repeat = max(min_repeats, math.ceil(min_seconds / (number * est)))
     if est > 1.0:
         repeat = 3

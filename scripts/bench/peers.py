@@ -35,8 +35,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tvm
@@ -120,12 +121,12 @@ def _llvm_isa_features(cpu: str) -> set[str] | None:
     try:
         t = tvm.target.Target({"kind": "llvm", "mcpu": cpu})
         feats = codegen.llvm_get_cpu_features(t)
-    except Exception:  # pylint: disable=broad-except
+    except Exception:  # noqa: BLE001  # pylint: disable=broad-except
         return None
     return {f for f in feats if f in _ISA_FEATURES}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def detect_cpu() -> dict[str, Any]:
     """Choose ``-mcpu`` for the host.  Returns {"mcpu", "llvm_host_cpu", "reason"}.
 
@@ -143,7 +144,7 @@ def detect_cpu() -> dict[str, Any]:
     host = None
     try:
         host = codegen.llvm_get_system_cpu()
-    except Exception:  # pylint: disable=broad-except
+    except Exception:  # noqa: BLE001, S110  # pylint: disable=broad-except
         pass
     if not flags:
         return {"mcpu": host or "x86-64", "llvm_host_cpu": host, "reason": "no /proc/cpuinfo"}
@@ -365,7 +366,7 @@ def time_module(
         est = min(est, min(r.results))
     est = max(est, 1e-8)
     per_repeat = max(min_seconds / min_repeats, 5e-3)
-    number = max(1, int(round(per_repeat / est)))
+    number = max(1, round(per_repeat / est))
     repeat = max(min_repeats, math.ceil(min_seconds / (number * est)))
     if est > 1.0:
         repeat = 3
@@ -654,7 +655,7 @@ def _stream_kernel(n: int, n_threads: int, lanes: int, kind: str) -> Kernel:
     sch = s_tir.Schedule(_to_mod(args))
     blk = sch.get_sblock("out")
     (i,) = sch.get_loops(blk)
-    po, mid, vi = sch.split(i, [n_threads, None, lanes * 4])
+    po, _mid, vi = sch.split(i, [n_threads, None, lanes * 4])
     sch.parallel(po)
     vo, vv = sch.split(vi, [None, lanes])
     sch.unroll(vo)
@@ -686,7 +687,7 @@ def machine_peaks(verbose: bool = True, bw_mbytes: int = 512, wait: bool = True
     tgt = detect_target()
     try:
         vbits = int(codegen.llvm_get_vector_width(tgt))
-    except Exception:  # pylint: disable=broad-except
+    except Exception:  # noqa: BLE001  # pylint: disable=broad-except
         vbits = 512 if "avx512f" in _cpuinfo_flags() else 256
     lanes = max(4, vbits // 32)
     chains = 16
@@ -723,11 +724,13 @@ def machine_peaks(verbose: bool = True, bw_mbytes: int = 512, wait: bool = True
     A = rng.standard_normal((m, m), dtype=np.float32)
     B = rng.standard_normal((m, m), dtype=np.float32)
     C = np.empty((m, m), np.float32)
-    st = quietly(lambda: numpy_baseline(f"{NP_WORKER}:np_sgemm", [A, B, C], min_seconds=1.0,
-                                        return_stats=True))
+    mats = [A, B, C]
+    del A, B, C
+    st = quietly(lambda mats=mats: numpy_baseline(f"{NP_WORKER}:np_sgemm", mats,
+                                                  min_seconds=1.0, return_stats=True))
     res["sgemm_gflops_numpy"] = 2.0 * m**3 / st["min"] / 1e9
     res["numpy_blas"] = st["blas"]
-    del A, B, C
+    del mats
 
     n_el = bw_mbytes * 1024 * 1024 // 4
     n_el -= n_el % (nthr * lanes * 4)
@@ -739,12 +742,15 @@ def machine_peaks(verbose: bool = True, bw_mbytes: int = 512, wait: bool = True
         ("triad", [x, y, z], 3 * 4 * n_el),
     ):
         k = _stream_kernel(n_el, nthr, lanes, kind)
-        st = quietly(lambda: time_module(k, arrays, min_seconds=0.5, return_stats=True))
+        st = quietly(lambda k=k, arrays=arrays: time_module(k, arrays, min_seconds=0.5,
+                                                            return_stats=True))
         res[f"bw_{kind}_gbs"] = nbytes / st["min"] / 1e9
-    st = quietly(lambda: numpy_baseline(f"{NP_WORKER}:np_copy", [x, z], min_seconds=0.5,
-                                        return_stats=True))
-    res["bw_copy_numpy_1t_gbs"] = 2 * 4 * n_el / st["min"] / 1e9
+    pair = [x, z]
     del x, y, z
+    st = quietly(lambda pair=pair: numpy_baseline(f"{NP_WORKER}:np_copy", pair,
+                                                  min_seconds=0.5, return_stats=True))
+    res["bw_copy_numpy_1t_gbs"] = 2 * 4 * n_el / st["min"] / 1e9
+    del pair
     # hot-cache copy with 16 MB arrays: the suite's memory-bound workloads (16-48 MB,
     # timed hot) largely run out of the last-level cache, which this VM reports as huge
     n_small = 4 * 1024 * 1024

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
-
-import peers  # noqa: E402  (sets TVM_NUM_THREADS before TVM starts its thread pool)
-import suite  # noqa: E402
+import numpy as np
+import peers  # sets TVM_NUM_THREADS before TVM starts its thread pool
+import suite
 
 
 def other_busy_processes(threshold: float = 20.0) -> list[str]:
@@ -49,7 +49,7 @@ def other_busy_processes(threshold: float = 20.0) -> list[str]:
 
 
 def _f(x, scale=1.0, spec=".3f"):
-    return "n/a" if x is None or x != x else format(x * scale, spec)
+    return "n/a" if x is None or math.isnan(x) else format(x * scale, spec)
 
 
 def main():
@@ -81,10 +81,8 @@ def main():
     report = {"target": peers.target_dict(), "workloads": {}}
     peaks = None
     if not args.no_peaks:
-        if not args.no_wait:
-            peers.wait_for_idle(max_wait=args.max_wait)
         print("machine peaks:")
-        peaks = peers.machine_peaks()
+        peaks = peers.machine_peaks(wait=not args.no_wait)
         report["peaks"] = peaks
 
     def quiet():
@@ -109,12 +107,14 @@ def main():
         arrays = ins + w.alloc_outputs()
         entry = {}
 
-        entry["numpy"] = timed(lambda: peers.numpy_baseline(w.numpy, ins, return_stats=True))
+        entry["numpy"] = timed(
+            lambda w=w, ins=ins: peers.numpy_baseline(w.numpy, ins, return_stats=True))
         entry["numpy"]["ok"] = "ref"
 
         naive = peers.build_naive_te(w.te(), tgt)
         ok, err = w.check(ins, naive.run(ins, w.alloc_outputs()))
-        entry["naive-te"] = timed(lambda: naive.time(arrays, return_stats=True))
+        entry["naive-te"] = timed(
+            lambda k=naive, arrays=arrays: k.time(arrays, return_stats=True))
         entry["naive-te"].update(ok=ok, err=err)
 
         wd = os.path.join(args.work_dir, name)
@@ -129,7 +129,8 @@ def main():
                 ms = peers.tune_metaschedule(w.te(), tgt, trials=args.trials, work_dir=wd)
         ok, err = w.check(ins, ms.kernel.run(ins, w.alloc_outputs()))
         key = f"ms-{args.trials}"
-        entry[key] = timed(lambda: ms.kernel.time(arrays, return_stats=True))
+        entry[key] = timed(
+            lambda k=ms.kernel, arrays=arrays: k.time(arrays, return_stats=True))
         entry[key].update(
             ok=ok, err=err, tune_seconds=ms.tune_seconds, trials=ms.trials,
             tuner_best=ms.best_seconds, trial95=ms.trial_reaching(0.95),

@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 
 
-def _run(load_script, every: int, all_sizes: bool) -> list[dict]:
+def _run(load_script, corpus, every: int, all_sizes: bool) -> list[dict]:
     check = load_script("corpus_check")
-    root = check.DEFAULT_CORPUS
-    if not root.is_dir():
-        pytest.fail(f"corpus not found at {root}")
+    root = corpus / "akg-composite"
     files = [str(p) for p in check.corpus_files(root)][::every]
     limit = None if all_sizes else check.MAX_BYTES
     results = [check.check_file(f, limit) for f in files]
@@ -36,10 +34,10 @@ def _run(load_script, every: int, all_sizes: bool) -> list[dict]:
     return results
 
 
-def test_corpus_sample(load_script):
-    _run(load_script, every=6, all_sizes=False)
+def test_corpus_sample(load_script, corpus):
+    _run(load_script, corpus, every=6, all_sizes=False)
 
 
 @pytest.mark.slow
-def test_corpus_every_file(load_script):
-    _run(load_script, every=1, all_sizes=True)
+def test_corpus_every_file(load_script, corpus):
+    _run(load_script, corpus, every=1, all_sizes=True)

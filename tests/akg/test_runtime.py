@@ -102,15 +102,12 @@ def test_graph_outputs_that_are_inputs_or_constants():
     np.testing.assert_array_equal(out[2], [0, 0, 2])
 
 
-MINDIR = __import__("pathlib").Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "mindir"
-
-
 @pytest.mark.parametrize("name", ["add", "relu", "mlp", "lenet5", "resnet_block", "transformer_layer"])
-def test_mindir_fixtures_compile_and_match_mindspore(name):
+def test_mindir_fixtures_compile_and_match_mindspore(name, corpus):
     from akg.graph.io import load_model
 
-    graph = load_model(MINDIR / f"{name}.mindir")
-    with np.load(MINDIR / f"{name}.io.npz") as npz:
+    graph = load_model(corpus / "mindir" / f"{name}.mindir")
+    with np.load(corpus / "mindir" / f"{name}.io.npz") as npz:
         data = {k: npz[k] for k in npz.files}
     inputs = {v.name: data[f"input_{i}"] for i, v in enumerate(graph.inputs)}
     model = compile_model(graph)
