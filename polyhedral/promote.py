@@ -138,16 +138,10 @@ class Promoter:
         if not self._reused(name, outer, acc):
             return None
         footprint = single(outer.reverse().apply_range(acc))
-        if footprint is None:
+        box = self._box(footprint)
+        if box is None:
             return None
-        lower, sizes = [], []
-        for d in range(footprint.dim(isl.dim_type.out)):
-            lo, hi = footprint.dim_min(d), footprint.dim_max(d)
-            span = (hi - lo).max_val()
-            if not span.is_int():
-                return None
-            lower.append(lo)
-            sizes.append(int(span.to_python()) + 1)
+        lower, sizes = box
         nbytes = int(np.prod(sizes, dtype=np.int64)) * np.dtype(tensor.dtype).itemsize
         if nbytes > self.budget:
             log.debug("%s not promoted at %s: %d bytes > %d", tensor.name, name, nbytes, self.budget)
@@ -158,9 +152,7 @@ class Promoter:
         copy_in = not flow.intersect_range(sub).subtract(intra).is_empty()
         copy_out = id(tensor) in self.outputs or not flow.intersect_domain(sub).subtract(intra).is_empty()
         box = _box_map(lower, sizes, footprint.domain(), tid)
-        bounds = isl.Set(f"{{ {tid}[{', '.join(f'e{d}' for d in range(tensor.ndim))}] : "
-                         + (" and ".join(f"0 <= e{d} < {n}" for d, n in enumerate(tensor.shape)) or "true")
-                         + " }", context=self.model.ctx)
+        bounds = self._bounds(tensor, tid)
         guard = not box.range().is_subset(bounds)
         if copy_out:
             written = single(outer.reverse().apply_range(w_t))
