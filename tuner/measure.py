@@ -181,8 +181,9 @@ def _load_task(path: str):
 
 
 def run_artifact(artifact: str, task_path: str, min_seconds: float = DEFAULT_MIN_SECONDS,
-                 repeats: int = DEFAULT_REPEATS) -> tuple[Status, float | None, str]:
-    """Load, run, verify and time one candidate (runs in the runner worker)."""
+                 repeats: int = DEFAULT_REPEATS, best: float | None = None) -> tuple[Status, float | None, str]:
+    """Load, run, verify and time one candidate (runs in the runner worker). A candidate
+    whose verification run alone is far slower than `best` is recorded with that one time."""
     import tvm
 
     from akg.verify import Reference, compare
@@ -192,13 +193,19 @@ def run_artifact(artifact: str, task_path: str, min_seconds: float = DEFAULT_MIN
     module = tvm.runtime.load_module(artifact)
     tensors = [tvm.runtime.tensor(a, dev) for a in args]
     outs = [tvm.runtime.tensor(np.zeros(r.shape, r.dtype), dev) for r in ref]
+    t0 = time.perf_counter()
     module["main"](*tensors, *outs)
+    first = time.perf_counter() - t0
     problems = compare(names, [o.numpy() for o in outs], Reference(ref, exact))
     if problems:
         return Status.WRONG_RESULT, None, "; ".join(map(str, problems))
+    if best is not None and first > SLOWDOWN_LIMIT * best and first > 0.01:
+        return Status.OK, first, ""
     t0 = time.perf_counter()
     module["main"](*tensors, *outs)
     once = max(time.perf_counter() - t0, 1e-7)
+    if once > min_seconds:  # a long kernel: a few single runs are accurate enough
+        repeats = min(repeats, 3)
     number = max(1, int(min_seconds / once))
     timer = module.time_evaluator("main", dev, number=number, repeat=repeats)
     return Status.OK, float(statistics.median(timer(*tensors, *outs).results)), ""
@@ -219,17 +226,22 @@ def _runner_worker(conn, min_seconds: float, repeats: int) -> None:
             return
         if message is None:
             return
-        artifact, task_path = message
+        artifact, task_path, best = message
         try:
-            conn.send(run_artifact(artifact, task_path, min_seconds, repeats))
+            conn.send(run_artifact(artifact, task_path, min_seconds, repeats, best))
         except Exception as e:  # noqa: BLE001
             conn.send((Status.RUN_ERROR, None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
 
 
 class Runner(abc.ABC):
     @abc.abstractmethod
-    def run(self, task: TaskData, builds: list[BuildResult]) -> list[MeasureResult]:
-        """One result per build, in order."""
+    def run(self, task: TaskData, builds: list[BuildResult], best: float | None = None) -> list[MeasureResult]:
+        """One result per build, in order. `best` (seconds, the task's best so far) lets a
+        runner give up early on candidates that are far slower."""
+
+
+SLOWDOWN_LIMIT = 30.0  # a candidate this many times slower than the best is not worth timing
+MIN_TIMEOUT = 1.0
 
 
 class LocalRunner(Runner):
@@ -268,7 +280,7 @@ class LocalRunner(Runner):
             self._proc.join(5)
         self._proc = self._conn = None
 
-    def run(self, task: TaskData, builds: list[BuildResult]) -> list[MeasureResult]:
+    def run(self, task: TaskData, builds: list[BuildResult], best: float | None = None) -> list[MeasureResult]:
         out = []
         for b in builds:
             if b.status != Status.OK:
@@ -276,20 +288,24 @@ class LocalRunner(Runner):
                 continue
             conn = self._worker()
             t0 = time.perf_counter()
-            conn.send((b.artifact, str(task.path)))
+            conn.send((b.artifact, str(task.path), best))
+            # far slower than the best is hopeless: a shorter limit (timing takes ~10 runs)
+            limit = self.timeout if best is None else min(self.timeout, max(MIN_TIMEOUT, 10 * SLOWDOWN_LIMIT * best))
             # the first candidate of a worker also pays its start-up (importing TVM)
-            if conn.poll(self.timeout + (30.0 if self._fresh else 0.0)):
+            if conn.poll(limit + (30.0 if self._fresh else 0.0)):
                 try:
                     status, cost, error = conn.recv()
                 except EOFError:  # the worker died: a segfault or abort in the kernel
                     status, cost, error = Status.RUN_ERROR, None, f"the kernel crashed the runner ({self._exit()})"
                     self._kill()
             else:
-                status, cost, error = Status.TIMEOUT, None, f"no result within {self.timeout:.0f}s"
+                status, cost, error = Status.TIMEOUT, None, f"no result within {limit:.0f}s"
                 self._kill()
             self._fresh = False
             out.append(MeasureResult(b.config, Status(status), cost, error, b.seconds,
                                      time.perf_counter() - t0, b.features))
+            if Status(status) == Status.OK and cost is not None:
+                best = cost if best is None else min(best, cost)  # later candidates are judged by it
             _remove(b.artifact)
         return out
 
@@ -308,7 +324,7 @@ class InProcessRunner(Runner):
     def __init__(self, min_seconds: float = 0.01, repeats: int = 3):
         self.min_seconds, self.repeats = min_seconds, repeats
 
-    def run(self, task: TaskData, builds: list[BuildResult]) -> list[MeasureResult]:
+    def run(self, task: TaskData, builds: list[BuildResult], best: float | None = None) -> list[MeasureResult]:
         out = []
         for b in builds:
             if b.status != Status.OK:
@@ -316,10 +332,12 @@ class InProcessRunner(Runner):
                 continue
             t0 = time.perf_counter()
             try:
-                status, cost, error = run_artifact(b.artifact, str(task.path), self.min_seconds, self.repeats)
+                status, cost, error = run_artifact(b.artifact, str(task.path), self.min_seconds, self.repeats, best)
             except Exception as e:  # noqa: BLE001
                 status, cost, error = Status.RUN_ERROR, None, "".join(traceback.format_exception_only(e)).strip()
             out.append(MeasureResult(b.config, status, cost, error, b.seconds, time.perf_counter() - t0, b.features))
+            if status == Status.OK and cost is not None:
+                best = cost if best is None else min(best, cost)
         return out
 
 

@@ -41,13 +41,22 @@ class SearchStrategy(abc.ABC):
         seen.add(key)
         return task.space(config.fusion).is_legal(config)
 
-    def _random(self, task: TuningTask, n: int, seen: set[str]) -> list[Config]:
+    def _random(self, task: TuningTask, n: int, seen: set[str], by_cost: bool = False) -> list[Config]:
+        """Exploration: three quarters random walks (1-4 mutations) from anchors, one quarter
+        uniform samples of the space. The anchors are the default configs, or with `by_cost`
+        the best measured ones (which makes the walk depend on measured times)."""
         out: list[Config] = []
         fusions = task.fusions()
+        anchors = (task.best_configs(4) if by_cost else []) or [task.default_config(f) for f in fusions]
         for _ in range(n * 20):
             if len(out) >= n:
                 break
-            config = task.space(task.rng.choice(fusions)).sample(task.rng)
+            if task.rng.random() < 0.75:
+                config = task.rng.choice(anchors)
+                for _ in range(task.rng.randint(1, 4)):
+                    config = task.space(config.fusion).mutate(config, task.rng)
+            else:
+                config = task.space(task.rng.choice(fusions)).sample(task.rng)
             if self._fresh(task, seen, config):
                 out.append(config)
         return out
@@ -84,7 +93,7 @@ class EvolutionarySearch(SearchStrategy):
             return (first + self._random(task, n, seen))[:n]
         rng = task.rng
         parents = task.best_configs(8) or [task.default_config()]
-        population = list(parents) + self._random(task, max(0, self.population - len(parents)), set(seen))
+        population = list(parents) + self._random(task, max(0, self.population - len(parents)), set(seen), True)
         pool: dict[str, Config] = {}
         for _ in range(self.generations):
             children = []
@@ -108,7 +117,7 @@ class EvolutionarySearch(SearchStrategy):
         n_explore = max(1, int(round(self.epsilon * n))) if n > 1 else 0
         picked = first + candidates[: max(0, n - n_explore - len(first))]
         seen.update(c.to_json() for c in picked)
-        picked += self._random(task, n - len(picked), seen)
+        picked += self._random(task, n - len(picked), seen, True)
         return picked[:n]
 
     @staticmethod

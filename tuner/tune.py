@@ -157,7 +157,9 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
             if not configs:
                 scheduler.exhaust(task)
                 continue
-            results = runner.run(data[id(task)], builder.build(task.subgraph.graph, target, configs))
+            best = task.best
+            results = runner.run(data[id(task)], builder.build(task.subgraph.graph, target, configs),
+                                 best.cost if best else None)
             for r in results:
                 record = Record(task.key, target.key, r.config, r.status, r.cost, error=r.error[:2000])
                 database.add(record)
