@@ -4,6 +4,7 @@ pipeline (model, dependences, isl schedule, target mapping, promotion, AST -> TI
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import gc
 import logging
 import time
@@ -86,8 +87,18 @@ class Pipeline:
         from akg.backends.cpu import compile_cpu
 
         t0 = time.perf_counter()
-        exe = compile_cpu(func, self.target)
         stats = KernelStats(**vars(self.stats))
+        try:
+            exe = compile_cpu(func, self.target)
+        except LoweringError as e:
+            # TVM's vectoriser can reject the Let bindings of the fast-math expansions (when it
+            # falls back to scalarising a statement it visits them twice); libm calls it takes.
+            if not (config.fast_math and "Let cannot bind" in str(e)):
+                raise
+            log.debug("%s: %s; rebuilding without fast-math expansions", self.program.name, e)
+            func, records = self.lower(dataclasses.replace(config, fast_math=False))
+            exe = compile_cpu(func, self.target)
+            stats.fallback = "fast-math expansions off (TVM's vectoriser rejected them)"
         stats.compile_s = time.perf_counter() - t0
         return Kernel(self.program.name, self.target, config, self.program, func, exe, stats, config_source,
                       records)

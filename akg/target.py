@@ -58,6 +58,7 @@ class CpuTarget(Target):
         if self.fast_math_reassoc:
             spec["fast-math-reassoc"] = True
             spec["fast-math-contract"] = True
+            spec["fast-math-arcp"] = True
         return tvm.target.Target(spec)
 
 

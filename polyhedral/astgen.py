@@ -366,12 +366,16 @@ class TirLowering:
             self._store(t, tirx.Cast("int32", position), out_index)]), None)
 
     def value(self, e: Expr, env: dict) -> tirx.PrimExpr:
+        # A shared subexpression is lowered once, except one that holds a TIR Let (the fast-math
+        # expansions): TVM refuses a Let variable bound in two places, so each use gets its own.
         memo: dict[int, tirx.PrimExpr] = {}
+        binds: set[int] = set()
 
         def go(n: Expr) -> tirx.PrimExpr:
             key = id(n)
             if key in memo:
                 return memo[key]
+            before = len(binds)
             if isinstance(n, Const):
                 out = tirx.const(n.value, n.dtype)
             elif isinstance(n, Var):
@@ -386,9 +390,14 @@ class TirLowering:
                 out = tirx.if_then_else(c, a, b) if lazy else tirx.Select(c, a, b)
             elif isinstance(n, Call):
                 out = _call(n.op, [go(a) for a in n.args], n.args, n.dtype, self.fast_math)
+                if self.fast_math and n.op in FAST_F32:
+                    binds.add(key)
             else:
                 raise LoweringError(f"cannot lower {type(n).__name__} here")
-            memo[key] = out
+            if len(binds) > before:
+                binds.add(key)
+            else:
+                memo[key] = out
             return out
 
         return go(e)

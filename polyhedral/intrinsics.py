@@ -1,10 +1,14 @@
-"""Vectorisable float32 math: exp, erf, tanh and sigmoid as straight-line TIR.
+"""Vectorisable float32 math: exp, erf, tanh, sigmoid and rsqrt as straight-line TIR.
 
 LLVM turns `exp` and friends into scalar libm calls, one per lane, even in vector loops.
 These expansions are polynomial/rational approximations built from multiplies, adds,
 compares and bit tricks that vectorise: exp and sigmoid are within ~1e-7 relative of the
-float64 result, erf within ~5e-7 absolute, tanh within ~3e-7 relative. Infinities and NaNs
-behave as in libm.
+float64 result, erf within ~5e-7 absolute, tanh within ~3e-7 relative, rsqrt within ~2e-7
+relative. Infinities and NaNs behave as in libm.
+
+rsqrt has a second reason: with fast-math flags LLVM rewrites `x * (1 / sqrt(v))` into
+`x / sqrt(v)`, so a per-row rsqrt hoisted out of a loop (layer_norm) turns back into one
+vector division per element, the slowest instruction there is.
 """
 
 from __future__ import annotations
@@ -55,9 +59,10 @@ def _exp(x):
 
 
 def _scale(y, n):
-    """y * 2^n, building 2^n from its exponent bits."""
-    exponent = tirx.shift_left(tirx.Cast("int32", n) + tirx.const(127, "int32"), tirx.const(23, "int32"))
-    return y * tirx.reinterpret(F32, exponent)
+    """y * 2^n, building 2^(n-1) from its exponent bits and doubling (n reaches 128 just below
+    exp's overflow threshold, one more than the largest float32 exponent)."""
+    exponent = tirx.shift_left(tirx.Cast("int32", n) + tirx.const(126, "int32"), tirx.const(23, "int32"))
+    return y * tirx.reinterpret(F32, exponent) * _c(2.0)
 
 
 # erf(x) = x * P(x^2) / Q(x^2) on [-4, 4] (beyond that erf is +-1 in float32)
@@ -92,4 +97,37 @@ def fast_sigmoid(x):
     return _c(1.0) / (_c(1.0) + fast_exp(-x))
 
 
-FAST_F32 = {"exp": fast_exp, "erf": fast_erf, "tanh": fast_tanh, "sigmoid": fast_sigmoid}
+_TINY = 1.1754943508222875e-38  # smallest normal float32
+
+
+def fast_rsqrt(x):
+    """1/sqrt(x): the exponent-halving bit trick, then three Newton steps. Subnormal inputs
+    are scaled by 2^64 first (the trick needs a normal exponent). Every Let binds a plain
+    expression (TVM's vectoriser rejects a Let whose value is itself a Let)."""
+    def body(v):
+        small = v < _c(_TINY)
+
+        def start(xs):
+            guess = tirx.reinterpret(F32, tirx.const(0x5F375A86, "int32") - tirx.shift_right(
+                tirx.reinterpret("int32", xs), tirx.const(1, "int32")))
+            return _let(_c(0.5) * xs, lambda half: _let(guess, lambda y: newton(half, y, 3)))
+
+        def newton(half, y, steps):
+            if steps == 0:
+                return finish(y)
+            return _let(y * (_c(1.5) - half * y * y), lambda t: newton(half, t, steps - 1))
+
+        def finish(y):
+            y = tirx.Select(small, y * _c(2.0 ** 32), y)
+            y = tirx.Select(v == _c(float("inf")), _c(0.0), y)
+            negative_zero = tirx.reinterpret("int32", v) < tirx.const(0, "int32")
+            y = tirx.Select(v == _c(0.0), tirx.Select(negative_zero, _c(float("-inf")), _c(float("inf"))), y)
+            return tirx.Select(tirx.any(v < _c(0.0), tirx.isnan(v)), _c(float("nan")), y)
+
+        return _let(tirx.Select(small, v * _c(2.0 ** 64), v), start)
+
+    return _let(x, body)
+
+
+FAST_F32 = {"exp": fast_exp, "erf": fast_erf, "tanh": fast_tanh, "sigmoid": fast_sigmoid,
+            "rsqrt": fast_rsqrt}

@@ -115,6 +115,24 @@ def _transcendental(op: ComputeOp) -> bool:
     return any(isinstance(n, Call) and n.op in TRANSCENDENTAL for n in walk(op.body))
 
 
+EXPENSIVE = (*TRANSCENDENTAL, "sqrt", "rsqrt", "div", "mod")
+BROADCAST_REUSE = 8  # a consumer reads each element of the producer this many times or more
+
+
+def _expensive(body: Expr) -> bool:
+    """Bodies costly enough per element that recomputing them for every element of a consumer
+    that broadcasts them (layer_norm's per-row rsqrt, read by each of the row's elements) costs
+    more than a small buffer."""
+    return any(isinstance(n, Call) and n.op in EXPENSIVE for n in walk(body))
+
+
+def _domain(op: ComputeOp) -> int:
+    n = int(np.prod([a.extent for a in op.axes], dtype=np.int64))
+    if isinstance(op.body, Reduce):
+        n *= int(np.prod([a.extent for a in op.body.axes], dtype=np.int64))
+    return n
+
+
 def _guarded(op: ComputeOp) -> bool:
     """Bodies that select between a load and a fill value (padding): kept as buffers when
     read inside a reduction, so the reduction's inner loop carries no condition."""
@@ -123,22 +141,27 @@ def _guarded(op: ComputeOp) -> bool:
 
 def inline(program: Program) -> Program:
     """Inline every injective (non-reduction) producer that is not a kernel output into its
-    consumers, unless it is large and read several times, or it is padding read by a reduction."""
+    consumers, unless it is large and read several times, it is padding read by a reduction,
+    or it is costly and broadcast (its consumers would recompute each element many times)."""
     ops = program.ops()
     outputs = {id(t) for t in program.outputs}
     uses: dict[int, int] = {}
     reduce_readers: set[int] = set()
+    reader_domain: dict[int, int] = {}  # the largest iteration domain reading each tensor
     for op in ops:
         for ld in loads_of(op):
             uses[id(ld.tensor)] = uses.get(id(ld.tensor), 0) + 1
+            reader_domain[id(ld.tensor)] = max(reader_domain.get(id(ld.tensor), 0), _domain(op))
             if isinstance(op.body, Reduce):
                 reduce_readers.add(id(ld.tensor))
 
-    def inlinable(op: ComputeOp) -> bool:
+    def inlinable(op: ComputeOp, body: Expr) -> bool:  # body: op's, its producers inlined
         t = op.output
         if id(t) in outputs or isinstance(op.body, Reduce):
             return False
         if id(t) in reduce_readers and _guarded(op):
+            return False
+        if reader_domain.get(id(t), 0) >= BROADCAST_REUSE * _domain(op) and _expensive(body):
             return False
         return uses.get(id(t), 0) <= 1 or (size(op.body) <= SMALL_BODY and not _transcendental(op))
 
@@ -160,7 +183,7 @@ def inline(program: Program) -> Program:
 
     for op in ops:
         body = rewrite(op.body)
-        if inlinable(op):
+        if inlinable(op, body):
             new_body[id(op.output)] = (op, body)
         else:
             remap[id(op.output)] = ComputeOp(op.name, op.axes, body).output
@@ -178,7 +201,7 @@ def split_reductions(program: Program, lanes: int) -> Program:
     floating-point max/min reduction on its own (it would have to assume no NaNs). Sums are
     left alone: with reassociation allowed, LLVM vectorises those itself.
     """
-    from akg.graph.compute.expr import Var, reduce, reduce_axis
+    from akg.graph.compute.expr import reduce, reduce_axis
 
     if lanes < 2:
         return program

@@ -283,3 +283,48 @@ def test_long_max_reductions_are_split_into_vector_lanes(check_kernel):
     kernel = check_kernel(g)
     tir = kernel.tir()
     assert "_partial" in tir and "T.vectorized(" in tir
+
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 1e-3, 1e-30, 3e-39, 1e30, -1e30, 80.0, 88.5, -88.0,
+                    -104.0, 200.0, np.inf, -np.inf, np.nan, 0.2, -0.2, 4.5, -4.5], np.float32)
+
+
+@pytest.mark.parametrize("op", ["exp", "tanh", "sigmoid", "erf", "rsqrt"])
+def test_fast_math_expansions_on_special_values(op):
+    """The fast-math expansions agree with NumPy (float64, rounded) across magnitudes,
+    subnormals, signed zeros, infinities and NaN, in a vector loop and in its remainder."""
+    from scipy import special
+
+    x = np.concatenate([SPECIAL, np.random.default_rng(0).standard_normal(41).astype(np.float32) * 30])
+    kernel = akg.build(graph(lambda b: b.output(b.op(op, b.input("x", x.shape)))), config=None)
+    got = kernel(x)[0]
+    with np.errstate(all="ignore"):
+        x64 = x.astype(np.float64)
+        want = {"exp": np.exp, "tanh": np.tanh, "sigmoid": special.expit, "erf": special.erf,
+                "rsqrt": lambda v: 1 / np.sqrt(v)}[op](x64)
+        want32 = want.astype(np.float32)
+    finite, nan = np.isfinite(want32), np.isnan(want32)
+    assert np.array_equal(np.isnan(got), nan), x[np.isnan(got) != nan]
+    assert np.array_equal(got[~finite & ~nan], want32[~finite & ~nan]), x[~finite & ~nan]
+    # results below the smallest normal float32 may flush to zero
+    np.testing.assert_allclose(got[finite], want[finite], rtol=2e-6, atol=1e-6 if op == "erf" else 1.2e-38)
+
+
+def test_costly_broadcast_values_are_computed_once(check_kernel):
+    """layer_norm's per-row rsqrt lives in its own small buffer instead of being recomputed
+    (and turned into a division by LLVM) for each element of the row."""
+    g = graph(lambda b: b.output(b.layer_norm(b.input("x", (64, 256)), b.input("g", (256,)),
+                                              b.input("bt", (256,)))))
+    tir = check_kernel(g).tir()
+    store = [line for line in tir.splitlines() if line.strip().startswith("0[")]
+    assert store and not any("rsqrt" in s or "reinterpret" in s for s in store), store
+
+
+def test_shared_fast_math_subexpression_in_a_vector_loop(check_kernel):
+    """A fast-math expansion reached twice in one vectorised statement (TVM's vectoriser may
+    reject the Let bindings; the build then falls back to libm calls) is still correct."""
+    def body(b):
+        x, v, s = b.input("x", (3, 4)), b.input("v", (4, 1, 1)), b.input("s", (4, 1, 1))
+        b.output(b.add(b.mul(x, b.mul(s, b.exp(v))), b.mul(s, b.exp(v))),
+                 b.add(b.mul(x, b.mul(s, b.rsqrt(b.abs(v)))), b.mul(s, b.rsqrt(b.abs(v)))))
+    check_kernel(graph(body))
