@@ -380,5 +380,7 @@ def _apply_band(node: isl.ScheduleNode, index: int, bp: BandPlan, plan: TreePlan
         mupa = node.band_get_partial_schedule()
         marks = register_marks(coincident, plan.vectorize, plan.unroll and reg_tiled, True)
         return _insert_at_leaves(node.delete(), mupa, coincident, marks)
-    marks = register_marks(coincident, plan.vectorize, plan.unroll and reg_tiled, innermost)
+    # register loops above other loops (a reduction not sunk under) are not unrolled: that
+    # would copy the whole inner nest once per register-tile point, and LLVM takes minutes
+    marks = register_marks(coincident, plan.vectorize, plan.unroll and reg_tiled and innermost, innermost)
     return insert_marks_on_members(node, marks)
