@@ -115,6 +115,7 @@ class CompiledModel:
     stats: dict = field(default_factory=dict)
     index_bounds: dict[str, int] = field(default_factory=dict)  # index inputs: exclusive upper bound
     _slots: list | None = field(default=None, repr=False)
+    _device_constants: dict | None = field(default=None, repr=False)
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Deterministic random inputs (index inputs within their bounds)."""
@@ -154,9 +155,11 @@ class CompiledModel:
 
         dev = tvm.cpu()
         values = self._bind(args, named)
-        env = {name: tvm.runtime.tensor(np.ascontiguousarray(a) if a.ndim else a, dev) for name, a in values.items()}
-        for name, a in self.constants.items():
-            env[name] = tvm.runtime.tensor(a, dev)
+        if self._device_constants is None:  # weights go to the device once, not per call
+            self._device_constants = {name: tvm.runtime.tensor(a, dev) for name, a in self.constants.items()}
+        env = dict(self._device_constants)
+        env.update({name: tvm.runtime.tensor(np.ascontiguousarray(a) if a.ndim else a, dev)
+                    for name, a in values.items()})
         if self._slots is None:
             self._slots = [tvm.runtime.empty((max(n, 1),), "uint8", dev) for n in self.plan.slot_bytes]
         for call in self.calls:

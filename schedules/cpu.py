@@ -34,13 +34,15 @@ def _vector_tile(extent: int, lanes: int) -> int:
     return lanes if extent >= lanes else extent
 
 
-def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int) -> BandConfig:
+def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes: int = 1 << 20) -> BandConfig:
     """Heuristic mapping of one band.
 
     The loop with the most unit-stride accesses goes innermost (vectorised, a register tile
     of two vectors). Under a reduction (matmul, conv) the register tile also spans a few rows
     and sinks below the reduction loop, so the accumulators stay in registers across it.
-    Cache tiles give the parallel outer loop a few chunks per core.
+    Cache tiles give the parallel outer loop a few chunks per core; under a deep reduction the
+    vector-side tile narrows so that its operand panel (reduction depth x tile) fits in half
+    of L2.
     """
     n = info.members
     order = list(range(n))
@@ -64,7 +66,11 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int) -> BandC
     if sink:  # cache tile of the register-blocked band: a panel of a few register tiles
         if n > 1:
             tile[-2] = _largest_fitting(ext[-2], max(register[-2] or 1, 1) * 16) if ext[-2] > 64 else 0
-        tile[-1] = _largest_fitting(ext[-1], max(register[-1] or 1, 1) * 4) if ext[-1] > 256 else 0
+        step = max(register[-1] or 1, 1)
+        depth = max(1, info.work // max(1, math.prod(info.extents)))  # reduction points per point
+        fits = (l2_bytes // 2) // (depth * itemsize) // step * step
+        want = max(step, min(step * 4, fits))
+        tile[-1] = _largest_fitting(ext[-1], want, step) if ext[-1] > 256 or want < ext[-1] // 2 else 0
     # parallel chunks: split the outermost loop so each core gets a few pieces
     if coin[0] and ext[0] > 1 and tile[0] == 0 and not (n == 1 and register[0]):
         chunk = max(1, math.ceil(ext[0] / (cores * 4)))
@@ -82,7 +88,8 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int) -> BandC
 def default_config(infos: list[BandInfo], target, dtype: str = "float32", fusion: str = "smart") -> Config:
     itemsize = np.dtype(dtype).itemsize
     lanes = target.vector_lanes(dtype)
-    return Config(fusion=fusion, bands=tuple(default_band(i, lanes, target.cores, itemsize) for i in infos))
+    l2 = getattr(target, "l2_bytes", 1 << 20)
+    return Config(fusion=fusion, bands=tuple(default_band(i, lanes, target.cores, itemsize, l2) for i in infos))
 
 
 def to_plan(config: Config, infos: list[BandInfo], target, dtype: str = "float32") -> TreePlan:
