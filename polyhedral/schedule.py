@@ -4,6 +4,10 @@ fusion strategy is a knob, and an operation quota bounds the work."""
 from __future__ import annotations
 
 import logging
+import os
+import select
+import signal
+import time
 from dataclasses import dataclass
 
 import islpy as isl
@@ -16,6 +20,14 @@ log = logging.getLogger(__name__)
 
 FUSION_STRATEGIES = ("max", "smart", "none")
 DEFAULT_MAX_OPERATIONS = 2_000_000
+# isl counts simplex pivots, and with constant sizes a pivot on growing integer coefficients
+# can take milliseconds, so the quota alone may allow minutes; the scheduler also runs in a
+# forked child under this wall-clock limit.
+DEFAULT_MAX_SECONDS = 4.0
+
+
+class _ScheduleTimeout(Exception):
+    pass
 
 
 @dataclass(eq=False)
@@ -35,9 +47,10 @@ def _configure(ctx: isl.Context, fusion: str) -> None:
 
 
 def schedule(model: PolyModel, deps: Dependences, fusion: str = "smart",
-             max_operations: int = DEFAULT_MAX_OPERATIONS) -> ScheduleResult:
-    """Schedule tree of the model. When isl exceeds `max_operations` (or fails), fall back to
-    the sequential program-order schedule and say so in `fallback`."""
+             max_operations: int = DEFAULT_MAX_OPERATIONS,
+             max_seconds: float | None = DEFAULT_MAX_SECONDS) -> ScheduleResult:
+    """Schedule tree of the model. When isl exceeds `max_operations` or `max_seconds` (or
+    fails), fall back to the sequential program-order schedule and say so in `fallback`."""
     if fusion not in FUSION_STRATEGIES:
         raise ScheduleError(f"unknown fusion strategy '{fusion}' (known: {', '.join(FUSION_STRATEGIES)})")
     if not model.statements:
@@ -51,7 +64,9 @@ def schedule(model: PolyModel, deps: Dependences, fusion: str = "smart",
     ctx.reset_operations()
     ctx.set_max_operations(max_operations)
     try:
-        return ScheduleResult(normalize(constraints.compute_schedule(), deps), fusion)
+        return ScheduleResult(normalize(_compute(constraints, ctx, max_seconds), deps), fusion)
+    except _ScheduleTimeout:
+        reason = f"isl scheduler took over {max_seconds:g} s"
     except isl.Error as e:
         text = str(e)
         reason = ("isl operation quota exceeded" if "maximal number of operations" in text
@@ -61,6 +76,49 @@ def schedule(model: PolyModel, deps: Dependences, fusion: str = "smart",
         ctx.reset_operations()
     log.info("schedule of %s: %s; using the sequential schedule", model.program.name, reason)
     return ScheduleResult(sequential_schedule(model), fusion, fallback=reason)
+
+
+def _compute(constraints: isl.ScheduleConstraints, ctx: isl.Context, max_seconds: float | None) -> isl.Schedule:
+    """constraints.compute_schedule(), in a forked child that is killed after max_seconds
+    (islpy holds the GIL, so nothing in this process could interrupt it). The child sends the
+    schedule tree back as text."""
+    if not max_seconds or not hasattr(os, "fork"):
+        return constraints.compute_schedule()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: only isl and os calls, then _exit (no atexit, no inherited state)
+        code = 1
+        try:
+            os.close(read_end)
+            try:
+                data = b"S" + constraints.compute_schedule().to_str().encode()
+            except isl.Error as e:
+                data = b"E" + str(e).encode()
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_end, view):]
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks, deadline = [], time.monotonic() + max_seconds
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read_end], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                raise _ScheduleTimeout()
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    data = b"".join(chunks)
+    if data[:1] == b"S":
+        return isl.Schedule.read_from_str(ctx, data[1:].decode())
+    raise isl.Error(data[1:].decode() if data[:1] == b"E" else "the isl scheduler process died")
 
 
 def respects(schedule: isl.Schedule, deps: Dependences) -> bool:

@@ -182,6 +182,8 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--only", default="")
     ap.add_argument("--no-ms", action="store_true")
+    ap.add_argument("--ms-from", type=Path, help="take the MetaSchedule time of each workload from a "
+                    "tuning.py --json file (its run at --trials) instead of tuning MetaSchedule again")
     ap.add_argument("--no-peaks", action="store_true")
     ap.add_argument("--work-dir", default="/tmp/akg_bench_kernels_ms")
     ap.add_argument("--json", type=Path)
@@ -192,10 +194,16 @@ def main(argv=None) -> int:
         wanted = args.only.split(",")
         benches = [b for b in benches if any(b.name.startswith(w) for w in wanted)]
     peaks = {} if args.no_peaks else peers.machine_peaks(verbose=False)
+    ms_from = {}
+    if args.ms_from:
+        ms_from = {r["name"]: r for r in json.loads(args.ms_from.read_text()) if r["budget"] == args.trials}
     rows = []
     for b in benches:
         print(f"== {b.name}", flush=True)
-        rows.append(run_bench(b, args.trials, not args.no_ms, args.work_dir))
+        rows.append(run_bench(b, args.trials, not (args.no_ms or args.ms_from), args.work_dir))
+        if b.name in ms_from:
+            rows[-1].update(ms_s=ms_from[b.name]["ms_s"], ms_tune_s=ms_from[b.name]["ms_tune_s"],
+                            ms_source=str(args.ms_from))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     text = table(rows)
     print(text)

@@ -39,6 +39,26 @@ def test_quota_falls_back_to_sequential_schedule_and_says_so(caplog):
     assert respects(result.schedule, d)
 
 
+def test_slow_scheduler_is_stopped_by_the_time_limit():
+    """Attention's context kernel under maximal fusion keeps isl busy for minutes with few
+    (but slow) operations; the wall-clock limit stops it and the schedule falls back."""
+    b = GraphBuilder("g")
+    ctx = b.batch_matmul(b.input("p", (12, 128, 128)), b.input("v", (12, 128, 64)))
+    b.output(b.reshape(b.transpose(ctx, perm=[1, 0, 2]), shape=[128, 768]))
+    m = build_model(lower_graph(b.build()))
+    d = compute_dependences(m)
+    result = schedule(m, d, "max", max_seconds=0.3)
+    assert result.fallback == "isl scheduler took over 0.3 s"
+    assert respects(result.schedule, d)
+
+
+def test_schedule_computed_in_a_child_matches_the_direct_one():
+    m, d = _softmax_after_matmul()
+    forked = schedule(m, d, "smart")
+    direct = schedule(m, d, "smart", max_seconds=None)
+    assert forked.fallback is None and forked.schedule.plain_is_equal(direct.schedule)
+
+
 def test_reduction_band_is_split_from_parallel_band():
     b = GraphBuilder("g")
     b.output(b.sum(b.input("x", (8, 32)), axes=[1]))
