@@ -59,8 +59,14 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     if coin[-1] and ext[-1] >= lanes and innermost_contiguous:
         register[-1] = _vector_tile(ext[-1], lanes)
     if sink and n > 1 and coin[-2]:
-        rows = max(1, min(ext[-2], REGISTER_BYTES // max(1, (register[-1] or ext[-1]) * itemsize), 8))
-        register[-2] = _largest_fitting(ext[-2], rows)
+        budget = REGISTER_BYTES // max(1, (register[-1] or ext[-1]) * itemsize)  # accumulator rows
+        if n > 2 and coin[-3] and register[-1] == lanes and budget >= 16:
+            # one vector wide (a conv's output row): 4 x 4 rows over the two loops above it,
+            # so each loaded input vector and each broadcast weight feed four FMAs
+            register[-2] = _largest_fitting(ext[-2], min(ext[-2], 4))
+            register[-3] = _largest_fitting(ext[-3], min(ext[-3], budget // 4))
+        else:
+            register[-2] = _largest_fitting(ext[-2], max(1, min(ext[-2], budget, 8)))
 
     tile = [0] * n
     if sink:  # cache tile of the register-blocked band: a panel of a few register tiles
