@@ -56,6 +56,8 @@ class Pipeline:
         self.stats.schedule_s = time.perf_counter() - t0
         self.stats.statements = len(self.model.statements)
         self.dtype = _main_dtype(program)
+        self.reciprocal = not any(t.dtype == "float16" for t in (*program.placeholders, *program.outputs)) and \
+            not any(op.output.dtype == "float16" for op in program.ops())
 
     def space(self) -> Space:
         return make_space(self.fusion, self.bands)
@@ -89,7 +91,7 @@ class Pipeline:
         t0 = time.perf_counter()
         stats = KernelStats(**vars(self.stats))
         try:
-            exe = compile_cpu(func, self.target)
+            exe = compile_cpu(func, self.target, self.reciprocal)
         except LoweringError as e:
             # TVM's vectoriser can reject the Let bindings of the fast-math expansions (when it
             # falls back to scalarising a statement it visits them twice); libm calls it takes.
@@ -97,7 +99,7 @@ class Pipeline:
                 raise
             log.debug("%s: %s; rebuilding without fast-math expansions", self.program.name, e)
             func, records = self.lower(dataclasses.replace(config, fast_math=False))
-            exe = compile_cpu(func, self.target)
+            exe = compile_cpu(func, self.target, self.reciprocal)
             stats.fallback = "fast-math expansions off (TVM's vectoriser rejected them)"
         stats.compile_s = time.perf_counter() - t0
         return Kernel(self.program.name, self.target, config, self.program, func, exe, stats, config_source,

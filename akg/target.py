@@ -47,7 +47,9 @@ class CpuTarget(Target):
 
         return max(1, self.vector_bits // (8 * np.dtype(dtype).itemsize))
 
-    def tvm_target(self):
+    def tvm_target(self, reciprocal: bool = True):
+        """The TVM target; `reciprocal` lets LLVM divide by a loop-invariant value through one
+        reciprocal (off for kernels with float16 data: 1/x overflows float16 far sooner)."""
         import tvm
 
         spec = {"kind": "llvm", "mcpu": self.mcpu, "num-cores": self.cores}
@@ -58,7 +60,8 @@ class CpuTarget(Target):
         if self.fast_math_reassoc:
             spec["fast-math-reassoc"] = True
             spec["fast-math-contract"] = True
-            spec["fast-math-arcp"] = True
+            if reciprocal:
+                spec["fast-math-arcp"] = True
         return tvm.target.Target(spec)
 
 

@@ -15,10 +15,10 @@ from akg.errors import LoweringError
 from akg.target import CpuTarget
 
 
-def compile_cpu(func, target: CpuTarget):
+def compile_cpu(func, target: CpuTarget, reciprocal: bool = True):
     """An executable module whose function `main` is the kernel."""
     try:
-        return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm_target())
+        return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm_target(reciprocal))
     except Exception as e:  # TVM reports every failure as its own error types
         first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         raise LoweringError(f"LLVM compilation failed: {first}") from e
