@@ -34,6 +34,11 @@ def _main_dtype(program: Program) -> str:
     return max(floats, key=floats.count) if floats else "float32"
 
 
+def _has_float16(program: Program) -> bool:
+    tensors = [*program.placeholders, *(op.output for op in program.ops())]
+    return any(t.dtype == "float16" for t in tensors)
+
+
 class Pipeline:
     """The polyhedral stages for one program on one target, kept so that the tuner can ask
     for the knob space and build many configs without redoing the front end."""
@@ -56,8 +61,7 @@ class Pipeline:
         self.stats.schedule_s = time.perf_counter() - t0
         self.stats.statements = len(self.model.statements)
         self.dtype = _main_dtype(program)
-        self.reciprocal = not any(t.dtype == "float16" for t in (*program.placeholders, *program.outputs)) and \
-            not any(op.output.dtype == "float16" for op in program.ops())
+        self.reciprocal = not _has_float16(program)  # x / d as x * (1 / d) for invariant d
 
     def space(self) -> Space:
         return make_space(self.fusion, self.bands)

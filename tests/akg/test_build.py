@@ -328,3 +328,19 @@ def test_shared_fast_math_subexpression_in_a_vector_loop(check_kernel):
         b.output(b.add(b.mul(x, b.mul(s, b.exp(v))), b.mul(s, b.exp(v))),
                  b.add(b.mul(x, b.mul(s, b.rsqrt(b.abs(v)))), b.mul(s, b.rsqrt(b.abs(v)))))
     check_kernel(graph(body))
+
+
+def test_reciprocal_rewrite_only_without_float16(check_kernel):
+    """Division by a loop-invariant value may become a multiply by its reciprocal in float32
+    kernels; float16 kernels keep the division (1/x overflows float16 for |x| < 1.5e-5)."""
+    from akg.compiler import pipeline_for
+
+    def body(dtype):
+        return lambda b: b.output(b.div(b.input("x", (8, 64), dtype), b.input("d", (8, 1), dtype)))
+
+    assert pipeline_for(graph(body("float32"))).reciprocal
+    g16 = graph(body("float16"), "k16")
+    assert not pipeline_for(g16).reciprocal
+    x = np.full((8, 64), 0.5, np.float16)
+    d = np.full((8, 1), 1e-5, np.float16)  # 0.5 / 1e-5 = 50000 fits float16; 1 / 1e-5 does not
+    np.testing.assert_allclose(akg.build(g16)(x, d)[0].astype(np.float32), 0.5 / np.float32(d[0, 0]), rtol=2e-3)
