@@ -390,12 +390,10 @@ class TirLowering:
                 out = tirx.if_then_else(c, a, b) if lazy else tirx.Select(c, a, b)
             elif isinstance(n, Call):
                 out = _call(n.op, [go(a) for a in n.args], n.args, n.dtype, self.fast_math)
-                if self.fast_math and n.op in FAST_F32:
-                    binds.add(key)
             else:
                 raise LoweringError(f"cannot lower {type(n).__name__} here")
-            if len(binds) > before:
-                binds.add(key)
+            if len(binds) > before or (isinstance(n, Call) and self.fast_math and n.op in FAST_F32):
+                binds.add(key)  # holds a Let: lowered afresh at each use
             else:
                 memo[key] = out
             return out

@@ -15,6 +15,7 @@ import islpy as isl
 from akg.errors import ScheduleError
 from akg.polyhedral.deps import Dependences
 from akg.polyhedral.model import PolyModel
+from akg.polyhedral.tree import all_bands
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def normalize(schedule: isl.Schedule, deps: Dependences) -> isl.Schedule:
     changed = True
     while changed:
         changed = False
-        for node in _bands(schedule):
+        for node in all_bands(schedule):
             n = node.band_n_member()
             flags = [bool(node.band_member_get_coincident(d)) for d in range(n)]
             if n > 1 and len(set(flags)) > 1:
@@ -161,19 +162,6 @@ def normalize(schedule: isl.Schedule, deps: Dependences) -> isl.Schedule:
                     schedule, changed = candidate, True
                     break
     return schedule
-
-
-def _bands(schedule: isl.Schedule) -> list[isl.ScheduleNode]:
-    out = []
-
-    def visit(node):
-        if node.get_type() == isl.schedule_node_type.band:
-            out.append(node)
-        for k in range(node.n_children()):
-            visit(node.child(k))
-
-    visit(schedule.get_root())
-    return out
 
 
 def sequential_schedule(model: PolyModel) -> isl.Schedule:

@@ -297,7 +297,7 @@ def _vectorize_inner_bands(model: PolyModel, schedule: isl.Schedule) -> isl.Sche
     that sits above a reduction (split max/min reductions: lanes above the long loop), moves
     below that reduction and becomes the vector loop."""
     for _ in range(32):
-        for node in _all_bands(schedule):
+        for node in all_bands(schedule):
             if _marked(node) or node.band_n_member() != 1 or not node.band_member_get_coincident(0):
                 continue
             inner = _inner_bands(node.child(0))
@@ -318,7 +318,8 @@ def _marked(node: isl.ScheduleNode) -> bool:
     return node.has_parent() and node.parent().get_type() == isl.schedule_node_type.mark
 
 
-def _all_bands(schedule: isl.Schedule) -> list[isl.ScheduleNode]:
+def all_bands(schedule: isl.Schedule) -> list[isl.ScheduleNode]:
+    """Every band node of the tree, parents before children."""
     out = []
 
     def visit(n):
