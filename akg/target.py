@@ -33,6 +33,7 @@ class CpuTarget(Target):
     features: tuple[str, ...] = ()
     cores: int = 1
     vector_bits: int = 128
+    vector_registers: int = 16
     l1_bytes: int = 32 * 1024
     l2_bytes: int = 1024 * 1024
     fast_math_reassoc: bool = True  # lets LLVM vectorize reductions (sum order may change)
@@ -46,6 +47,12 @@ class CpuTarget(Target):
         import numpy as np
 
         return max(1, self.vector_bits // (8 * np.dtype(dtype).itemsize))
+
+    @property
+    def accumulator_bytes(self) -> int:
+        """Bytes of accumulators a register tile may hold: up to 16 vector registers, leaving
+        four for operands and broadcasts (AVX-512: 16 x 64 B; AVX2's 16 registers: 12 x 32 B)."""
+        return min(16, self.vector_registers - 4) * self.vector_bits // 8
 
     def tvm_target(self, reciprocal: bool = True):
         """The TVM target; `reciprocal` lets LLVM divide by a loop-invariant value through one
@@ -75,6 +82,22 @@ def _cache_size(level: int, default: int) -> int:
     return int(text.rstrip("KM")) * mult
 
 
+def vector_unit(features, triple: str, llvm_width: int) -> tuple[int, int]:
+    """(vector bits, vector registers) of a CPU from its LLVM feature names. LLVM's own
+    "vector width" answer is unreliable (512 for AVX2-only AMD Zen 3), so the features
+    decide on x86; other architectures keep LLVM's width."""
+    feats = {f.lstrip("+") for f in features}
+    if triple.startswith(("x86_64", "i686", "i386")) or feats & {"sse2", "avx", "avx2", "avx512f"}:
+        if "avx512f" in feats:
+            return 512, 32
+        if "avx" in feats:
+            return 256, 16
+        return 128, 16
+    if triple.startswith(("aarch64", "arm64")):
+        return 128, 32
+    return max(llvm_width, 128), 16
+
+
 @functools.lru_cache(maxsize=None)
 def host_cpu() -> CpuTarget:
     import tvm
@@ -86,9 +109,11 @@ def host_cpu() -> CpuTarget:
         width = int(codegen.llvm_get_vector_width(probe))
     except Exception:  # older/odd LLVM builds
         width = 128
-    feats = codegen.llvm_get_cpu_features(probe)
-    return CpuTarget(mcpu=mcpu, triple=codegen.llvm_get_system_triple(), features=tuple(sorted(feats)),
-                     cores=os.cpu_count() or 1, vector_bits=max(width, 128),
+    feats = tuple(sorted(codegen.llvm_get_cpu_features(probe)))
+    triple = codegen.llvm_get_system_triple()
+    bits, registers = vector_unit(feats, triple, width)
+    return CpuTarget(mcpu=mcpu, triple=triple, features=feats, cores=os.cpu_count() or 1,
+                     vector_bits=bits, vector_registers=registers,
                      l1_bytes=_cache_size(0, 32 * 1024), l2_bytes=_cache_size(2, 1024 * 1024))
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from akg.polyhedral.tree import BandInfo, BandPlan, TreePlan
 from akg.schedules.space import BandConfig, Config, validate_bands
 
-REGISTER_BYTES = 1024  # accumulators of a register tile: 16 AVX-512 registers
+REGISTER_BYTES = 1024  # accumulators of a register tile by default: 16 AVX-512 registers
 PARALLEL_MIN_POINTS = 1 << 14  # below this many iterations a thread launch costs more
 
 
@@ -34,7 +34,8 @@ def _vector_tile(extent: int, lanes: int) -> int:
     return lanes if extent >= lanes else extent
 
 
-def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes: int = 1 << 20) -> BandConfig:
+def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes: int = 1 << 20,
+                 register_bytes: int = REGISTER_BYTES) -> BandConfig:
     """Heuristic mapping of one band.
 
     The loop with the most unit-stride accesses goes innermost (vectorised, a register tile
@@ -42,7 +43,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     and sinks below the reduction loop, so the accumulators stay in registers across it.
     Cache tiles give the parallel outer loop a few chunks per core; under a deep reduction the
     vector-side tile narrows so that its operand panel (reduction depth x tile) fits in half
-    of L2.
+    of L2. `register_bytes` is the target's accumulator budget (`CpuTarget.accumulator_bytes`).
     """
     n = info.members
     order = list(range(n))
@@ -59,7 +60,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     if coin[-1] and ext[-1] >= lanes and innermost_contiguous:
         register[-1] = _vector_tile(ext[-1], lanes)
     if sink and n > 1 and coin[-2]:
-        budget = REGISTER_BYTES // max(1, (register[-1] or ext[-1]) * itemsize)  # accumulator rows
+        budget = register_bytes // max(1, (register[-1] or ext[-1]) * itemsize)  # accumulator rows
         if n > 2 and coin[-3] and register[-1] == lanes and budget >= 16:
             # one vector wide (a conv's output row): 4 x 4 rows over the two loops above it,
             # so each loaded input vector and each broadcast weight feed four FMAs
@@ -95,7 +96,8 @@ def default_config(infos: list[BandInfo], target, dtype: str = "float32", fusion
     itemsize = np.dtype(dtype).itemsize
     lanes = target.vector_lanes(dtype)
     l2 = getattr(target, "l2_bytes", 1 << 20)
-    return Config(fusion=fusion, bands=tuple(default_band(i, lanes, target.cores, itemsize, l2) for i in infos))
+    acc = getattr(target, "accumulator_bytes", REGISTER_BYTES)
+    return Config(fusion=fusion, bands=tuple(default_band(i, lanes, target.cores, itemsize, l2, acc) for i in infos))
 
 
 def to_plan(config: Config, infos: list[BandInfo], target, dtype: str = "float32") -> TreePlan:
