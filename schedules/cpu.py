@@ -61,11 +61,12 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         register[-1] = _vector_tile(ext[-1], lanes)
     if sink and n > 1 and coin[-2]:
         budget = register_bytes // max(1, (register[-1] or ext[-1]) * itemsize)  # accumulator rows
-        if n > 2 and coin[-3] and register[-1] == lanes and budget >= 16:
-            # one vector wide (a conv's output row): 4 x 4 rows over the two loops above it,
-            # so each loaded input vector and each broadcast weight feed four FMAs
-            register[-2] = _largest_fitting(ext[-2], min(ext[-2], 4))
-            register[-3] = _largest_fitting(ext[-3], min(ext[-3], budget // 4))
+        if n > 2 and coin[-3] and register[-1] == lanes and budget >= 8:
+            # one vector wide (a conv's output row): 4 x (budget / 4) rows over the two loops
+            # above it (4 x 4 with AVX-512, 4 x 2 with AVX2's 12 accumulators once the rows
+            # divide the loop), so each loaded vector and each broadcast feed several FMAs
+            register[-3] = _largest_fitting(ext[-3], min(ext[-3], 4))
+            register[-2] = _largest_fitting(ext[-2], min(ext[-2], budget // 4))
         else:
             register[-2] = _largest_fitting(ext[-2], max(1, min(ext[-2], budget, 8)))
 
@@ -76,7 +77,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         step = max(register[-1] or 1, 1)
         depth = max(1, info.work // max(1, math.prod(info.extents)))  # reduction points per point
         fits = (l2_bytes // 2) // (depth * itemsize) // step * step
-        want = max(step, min(step * 4, fits))
+        want = max(2 * step, min(step * 4, fits))  # a tile of one register tile would lose it
         tile[-1] = _largest_fitting(ext[-1], want, step) if ext[-1] > 256 or want < ext[-1] // 2 else 0
     # parallel chunks: split the outermost loop so each core gets a few pieces
     if coin[0] and ext[0] > 1 and tile[0] == 0 and not (n == 1 and register[0]):
