@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import statistics
 import tempfile
@@ -121,6 +122,7 @@ class LocalBuilder(Builder):
     def __init__(self, workers: int | None = None, timeout: float = 120.0, directory: str | None = None):
         self.workers = workers or max(1, os.cpu_count() or 1)
         self.timeout = timeout
+        self._own_directory = directory is None  # a temporary one, removed by close()
         self.directory = directory or tempfile.mkdtemp(prefix="akg-build-")
         self._pool: ProcessPoolExecutor | None = None
 
@@ -139,15 +141,19 @@ class LocalBuilder(Builder):
                 out.append(fut.result(timeout=self.timeout))
             except FutureTimeout:
                 out.append(BuildResult(config, None, Status.BUILD_ERROR, f"build took over {self.timeout:.0f}s"))
-                self.close()  # the stuck worker goes with the pool
+                self._kill_pool()  # the stuck worker goes with the pool
                 pool = self._executor()
             except Exception as e:  # noqa: BLE001  (a worker that died)
                 out.append(BuildResult(config, None, Status.BUILD_ERROR, f"builder crashed: {e}"))
-                self.close()
+                self._kill_pool()
                 pool = self._executor()
         return out
 
     def close(self) -> None:
+        self._kill_pool()
+        _remove_own(self)
+
+    def _kill_pool(self) -> None:
         if self._pool is not None:
             processes = list((getattr(self._pool, "_processes", None) or {}).values())
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -160,10 +166,21 @@ class InProcessBuilder(Builder):
     """Builds in this process (for tests and debugging)."""
 
     def __init__(self, directory: str | None = None):
+        self._own_directory = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="akg-build-")
 
     def build(self, graph: Graph, target, configs: list[Config]) -> list[BuildResult]:
         return [build_one(graph, target, c, self.directory) for c in configs]
+
+    def close(self) -> None:
+        _remove_own(self)
+
+
+def _remove_own(builder) -> None:
+    """Remove a builder's temporary directory (its built candidates) if it made one."""
+    if getattr(builder, "_own_directory", False):
+        shutil.rmtree(builder.directory, ignore_errors=True)
+        builder._own_directory = False
 
 
 # --- running ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 import signal
 import threading
 import tempfile
@@ -185,6 +186,7 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
             builder.close()
         if own_runner and hasattr(runner, "close"):
             runner.close()
+        shutil.rmtree(workdir, ignore_errors=True)
     kernels = []
     for t in tasks:
         best = t.best

@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """End-to-end model benchmark on CPU: akg (default configs, and tuned) against the reference
 interpreter, PyTorch eager, torch.compile (Inductor) and ONNX Runtime when installed, with
-the same weights, in one process. Needs `pip install torch==2.13.0` (a CPU wheel).
+the same weights, in one process. Needs `pip install torch==2.13.0` (a CPU wheel). The
+compiled contenders (akg default, akg tuned, eager, Inductor) are timed in alternating rounds
+and each reports its median call time.
 
     python scripts/bench/models.py [--models transformer_block,resnet_block,mindir]
                                    [--trials 64] [--record docs/performance.md]
@@ -41,6 +43,23 @@ def timeit(fn, min_seconds: float = 1.0, min_runs: int = 5) -> float:
         if len(samples) > 1000:
             break
     return statistics.median(samples)
+
+
+def timeit_interleaved(fns: dict, rounds: int = 7, seconds: float = 0.3) -> dict:
+    """Median seconds per call of each function, timed in alternating rounds (every round
+    runs each contender for `seconds`), so that a slow or fast spell of this shared machine
+    falls on all contenders alike instead of on whichever ran then."""
+    samples: dict = {name: [] for name in fns}
+    for fn in fns.values():
+        fn()
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            while time.perf_counter() - start < seconds or len(samples[name]) < 2:
+                t0 = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 # --- the same graph as a PyTorch function ------------------------------------------------------
@@ -112,7 +131,7 @@ def bench_model(name: str, graph, trials: int, workdir: Path) -> dict:
     row["peak_bytes"], row["naive_bytes"] = default.plan.peak_bytes, default.plan.naive_bytes
     out = default(**inputs)
     row["akg_default_err"] = max(float(np.abs(a - b).max()) for a, b in zip(out, ref))
-    row["akg_default_s"] = timeit(lambda: default(**inputs))
+    contenders = {"akg_default_s": lambda: default(**inputs)}
 
     if trials:
         db = str(workdir / f"{name}.db")
@@ -123,20 +142,21 @@ def bench_model(name: str, graph, trials: int, workdir: Path) -> dict:
         tuned = compile_model(graph, db=db)
         out = tuned(**inputs)
         row["akg_tuned_err"] = max(float(np.abs(a - b).max()) for a, b in zip(out, ref))
-        row["akg_tuned_s"] = timeit(lambda: tuned(**inputs))
+        contenders["akg_tuned_s"] = lambda: tuned(**inputs)
 
     fn = torch_function(graph)
     tensors = [torch.from_numpy(a) for a in ordered]
     with torch.no_grad():
         got = fn(*tensors)
         row["torch_err"] = max(float(np.abs(g.numpy() - r).max()) for g, r in zip(got, ref))
-        row["torch_eager_s"] = timeit(lambda: fn(*tensors))
+        contenders["torch_eager_s"] = lambda: fn(*tensors)
         try:
             compiled = torch.compile(fn)
             compiled(*tensors)
-            row["torch_compile_s"] = timeit(lambda: compiled(*tensors))
+            contenders["torch_compile_s"] = lambda: compiled(*tensors)
         except Exception as e:  # noqa: BLE001  (Inductor needs a working C++ toolchain)
             row["torch_compile_error"] = str(e).splitlines()[0][:120]
+        row.update(timeit_interleaved(contenders))
     try:
         import onnxruntime as ort  # noqa: F401
 

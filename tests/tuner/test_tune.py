@@ -177,3 +177,16 @@ def test_cli_tune_and_db_commands(tmp_path, capsys):
     assert "imported 4 new records" in capsys.readouterr().out
     assert main(["compile", str(tmp_path / "mm.mir"), "--db", db]) == 0
     assert "tuned (" in capsys.readouterr().out
+
+
+def test_tuning_leaves_no_temporary_directories(tmp_path, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    builder = InProcessBuilder()
+    tune(_matmul(16), trials=2, db=InMemoryDatabase(), builder=builder, runner=InProcessRunner(), batch=2)
+    assert [p.name for p in scratch.iterdir()] == [os.path.basename(builder.directory)]  # the caller's
+    builder.close()
+    assert list(scratch.iterdir()) == []  # the tuning workdir went at the end, the builder's with close()
