@@ -687,7 +687,7 @@ def machine_peaks(verbose: bool = True, bw_mbytes: int = 512, wait: bool = True
     """Measured machine peaks.
 
     * ``fma_gflops``: TVM kernel, one thread per TVM worker (``TVM_NUM_THREADS``), each
-      with 16 independent 512-bit (or 256-bit w/o AVX-512) FMA chains in registers -- a
+      with 16 independent 512-bit (AVX-512) or 12 256-bit (AVX2) FMA chains in registers -- a
       true FP32 FMA peak (2 flops per lane per FMA).
     * ``sgemm_gflops_numpy``: NumPy 4096^3 float32 matmul in a clean subprocess -- a
       lower bound on the peak (what a tuned BLAS reaches).
@@ -704,12 +704,20 @@ def machine_peaks(verbose: bool = True, bw_mbytes: int = 512, wait: bool = True
     nthr = tvm_num_threads()
     res["threads"] = nthr
     tgt = detect_target()
-    try:
-        vbits = int(codegen.llvm_get_vector_width(tgt))
-    except Exception:  # noqa: BLE001  # pylint: disable=broad-except
-        vbits = 512 if "avx512f" in _cpuinfo_flags() else 256
+    # The CPU's flags decide the width: LLVM's vector-width answer is 512 on AVX2-only Zen 3,
+    # which made this kernel spill 32 chains into 16 registers.
+    flags = _cpuinfo_flags()
+    if "avx512f" in flags:
+        vbits, chains = 512, 16  # 32 registers
+    elif "avx" in flags:
+        vbits, chains = 256, 12  # 16 registers; 2 FMA units x 4 cycles latency needs >= 8
+    else:
+        try:
+            vbits = int(codegen.llvm_get_vector_width(tgt))
+        except Exception:  # noqa: BLE001  # pylint: disable=broad-except
+            vbits = 128
+        chains = 12
     lanes = max(4, vbits // 32)
-    chains = 16
     exe = tvm.compile(tvm.IRModule({"main": _fma_peak_func(nthr, chains, lanes)}), target=tgt)
     dev = tvm.cpu()
     out = tvm.runtime.tensor(np.zeros((nthr, chains, lanes), "float32"), dev)
