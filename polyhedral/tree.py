@@ -140,13 +140,15 @@ def _affs_by_statement(upa: isl.UnionPwAff) -> dict[str, isl.Aff]:
 
 def _moves_last_index(stmt, access, member: isl.Aff) -> bool:
     """Does a unit step of the schedule member (one statement iterator moving by one) move
-    only the last tensor index, by one?"""
+    only the last tensor index, by one? A member that merges loops (64 * head + d after a
+    head-merging reshape) steps its unit-coefficient iterator; the others move only once per
+    many steps, so that iterator decides."""
     n_in = len(stmt.iters)
     coeffs = [int(member.get_coefficient_val(isl.dim_type.in_, i).to_python()) for i in range(n_in)]
-    moving = [i for i, c in enumerate(coeffs) if c]
-    if len(moving) != 1 or abs(coeffs[moving[0]]) != 1:
+    unit = [i for i, c in enumerate(coeffs) if abs(c) == 1]
+    if len(unit) != 1:
         return False
-    var = stmt.iters[moving[0]]
+    var = stmt.iters[unit[0]]
     per_index = [linear_coefficients(e) for e in access.indices]
     if any(c is None for c in per_index):
         return False

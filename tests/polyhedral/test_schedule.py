@@ -66,3 +66,16 @@ def test_reduction_band_is_split_from_parallel_band():
     result = schedule(m, compute_dependences(m))
     (info,) = analyze(m, result.schedule)
     assert info.coincident == (True,) and info.reduction_inner
+
+
+def test_a_head_merging_member_counts_as_contiguous():
+    # attention context: batch_matmul, heads moved next to the rows, heads merged into one
+    # axis; the merged member (64 * head + d) streams the value rows and the output
+    b = GraphBuilder("ctx")
+    ctx = b.batch_matmul(b.input("p", (4, 32, 32)), b.input("v", (4, 32, 16)))
+    b.output(b.reshape(b.transpose(ctx, perm=[1, 0, 2]), shape=[32, 64]))
+    m = build_model(lower_graph(b.build()))
+    (info,) = analyze(m, schedule(m, compute_dependences(m)).schedule)
+    merged = max(range(len(info.extents)), key=lambda d: info.extents[d])
+    assert info.extents[merged] == 64 and info.reduction_inner
+    assert info.contiguity[merged] >= info.inner_contiguity  # so the register tile sinks
