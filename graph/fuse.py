@@ -122,15 +122,27 @@ class Partition:
 # --- partitioning -------------------------------------------------------------------------------
 
 
-def partition(graph: Graph, *, simplify: bool = True, limits: FusionLimits = FusionLimits()) -> Partition:
-    """Cut `graph` into kernels: expand composites, simplify (unless told not to), then fuse
+def partition(graph: Graph, *, simplify: bool = True, pack_weights: bool = True,
+              limits: FusionLimits = FusionLimits()) -> Partition:
+    """Cut `graph` into kernels: expand composites, simplify (unless told not to), store
+    constant matmul weights as panels (`akg.graph.layout`, unless told not to), then fuse
     greedily along producer -> consumer edges in topological order."""
     graph = expand(graph)
     if simplify:
         from akg.graph.simplify import simplify as run_simplify
 
         graph = run_simplify(graph)
+    if pack_weights:
+        from akg.graph.layout import pack_weights as run_pack
+
+        graph = run_pack(graph)
     return _Partitioner(graph, limits).run()
+
+
+def _weight_only(node: Node, constants, nodes) -> bool:
+    """Does the node only reshape constants (a weight's layout), so the kernel's name leaves it out?"""
+    made = {v: n for n in nodes for v in n.outputs}
+    return all(v in constants or (v in made and _weight_only(made[v], constants, nodes)) for v in node.inputs)
 
 
 def _kind(node: Node) -> str:
@@ -349,7 +361,8 @@ class _Partitioner:
             outputs = [v for n in members for v in self.nodes[n].outputs
                        if v in graph_outputs or not self.users[n]
                        or any(u not in inside and v in self.nodes[u].inputs for u in self.users[n])]
-            ops = list(dict.fromkeys(node.op for node in nodes))
+            ops = list(dict.fromkeys(node.op for node in nodes if not _weight_only(node, graph.constants, nodes))) \
+                or list(dict.fromkeys(node.op for node in nodes))
             name = f"{graph.name}.k{k}_{'_'.join(ops[:3])}"
             sub = Graph(name, inputs, outputs, nodes, constants)
             kernels.append(FusedKernel(Subgraph(sub, name, occurrences=1),

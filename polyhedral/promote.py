@@ -176,6 +176,8 @@ class Promoter:
         if nbytes > PACK_BUDGET or int(np.prod(sizes)) >= int(np.prod(tensor.shape)):
             return None  # too big, or no smaller than the tensor itself
         block = lanes if lanes > 1 and sizes[-1] % lanes == 0 and sizes[-1] > lanes else 0
+        if tuple(sizes[1:]) == tuple(tensor.shape[1:]) and not block:
+            return None  # the panel is one contiguous slice already (a weight packed at compile time)
         guard = not _box_map(lower, sizes, single(outer.reverse().apply_range(acc)).domain(), tid).range() \
             .is_subset(self._bounds(tensor, tid))
         return Promotion(tensor, lower, tuple(sizes), True, False, guard, sub, block)

@@ -1,0 +1,62 @@
+"""Constant matmul weights stored as panels: same values, the panel layout, kernels that
+read the panels without a pack copy."""
+
+import numpy as np
+import pytest
+
+import akg
+from akg.graph import GraphBuilder, evaluate, random_inputs
+from akg.graph.fuse import partition
+from akg.graph.layout import PANEL, pack_weights
+
+
+def _dense(n=48, k=24, transpose_b=False, const=True, seed=0):
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("dense")
+    x = b.input("x", (8, k))
+    shape = (n, k) if transpose_b else (k, n)
+    w = b.const(rng.standard_normal(shape).astype(np.float32), name="w") if const else b.input("w", shape)
+    b.output(b.relu(b.matmul(x, w, transpose_b=transpose_b)))
+    return b.build()
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_packed_graph_computes_the_same_values(transpose_b):
+    graph = _dense(transpose_b=transpose_b)
+    packed = pack_weights(graph)
+    panels = [(v, a) for v, a in packed.constants.items() if v.name.endswith(".panels")]
+    assert len(panels) == 1 and panels[0][1].shape == (48 // PANEL, 24, PANEL)
+    assert not any(n.op == "matmul" and n.attrs["transpose_b"] for n in packed.nodes)
+    inputs = random_inputs(graph, 1)
+    np.testing.assert_array_equal(evaluate(packed, inputs)[0], evaluate(graph, inputs)[0])
+
+
+def test_panel_j_holds_columns_j_times_panel_onwards():
+    graph = _dense()
+    (w,) = graph.constants.values()
+    (panels,) = [a for v, a in pack_weights(graph).constants.items() if v.name.endswith(".panels")]
+    np.testing.assert_array_equal(panels[1], w[:, PANEL:2 * PANEL])
+
+
+@pytest.mark.parametrize("graph", [_dense(n=40), _dense(n=PANEL), _dense(const=False)],
+                         ids=["columns-not-a-multiple", "one-panel", "weight-is-an-input"])
+def test_left_alone(graph):
+    assert pack_weights(graph) is graph
+
+
+def test_a_weight_shared_by_two_matmuls_is_packed_once():
+    b = GraphBuilder("shared")
+    w = b.const(np.ones((24, 32), np.float32), name="w")
+    b.output(b.add(b.matmul(b.input("x", (4, 24)), w), b.matmul(b.input("y", (4, 24)), w)))
+    packed = pack_weights(b.build())
+    assert [v.name for v in packed.constants] == ["w.panels"]
+
+
+def test_kernel_reads_the_panels_without_a_pack_copy():
+    graph = _dense(n=256, k=512)
+    (kernel,) = partition(graph).kernels
+    assert kernel.name.endswith("_matmul_relu")  # the weight's relayout is not in the name
+    built = akg.build(kernel.subgraph)
+    assert "w_panels_local" not in built.tir()  # each panel is read in place
+    inputs = random_inputs(graph, 0)
+    np.testing.assert_allclose(built(inputs["x"])[0], evaluate(graph, inputs)[0], rtol=1e-4, atol=1e-4)
