@@ -2,8 +2,8 @@
 """End-to-end model benchmark on CPU: akg (default configs, and tuned) against the reference
 interpreter, PyTorch eager, torch.compile (Inductor) and ONNX Runtime when installed, with
 the same weights, in one process. Needs `pip install torch==2.13.0` (a CPU wheel). The
-compiled contenders (akg default, akg tuned, eager, Inductor) are timed in alternating rounds
-and each reports its median call time.
+compiled contenders (akg default, akg tuned, eager, Inductor) are timed in alternating rounds;
+each reports the median call time of its best round (`timeit_interleaved`).
 
     python scripts/bench/models.py [--models transformer_block,resnet_block,mindir]
                                    [--trials 64] [--record docs/performance.md]
@@ -45,21 +45,24 @@ def timeit(fn, min_seconds: float = 1.0, min_runs: int = 5) -> float:
     return statistics.median(samples)
 
 
-def timeit_interleaved(fns: dict, rounds: int = 7, seconds: float = 0.3) -> dict:
-    """Median seconds per call of each function, timed in alternating rounds (every round
-    runs each contender for `seconds`), so that a slow or fast spell of this shared machine
-    falls on all contenders alike instead of on whichever ran then."""
-    samples: dict = {name: [] for name in fns}
+def timeit_interleaved(fns: dict, rounds: int = 9, seconds: float = 0.25) -> dict:
+    """Seconds per call of each function, timed in alternating rounds (each round runs every
+    contender for `seconds` and takes the median call): a contender's time is its best
+    round. This VM shares its host, and slow spells of a few seconds come and go; rounds put
+    every contender into the quiet spells, and the best round is what each runs at when the
+    machine is quiet (interference only ever adds time)."""
+    rounds_of: dict = {name: [] for name in fns}
     for fn in fns.values():
         fn()
     for _ in range(rounds):
         for name, fn in fns.items():
-            start = time.perf_counter()
-            while time.perf_counter() - start < seconds or len(samples[name]) < 2:
+            samples, start = [], time.perf_counter()
+            while time.perf_counter() - start < seconds or len(samples) < 3:
                 t0 = time.perf_counter()
                 fn()
-                samples[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(s) for name, s in samples.items()}
+                samples.append(time.perf_counter() - t0)
+            rounds_of[name].append(statistics.median(samples))
+    return {name: min(r) for name, r in rounds_of.items()}
 
 
 # --- the same graph as a PyTorch function ------------------------------------------------------
