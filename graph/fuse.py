@@ -139,10 +139,16 @@ def partition(graph: Graph, *, simplify: bool = True, pack_weights: bool = True,
     return _Partitioner(graph, limits).run()
 
 
-def _weight_only(node: Node, constants, nodes) -> bool:
-    """Does the node only reshape constants (a weight's layout), so the kernel's name leaves it out?"""
-    made = {v: n for n in nodes for v in n.outputs}
-    return all(v in constants or (v in made and _weight_only(made[v], constants, nodes)) for v in node.inputs)
+def constant_only_nodes(nodes: Sequence[Node], constants) -> list[Node]:
+    """The nodes (given in topological order) computed from constants alone, such as a weight's
+    relayout into panels (`akg.graph.layout`); kernel names leave them out."""
+    derived = set(constants)
+    out = []
+    for node in nodes:
+        if all(v in derived for v in node.inputs):
+            derived.update(node.outputs)
+            out.append(node)
+    return out
 
 
 def _kind(node: Node) -> str:
@@ -361,7 +367,8 @@ class _Partitioner:
             outputs = [v for n in members for v in self.nodes[n].outputs
                        if v in graph_outputs or not self.users[n]
                        or any(u not in inside and v in self.nodes[u].inputs for u in self.users[n])]
-            ops = list(dict.fromkeys(node.op for node in nodes if not _weight_only(node, graph.constants, nodes))) \
+            fixed = {id(node) for node in constant_only_nodes(nodes, graph.constants)}
+            ops = list(dict.fromkeys(node.op for node in nodes if id(node) not in fixed)) \
                 or list(dict.fromkeys(node.op for node in nodes))
             name = f"{graph.name}.k{k}_{'_'.join(ops[:3])}"
             sub = Graph(name, inputs, outputs, nodes, constants)

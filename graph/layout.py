@@ -44,7 +44,7 @@ def pack_weights(graph: Graph, panel: int = PANEL) -> Graph:
             continue
         key = (ins[1], transposed)
         if key not in packed:
-            packed[key] = _emit_panels(rw, ins[1], weight, transposed, panel)
+            packed[key] = _emit_panels(rw, ins[1], weight, transposed, k, n, panel)
         attrs = {**node.attrs, "transpose_b": False}
         rw.emit("matmul", [ins[0], packed[key]], attrs, node.outputs)
         rw.changes += 1
@@ -54,9 +54,9 @@ def pack_weights(graph: Graph, panel: int = PANEL) -> Graph:
     return dce(rw.finish("pack_weights"))
 
 
-def _emit_panels(rw: _Rewriter, w: Value, weight: np.ndarray, transposed: bool, panel: int) -> Value:
+def _emit_panels(rw: _Rewriter, w: Value, weight: np.ndarray, transposed: bool, k: int, n: int,
+                 panel: int) -> Value:
     """Add the panel constant and the transpose + reshape that read it as `[K, N]`."""
-    k, n = weight.shape[::-1] if transposed else weight.shape
     if transposed:  # [N, K] -> [N / panel, panel, K] -> [N / panel, K, panel]
         panels = weight.reshape(n // panel, panel, k).transpose(0, 2, 1)
     else:  # [K, N] -> [K, N / panel, panel] -> [N / panel, K, panel]

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from akg.graph import GraphBuilder, evaluate, random_inputs
-from akg.graph.fuse import (ANCHOR_KINDS, STAGE_KINDS, FusionLimits, Partition, emit_partition,
-                            partition)
+from akg.graph.fuse import (ANCHOR_KINDS, STAGE_KINDS, FusionLimits, Partition, constant_only_nodes,
+                            emit_partition, partition)
 from akg.graph.io import load_mir
 
 GOLDEN = Path(__file__).parent / "golden" / "fusion"
@@ -24,13 +24,11 @@ UPDATE = os.environ.get("AKG_UPDATE_GOLDEN") == "1"
 def groups(p: Partition) -> list[list[str]]:
     """Each kernel's nodes, named by their first output; the relayout of a constant weight
     into panels (`akg.graph.layout`, two nodes reading only constants) is left out."""
-    return [[n.outputs[0].name for n in k.nodes if not _weight_layout(n, k.subgraph.graph.constants)]
-            for k in p.kernels]
-
-
-def _weight_layout(node, constants) -> bool:
-    return node.op in ("transpose", "reshape") and (
-        node.inputs[0] in constants or node.inputs[0].name.endswith(".panels.kmajor"))
+    out = []
+    for k in p.kernels:
+        fixed = {id(n) for n in constant_only_nodes(k.nodes, k.subgraph.graph.constants)}
+        out.append([n.outputs[0].name for n in k.nodes if id(n) not in fixed])
+    return out
 
 
 def reasons(p: Partition) -> dict[tuple[str, int, int], str]:
