@@ -49,7 +49,9 @@ def cli(debug: bool) -> None:
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--fusion", is_flag=True, help="Print the fusion partition: kernels, their ops, inputs, "
               "outputs and why neighbouring kernels were cut.")
-def show(model: Path, fusion: bool) -> None:
+@click.option("--target", default="cpu", show_default=True,
+              help="With --fusion: cut the kernels as they are compiled for this target.")
+def show(model: Path, fusion: bool, target: str) -> None:
     """Print a model's ops, shapes, parameter count and FLOPs estimate."""
     from akg.graph.io import load_model
     from akg.graph.stats import graph_stats, node_flops
@@ -57,8 +59,9 @@ def show(model: Path, fusion: bool) -> None:
     graph = load_model(model)
     if fusion:
         from akg.graph.fuse import emit_partition, partition
+        from akg.target import get_target
 
-        click.echo(emit_partition(partition(graph)), nl=False)
+        click.echo(emit_partition(partition(graph, target=get_target(target))), nl=False)
         return
     table = Table(title=f"graph @{graph.name}", show_lines=False)
     for col, justify in (("value", "left"), ("op", "left"), ("inputs", "left"),

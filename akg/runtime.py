@@ -282,7 +282,7 @@ def compile_model(graph: Graph, target="cpu", db=None, progress=None) -> Compile
 
     t0 = time.perf_counter()
     target = get_target(target)
-    parts = partition(graph)
+    parts = partition(graph, target=target)
     pg = parts.graph
     specs = {v.name: TensorSpec(v.name, v.shape, v.dtype) for v in pg.values}
     built: dict[str, LoadedKernel] = {}

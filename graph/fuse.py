@@ -123,10 +123,12 @@ class Partition:
 
 
 def partition(graph: Graph, *, simplify: bool = True, pack_weights: bool = True,
-              limits: FusionLimits = FusionLimits()) -> Partition:
+              limits: FusionLimits = FusionLimits(), target=None) -> Partition:
     """Cut `graph` into kernels: expand composites, simplify (unless told not to), store
-    constant matmul weights as panels (`akg.graph.layout`, unless told not to), then fuse
-    greedily along producer -> consumer edges in topological order."""
+    constant matmul weights as panels (`akg.graph.layout`, unless told not to; `target`
+    decides their width), then fuse greedily along producer -> consumer edges in topological
+    order. Tuning and compiling for one target must pass that same target, so that they cut
+    the same kernels (workload keys)."""
     graph = expand(graph)
     if simplify:
         from akg.graph.simplify import simplify as run_simplify
@@ -135,7 +137,7 @@ def partition(graph: Graph, *, simplify: bool = True, pack_weights: bool = True,
     if pack_weights:
         from akg.graph.layout import pack_weights as run_pack
 
-        graph = run_pack(graph)
+        graph = run_pack(graph, target=target)
     return _Partitioner(graph, limits).run()
 
 

@@ -9,7 +9,12 @@ a transpose + reshape, which fusion folds into the matmul kernel as index arithm
 kernel then streams each panel contiguously and needs no pack copy (the promoter skips a
 panel that is already one contiguous slice). Values are unchanged: this is a relayout.
 
-PANEL = 16 float32 is one 64-byte cache line: two AVX2 vectors, one AVX-512 vector.
+The panel width is the width of the vector strip that a CPU register tile computes (two
+vectors, or one when two do not divide the columns; `akg.schedules.cpu`), so that each vector
+load of the tile is one contiguous slice of a panel: 16 float32 with AVX2, 32 with AVX-512. A
+panel narrower than the strip makes every vector load a gather (on AVX-512, 16-column panels
+ran the transformer's dense layers 3.5x slower than 32-column ones). Without a target the width
+is `PANEL`.
 """
 
 from __future__ import annotations
@@ -27,9 +32,20 @@ log = logging.getLogger(__name__)
 PANEL = 16
 
 
-def pack_weights(graph: Graph, panel: int = PANEL) -> Graph:
-    """Constant right operands of matmul stored as `[N / panel, K, panel]` panels."""
+def weight_panel(target, dtype: str, columns: int) -> int:
+    """Columns per panel of a `columns`-wide weight on `target` (None: `PANEL`): the register
+    tile's vector strip, two vectors when they divide the columns, else one."""
+    if target is None:
+        return PANEL
+    lanes = target.vector_lanes(dtype)
+    return 2 * lanes if columns % (2 * lanes) == 0 else lanes
+
+
+def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
+    """Constant right operands of matmul stored as `[N / panel, K, panel]` panels; with a
+    `target`, each weight's panel width is `weight_panel(target, ...)` instead of `panel`."""
     rw = _Rewriter(graph)
+    widths = set()
     packed: dict[tuple[Value, bool], Value] = {}  # (weight, transposed) -> its unpacked view
     for node in rw.walk():
         ins = rw.inputs(node)
@@ -39,18 +55,21 @@ def pack_weights(graph: Graph, panel: int = PANEL) -> Graph:
             continue
         transposed = bool(node.attrs["transpose_b"])
         k, n = weight.shape[::-1] if transposed else weight.shape
-        if n % panel or n <= panel or k < 2:
+        width = panel if target is None else weight_panel(target, ins[1].dtype, n)
+        if n % width or n <= width or k < 2:
             rw.keep(node)
             continue
         key = (ins[1], transposed)
         if key not in packed:
-            packed[key] = _emit_panels(rw, ins[1], weight, transposed, k, n, panel)
+            packed[key] = _emit_panels(rw, ins[1], weight, transposed, k, n, width)
+            widths.add(width)
         attrs = {**node.attrs, "transpose_b": False}
         rw.emit("matmul", [ins[0], packed[key]], attrs, node.outputs)
         rw.changes += 1
     if not packed:
         return graph
-    log.debug("pack_weights on %s: %d weight(s) stored as %d-column panels", graph.name, len(packed), panel)
+    log.debug("pack_weights on %s: %d weight(s) stored as panels of %s columns", graph.name, len(packed),
+              "/".join(map(str, sorted(widths))))
     return dce(rw.finish("pack_weights"))
 
 

@@ -63,13 +63,14 @@ class TuneResult:
         return sum(k.occurrences * k.best_cost for k in self.kernels)
 
 
-def kernels_of(graph: Graph) -> list[Subgraph]:
-    """The model's kernels, deduplicated by workload key with their occurrence counts."""
+def kernels_of(graph: Graph, target: Target | None = None) -> list[Subgraph]:
+    """The model's kernels for `target`, deduplicated by workload key with their occurrence
+    counts."""
     try:
         from akg.graph.fuse import partition
     except ImportError:  # before fusion partitioning exists, the whole graph is one kernel
         return [Subgraph(graph)]
-    parts = partition(graph)
+    parts = partition(graph, target=target)
     subgraphs = getattr(parts, "subgraphs", parts)
     unique: dict[str, Subgraph] = {}
     counts: dict[str, int] = {}
@@ -127,7 +128,7 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
     database = open_database(db) if not isinstance(db, Database) else db
     database.register_target(TargetInfo.of(target))
     tasks = []
-    for sg in kernels_of(graph):
+    for sg in kernels_of(graph, target):
         database.register_workload(Workload.of(sg))
         task = TuningTask(sg, target, sg.occurrences, seed)
         for rec in database.history(sg.workload_key, target.key):

@@ -60,3 +60,36 @@ def test_kernel_reads_the_panels_without_a_pack_copy():
     assert "w_panels_local" not in built.tir()  # each panel is read in place
     inputs = random_inputs(graph, 0)
     np.testing.assert_allclose(built(inputs["x"])[0], evaluate(graph, inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+class _Cpu:
+    """A stand-in CPU target: only its vector lanes matter to the panel width."""
+
+    def __init__(self, bits):
+        self.bits = bits
+
+    def vector_lanes(self, dtype):
+        return self.bits // (8 * np.dtype(dtype).itemsize)
+
+
+@pytest.mark.parametrize("bits, n, width", [(256, 64, 16), (512, 64, 32), (512, 48, 16), (512, 96, 32)],
+                         ids=["avx2", "avx512", "avx512-one-vector", "avx512-odd-strips"])
+def test_panel_is_the_register_tiles_vector_strip(bits, n, width):
+    # A panel narrower than the strip that a register tile loads turns its vector loads into
+    # gathers: the width follows the target's vectors (two when they divide the columns).
+    graph = _dense(n=n)
+    packed = pack_weights(graph, target=_Cpu(bits))
+    (panels,) = [a for v, a in packed.constants.items() if v.name.endswith(".panels")]
+    assert panels.shape == (n // width, 24, width)
+    inputs = random_inputs(graph, 2)
+    np.testing.assert_array_equal(evaluate(packed, inputs)[0], evaluate(graph, inputs)[0])
+
+
+def test_partition_for_a_target_packs_for_its_vectors():
+    from akg.target import host_cpu
+
+    target = host_cpu()
+    graph = _dense(n=256, k=64)
+    (kernel,) = partition(graph, target=target).kernels
+    (panels,) = [a for v, a in kernel.subgraph.graph.constants.items() if v.name.endswith(".panels")]
+    assert panels.shape[-1] == 2 * target.vector_lanes("float32")
