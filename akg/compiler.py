@@ -79,11 +79,19 @@ class Pipeline:
         try:
             mapped = apply_plan(self.model, self.schedule, plan)
             func, records = lower_to_tir(self.model, mapped, promote=config.promote,
-                                         name=self.program.name, fast_math=config.fast_math)
+                                         name=self.program.name, fast_math=config.fast_math,
+                                         reduce_bits=self._reduce_bits(config))
         except isl.Error as e:
             raise LoweringError(f"{self.program.name}: code generation failed in isl: {e}") from e
         self.stats.codegen_s = time.perf_counter() - t0
         return func, records
+
+    def _reduce_bits(self, config: Config) -> int:
+        """Vector width of the vector reductions (0: none): the CPU's vectors, when the config
+        vectorises and the target lets floating-point sums be reordered."""
+        if not (config.vectorize and isinstance(self.target, CpuTarget) and self.target.fast_math_reassoc):
+            return 0
+        return self.target.vector_bits
 
     def build(self, config: Config | None = None, config_source: str = "default") -> Kernel:
         config = config or self.default_config()

@@ -5,6 +5,13 @@ parallel/vector/unroll marks), user nodes become the statements' stores, and pro
 open a scope with local buffers and the copies the promotion plan asks for. A vector or
 unrolled loop whose trip count is not constant (a partial tile) is split into a full tile
 with a constant trip count and a scalar remainder, so vector loops carry no guards.
+
+A serial reduction loop over contiguous data (a row sum, max or dot product, the innermost
+loop of a softmax or layer norm) becomes a vector reduction when the caller gives a vector
+width (`reduce_bits`): `chains` independent vector accumulators, folded into one vector and
+then across its lanes once after the loop. Left to LLVM, such a loop was vectorised with one
+accumulator when its body was more than an add (a variance: one FMA chain, 4 cycles a vector),
+or unrolled whole and its loads shared with the next loop over the same row through spills.
 """
 
 from __future__ import annotations
@@ -48,9 +55,12 @@ class _Scope:
 
 
 class TirLowering:
-    def __init__(self, model: PolyModel, promoter: Promoter, name: str = "main", fast_math: bool = True):
+    def __init__(self, model: PolyModel, promoter: Promoter, name: str = "main", fast_math: bool = True,
+                 reduce_bits: int = 0, reduce_chains: int = 4):
         self.model = model
         self.fast_math = fast_math
+        self.reduce_bits = reduce_bits  # vector width for reductions (0: scalar loops, LLVM decides)
+        self.reduce_chains = reduce_chains
         self.promoter = promoter
         self.name = name
         self.buffers: dict[int, tirx.Buffer] = {}
@@ -273,6 +283,10 @@ class TirLowering:
                 return loop(count, tirx.ForKind.PARALLEL)
             finally:
                 self.in_parallel = False
+        if kind is None and self.reduce_bits and isinstance(count, tirx.IntImm) and inc == 1:
+            vector = self._vector_reduction(it, init, int(count.value), body_node)
+            if vector is not None:
+                return vector
         if kind in (MARK_VECTORIZE, MARK_UNROLL):
             limit = MAX_VECTOR if kind == MARK_VECTORIZE else MAX_UNROLL
             fast = tirx.ForKind.VECTORIZED if kind == MARK_VECTORIZE else tirx.ForKind.UNROLLED
@@ -285,6 +299,82 @@ class TirLowering:
                 fast_loop = loop(tirx.const(full, "int32"), fast)
                 return tirx.IfThenElse(tirx.EQ(count, full), fast_loop, loop(count, tirx.ForKind.SERIAL))
         return loop(count, tirx.ForKind.SERIAL)
+
+    def _vector_reduction(self, it: str, init, extent: int, body_node: isl.AstNode) -> tirx.Stmt | None:
+        """The loop `it` (of `extent` trips from `init`) around a single reduction update as a
+        vector reduction (see the module doc), or None where that does not apply: another
+        body, a reducer other than sum/prod/max/min, a loop too short for two vectors, or a
+        read that is neither contiguous nor invariant along the loop."""
+        if body_node.get_type() != isl.ast_node_type.user:
+            return None
+        call = body_node.user_get_expr()
+        stmt = self.model.statement(call.get_op_arg(0).get_id().get_name())
+        red, t = stmt.op.reduce, stmt.op.output
+        if stmt.role != "update" or red is None or red.reducer not in _COMBINE:
+            return None
+        lanes = self.reduce_bits // (8 * np.dtype(t.dtype).itemsize)
+        if lanes < 2 or extent < 2 * lanes:
+            return None
+        chains = max(1, min(self.reduce_chains, extent // (2 * lanes)))
+        width = lanes * chains
+
+        def env_at(position) -> dict:
+            self.loop_vars[it] = position if _is_zero(init) else self.analyzer.simplify(init + position)
+            return dict(zip(stmt.iters, (self.expr(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg()))))
+
+        probe = tirx.Var(f"{it}_probe", "int32")
+        here, there = env_at(probe), env_at(probe + 1)
+        if id(t) in {id(n.tensor) for n in walk(red.source) if isinstance(n, Load)}:
+            return None
+        loads = [n for n in walk(red.source) if isinstance(n, Load)]
+        for tensor, indices, allowed in [(t, stmt.op.axes, (0,)), *((n.tensor, n.indices, (0, 1)) for n in loads)]:
+            if self._buffer(tensor)[2]:
+                return None  # a blocked local layout: contiguous only within a block
+            try:
+                delta = self.analyzer.simplify(self._flat(tensor, indices, there) - self._flat(tensor, indices, here))
+            except Exception:  # noqa: BLE001  (a data-dependent index)
+                return None
+            if not isinstance(delta, tirx.IntImm) or int(delta.value) not in allowed:
+                return None
+
+        combine = _COMBINE[red.reducer]
+        name = _ident(t.name)
+        acc = tirx.decl_buffer((width,), t.dtype, f"{name}_acc", scope="global")
+        outer, chain, lane = (tirx.Var(f"{it}_{x}", "int32") for x in ("o", "j", "l"))
+        self.loop_stack.append((it, extent, "vector"))
+        try:
+            env = env_at(outer * width + chain * lanes + lane)
+            self._record(stmt, call, env)
+            source = self.value(red.source, env)
+            out_index = [env[v] for v in stmt.op.axes]
+        finally:
+            self.loop_stack.pop()
+        slot = chain * lanes + lane
+        body = tirx.BufferStore(acc, combine(tirx.BufferLoad(acc, [slot]), source), [slot])
+        main = tirx.For(outer, 0, extent // width, tirx.ForKind.SERIAL,
+                        tirx.For(chain, 0, chains, tirx.ForKind.UNROLLED,
+                                 tirx.For(lane, 0, lanes, tirx.ForKind.VECTORIZED, body)))
+        e = tirx.Var(f"{it}_e", "int32")
+        start = tirx.For(e, 0, width, tirx.ForKind.VECTORIZED if width <= MAX_VECTOR else tirx.ForKind.SERIAL,
+                         tirx.BufferStore(acc, _identity(red.reducer, t.dtype), [e]))
+        folds = []
+        for j in range(1, chains):  # the chains into the first vector, then halves of it
+            folds.append(_fold_into(acc, combine, lanes, j * lanes, f"{it}_c{j}"))
+        w = lanes // 2
+        while w >= 1:
+            folds.append(_fold_into(acc, combine, w, w, f"{it}_h{w}"))
+            w //= 2
+        finish = self._store(t, combine(self._load(t, out_index), tirx.BufferLoad(acc, [0])), out_index)
+        tail = None
+        if extent % width:
+            rest = tirx.Var(f"{it}_r", "int32")
+            self.loop_stack.append((it, extent % width, "serial"))
+            try:
+                env = env_at(tirx.const(extent - extent % width, "int32") + rest)
+                tail = tirx.For(rest, 0, extent % width, tirx.ForKind.SERIAL, self.statement(stmt, env))
+            finally:
+                self.loop_stack.pop()
+        return _seq([_stack_alloc(acc), start, main, *folds, finish, tail])
 
     # --- statements -----------------------------------------------------------------------------
 
@@ -484,6 +574,26 @@ def _single_map(umap: isl.UnionMap) -> isl.Map:
     return maps[0].coalesce()
 
 
+_COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": tirx.Max, "min": tirx.Min}
+
+
+def _fenced(value: tirx.PrimExpr, dtype: str) -> tirx.PrimExpr:
+    """`value`, with no reassociation across this point: LLVM's reassociation (allowed by
+    fast-math) would otherwise merge the independent accumulator chains, once it has unrolled
+    their loop, back into one serial chain."""
+    if not dtype.startswith("float"):
+        return value
+    return tirx.call_llvm_pure_intrin(dtype, "llvm.arithmetic.fence", value)
+
+
+def _fold_into(acc: tirx.Buffer, combine, width: int, offset: int, name: str) -> tirx.Stmt:
+    """acc[0:width] = combine(acc[0:width], acc[offset:offset + width]), as one vector op."""
+    v = tirx.Var(name, "int32")
+    body = tirx.BufferStore(acc, combine(_fenced(tirx.BufferLoad(acc, [v]), acc.dtype),
+                                         _fenced(tirx.BufferLoad(acc, [v + offset]), acc.dtype)), [v])
+    return tirx.For(v, 0, width, tirx.ForKind.VECTORIZED if width > 1 else tirx.ForKind.SERIAL, body)
+
+
 def _identity(reducer: str, dtype: str, value: bool = False):
     if reducer == "sum":
         return tirx.const(0, dtype)
@@ -595,9 +705,12 @@ def _is_zero(e) -> bool:
 
 
 def lower_to_tir(model: PolyModel, schedule: isl.Schedule, promote: bool = True,
-                 name: str = "main", fast_math: bool = True):
+                 name: str = "main", fast_math: bool = True, reduce_bits: int = 0, reduce_chains: int = 4):
     """TIR of a mapped schedule, and the loop-nest records of its statements. `fast_math` uses
     the vectorisable float32 expansions of exp/erf/tanh/sigmoid (polyhedral/intrinsics.py)
-    instead of libm calls."""
-    lowering = TirLowering(model, Promoter(model, schedule, enabled=promote), name, fast_math)
+    instead of libm calls. `reduce_bits` > 0 lowers serial reduction loops over contiguous
+    data as vector reductions of that width with `reduce_chains` accumulators (this reorders
+    the sums: only where the target allows reassociation)."""
+    lowering = TirLowering(model, Promoter(model, schedule, enabled=promote), name, fast_math,
+                           reduce_bits, reduce_chains)
     return lowering.lower(schedule), lowering.records

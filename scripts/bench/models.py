@@ -25,6 +25,9 @@ os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
 
 import numpy as np  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import timeit_interleaved  # noqa: E402
+
 from akg.graph import evaluate, random_inputs  # noqa: E402
 from akg.graph.io import load_model  # noqa: E402
 
@@ -43,26 +46,6 @@ def timeit(fn, min_seconds: float = 1.0, min_runs: int = 5) -> float:
         if len(samples) > 1000:
             break
     return statistics.median(samples)
-
-
-def timeit_interleaved(fns: dict, rounds: int = 9, seconds: float = 0.25) -> dict:
-    """Seconds per call of each function, timed in alternating rounds (each round runs every
-    contender for `seconds` and takes the median call): a contender's time is its best
-    round. This VM shares its host, and slow spells of a few seconds come and go; rounds put
-    every contender into the quiet spells, and the best round is what each runs at when the
-    machine is quiet (interference only ever adds time)."""
-    rounds_of: dict = {name: [] for name in fns}
-    for fn in fns.values():
-        fn()
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            samples, start = [], time.perf_counter()
-            while time.perf_counter() - start < seconds or len(samples) < 3:
-                t0 = time.perf_counter()
-                fn()
-                samples.append(time.perf_counter() - t0)
-            rounds_of[name].append(statistics.median(samples))
-    return {name: min(r) for name, r in rounds_of.items()}
 
 
 # --- the same graph as a PyTorch function ------------------------------------------------------

@@ -1,0 +1,83 @@
+"""AST -> TIR: vector reductions (independent accumulator chains) for reductions over
+contiguous data, and the loops they must leave alone."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import akg
+from akg.graph import GraphBuilder, evaluate, random_inputs
+from akg.graph.compute.lower import lower_graph
+from akg.polyhedral.astgen import lower_to_tir
+from akg.polyhedral.deps import compute_dependences
+from akg.polyhedral.model import build_model
+from akg.polyhedral.schedule import schedule
+from akg.target import host_cpu
+
+
+def _reduce(op, shape, axes, dtype="float32", **attrs):
+    b = GraphBuilder(op)
+    b.output(getattr(b, op)(b.input("x", shape, dtype), axes=axes, **attrs))
+    return b.build()
+
+
+def _check(graph, rtol=1e-5, atol=1e-5):
+    kernel = akg.build(graph)
+    inputs = random_inputs(graph, 3)
+    got = kernel(*inputs.values())[0]
+    want = evaluate(graph, inputs)[0]
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol)
+    return kernel.tir()
+
+
+@pytest.mark.parametrize("op, shape, dtype", [
+    ("sum", (64, 1024), "float32"),   # a whole number of chains
+    ("sum", (64, 1000), "float32"),   # and a scalar tail
+    ("max", (64, 333), "float32"),  # (max/min over a multiple of the lanes are split before scheduling)
+    ("min", (64, 250), "float32"),
+    ("sum", (64, 515), "int32"),
+], ids=["sum", "sum-tail", "max-tail", "min", "int-sum"])
+def test_contiguous_reductions_become_vector_reductions(op, shape, dtype):
+    tir = _check(_reduce(op, shape, [1], dtype), rtol=1e-4, atol=1e-3)
+    assert "_acc" in tir and "T.vectorized" in tir
+
+
+def test_float16_sums_accumulate_in_float32_lanes():
+    tir = _check(_reduce("sum", (8, 2048), [1], "float16"), rtol=2e-3, atol=2e-2)
+    assert "_acc" in tir
+
+
+def test_a_dot_product_reduction_gets_four_chains():
+    b = GraphBuilder("rowdot")
+    x, y = b.input("x", (64, 512)), b.input("y", (64, 512))
+    b.output(b.sum(b.mul(x, y), axes=[1]))
+    tir = _check(b.build(), rtol=1e-4, atol=1e-4)
+    lanes = host_cpu().vector_lanes("float32")
+    assert f"T.alloc_buffer(({4 * lanes},)" in tir
+
+
+@pytest.mark.parametrize("graph", [
+    _reduce("sum", (1024, 64), [0]),  # reduction along a strided axis: the vector loop is the output's
+    _reduce("sum", (64, 12), [1]),    # shorter than two vectors
+], ids=["strided", "short"])
+def test_other_reductions_are_left_alone(graph):
+    assert "_acc" not in _check(graph, rtol=1e-4, atol=1e-4)
+
+
+def test_no_vector_reductions_without_vectorisation():
+    graph = _reduce("sum", (64, 1024), [1])
+    pipeline = akg.compiler.Pipeline(lower_graph(graph), host_cpu(), "smart")
+    config = dataclasses.replace(pipeline.default_config(), vectorize=False)
+    func, _ = pipeline.lower(config)
+    assert "_acc" not in func.script()
+
+
+def test_width_and_chains_follow_the_arguments():
+    model = build_model(lower_graph(_reduce("sum", (8, 256), [1])))
+    tree = schedule(model, compute_dependences(model), "smart").schedule
+    scalar, _ = lower_to_tir(model, tree, reduce_bits=0)
+    assert "_acc" not in scalar.script()
+    avx2, _ = lower_to_tir(model, tree, reduce_bits=256, reduce_chains=2)
+    assert "T.alloc_buffer((16,)" in avx2.script()  # 2 chains of 8 lanes
+    assert "llvm.arithmetic.fence" in avx2.script()  # the chains are not merged back by LLVM
