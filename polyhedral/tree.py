@@ -295,9 +295,10 @@ MAX_INNER_VECTOR = 64
 
 
 def _vectorize_inner_bands(model: PolyModel, schedule: isl.Schedule) -> isl.Schedule:
-    """A short parallel loop inside the outer band whose accesses are contiguous along it, and
-    that sits above a reduction (split max/min reductions: lanes above the long loop), moves
-    below that reduction and becomes the vector loop."""
+    """A short parallel loop inside the outer band whose accesses are contiguous along it (at
+    least as much as along the reduction below it), and that sits above a reduction (split
+    max/min reductions: lanes above the long loop), moves below that reduction and becomes
+    the vector loop."""
     for _ in range(32):
         for node in all_bands(schedule):
             if _marked(node) or node.band_n_member() != 1 or not node.band_member_get_coincident(0):
@@ -305,7 +306,12 @@ def _vectorize_inner_bands(model: PolyModel, schedule: isl.Schedule) -> isl.Sche
             inner = _inner_bands(node.child(0))
             if not inner or all(b.band_member_get_coincident(d) for b in inner for d in range(b.band_n_member())):
                 continue
-            if _member_extents(node)[0] > MAX_INNER_VECTOR or _contiguity(model, node)[0] == 0:
+            if _member_extents(node)[0] > MAX_INNER_VECTOR:
+                continue
+            # only a loop that streams at least as much data as the reduction below it: the
+            # few rows of a row sum write contiguously but read strided (a gather per vector)
+            here = _contiguity(model, node)[0]
+            if here == 0 or here < max((max(_contiguity(model, b), default=0) for b in inner), default=0):
                 continue
             mupa = node.band_get_partial_schedule()
             schedule = _insert_at_leaves(node.delete(), mupa, [True], [MARK_VECTORIZE]).get_schedule()

@@ -57,6 +57,13 @@ def test_a_dot_product_reduction_gets_four_chains():
     assert f"T.alloc_buffer(({4 * lanes},)" in tir
 
 
+@pytest.mark.parametrize("rows, cols", [(32, 333), (16, 512)])
+def test_a_few_short_rows_still_reduce_along_the_rows(rows, cols):
+    # the row loop writes contiguously but reads strided: it must not become the vector loop
+    # below the reduction (one gather per vector); the reduction along the row is vectorised
+    assert "_acc" in _check(_reduce("sum", (rows, cols), [1]), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("graph", [
     _reduce("sum", (1024, 64), [0]),  # reduction along a strided axis: the vector loop is the output's
     _reduce("sum", (64, 12), [1]),    # shorter than two vectors
