@@ -82,6 +82,16 @@ def _cache_size(level: int, default: int) -> int:
     return int(text.rstrip("KM")) * mult
 
 
+def vector_strip(extent: int, lanes: int) -> int:
+    """Width of the vector strip a CPU register tile computes along a loop of `extent`: two
+    vectors when they divide the loop, else one (a partial last tile runs as a remainder).
+    The CPU mapping tiles by it and constant weights are stored in panels of it, so that each
+    vector load of the strip is one contiguous slice (`akg.graph.layout`)."""
+    if extent % (2 * lanes) == 0:
+        return 2 * lanes
+    return lanes if extent >= lanes else extent
+
+
 def vector_unit(features, triple: str, llvm_width: int) -> tuple[int, int]:
     """(vector bits, vector registers) of a CPU from its LLVM feature names. LLVM's own
     "vector width" answer is unreliable (512 for AVX2-only AMD Zen 3), so the features

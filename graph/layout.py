@@ -10,7 +10,7 @@ kernel then streams each panel contiguously and needs no pack copy (the promoter
 panel that is already one contiguous slice). Values are unchanged: this is a relayout.
 
 The panel width is the width of the vector strip that a CPU register tile computes (two
-vectors, or one when two do not divide the columns; `akg.schedules.cpu`), so that each vector
+vectors, or one when two do not divide the columns; `akg.target.vector_strip`), so that each vector
 load of the tile is one contiguous slice of a panel: 16 float32 with AVX2, 32 with AVX-512. A
 panel narrower than the strip makes every vector load a gather (on AVX-512, 16-column panels
 ran the transformer's dense layers 3.5x slower than 32-column ones). Without a target the width
@@ -34,11 +34,12 @@ PANEL = 16
 
 def weight_panel(target, dtype: str, columns: int) -> int:
     """Columns per panel of a `columns`-wide weight on `target` (None: `PANEL`): the register
-    tile's vector strip, two vectors when they divide the columns, else one."""
+    tile's vector strip (`akg.target.vector_strip`)."""
     if target is None:
         return PANEL
-    lanes = target.vector_lanes(dtype)
-    return 2 * lanes if columns % (2 * lanes) == 0 else lanes
+    from akg.target import vector_strip
+
+    return vector_strip(columns, target.vector_lanes(dtype))
 
 
 def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:

@@ -324,9 +324,9 @@ class TirLowering:
 
         probe = tirx.Var(f"{it}_probe", "int32")
         here, there = env_at(probe), env_at(probe + 1)
-        if id(t) in {id(n.tensor) for n in walk(red.source) if isinstance(n, Load)}:
-            return None
         loads = [n for n in walk(red.source) if isinstance(n, Load)]
+        if any(n.tensor is t for n in loads):
+            return None
         for tensor, indices, allowed in [(t, stmt.op.axes, (0,)), *((n.tensor, n.indices, (0, 1)) for n in loads)]:
             if self._buffer(tensor)[2]:
                 return None  # a blocked local layout: contiguous only within a block

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from akg.target import vector_strip
 from akg.polyhedral.tree import BandInfo, BandPlan, TreePlan
 from akg.schedules.space import BandConfig, Config, validate_bands
 
@@ -24,14 +25,6 @@ def _largest_fitting(extent: int, want: int, multiple: int = 1) -> int:
         if extent % size == 0 and size % multiple == 0:
             return size
     return want
-
-
-def _vector_tile(extent: int, lanes: int) -> int:
-    """Width of the vector register tile: two vectors when they divide the loop, else one
-    vector (a partial last tile runs as a remainder loop)."""
-    if extent % (2 * lanes) == 0:
-        return 2 * lanes
-    return lanes if extent >= lanes else extent
 
 
 def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes: int = 1 << 20,
@@ -58,7 +51,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     register = [0] * n
     innermost_contiguous = info.contiguity[order[-1]] > 0 or not info.has_inner
     if coin[-1] and ext[-1] >= lanes and innermost_contiguous:
-        register[-1] = _vector_tile(ext[-1], lanes)
+        register[-1] = vector_strip(ext[-1], lanes)
     if sink and n > 1 and coin[-2]:
         budget = register_bytes // max(1, (register[-1] or ext[-1]) * itemsize)  # accumulator rows
         if n > 2 and coin[-3] and register[-1] == lanes and budget >= 8:

@@ -26,7 +26,7 @@ os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import timeit_interleaved  # noqa: E402
+from timing import timeit_interleaved  # noqa: E402
 
 from akg.graph import evaluate, random_inputs  # noqa: E402
 from akg.graph.io import load_model  # noqa: E402

@@ -9,7 +9,7 @@ OPENBLAS_L2_SIZE unset) is reported for reference.
 
 Final times: once both tuners are done, akg's default kernel, akg's tuned kernel and
 MetaSchedule's kernel run on the same buffers in alternating rounds
-(`peers.time_modules_interleaved`: each round one `time_evaluator` run per contender, each
+(`timing.time_modules_interleaved`: each round one `time_evaluator` run per contender, each
 contender's mean call in its best round), so a slow spell of the shared host cannot
 favour whoever happened to be timed in a quiet one. For memory-bound workloads whose output is
 as large as their largest input, a one-read, one-write kernel over the same bytes (`y = x * 1.5`, built by
@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import peers  # noqa: E402  (sets TVM_NUM_THREADS before TVM starts its thread pool)
 from kernels import arrays_for, corpus_chains, suite_benches  # noqa: E402
+from timing import time_modules_interleaved  # noqa: E402
 
 import akg  # noqa: E402
 from akg.db import open_database  # noqa: E402
@@ -118,7 +119,7 @@ def final_times(modules: dict, ins, outs, floor) -> dict:
     floor_mod, floor_arrays = floor
     if floor_mod is not None:
         calls["stream_floor_s"] = (floor_mod, [tvm.runtime.tensor(a, dev) for a in floor_arrays])
-    return peers.time_modules_interleaved(calls, rounds=9, seconds=0.2)
+    return time_modules_interleaved(calls, rounds=9, seconds=0.2)
 
 
 def main(argv=None) -> int:
@@ -127,15 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--record", type=Path)
-    ap.add_argument("--table-from", type=Path, help="print the table and summary of an earlier --json run")
     args = ap.parse_args(argv)
-    if args.table_from:
-        rows = json.loads(args.table_from.read_text())
-        for r in rows:  # runs before the floor was limited to memory-bound workloads
-            if r.get("bound") != "memory":
-                r.pop("stream_floor_s", None)
-        print(table(rows) + "\n\n" + summary(rows))
-        return 0
     benches = suite_benches() + corpus_chains()
     if args.only:
         benches = [b for b in benches if any(b.name.startswith(w) for w in args.only.split(","))]
@@ -161,8 +154,6 @@ def main(argv=None) -> int:
                 args.json.write_text(json.dumps(rows, indent=1, default=str))
     text = table(rows) + "\n\n" + summary(rows)
     print(text)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1, default=str))
     if args.record:
         with open(args.record, "a") as f:
             f.write(f"\n## Tuning, akg vs MetaSchedule at equal trials ({dt.date.today()})\n\n")
