@@ -32,6 +32,10 @@ class BandInfo:
     has_inner: bool  # bands (loops) below this one, e.g. a reduction
     reduction_inner: bool  # some loop below carries a dependence (a reduction)
     work: int = 0  # statement instances under the band: how much a thread launch is worth
+    passes: int = 1  # loop nests in sequence right below the band (a layer norm's mean,
+    #                  variance and output: 3), each a pass over the same row
+    row_writers: int = 0  # statements below that write more than one element per band point
+    #                       (a softmax's exponentials and output: 2; a layer norm's output: 1)
 
     @property
     def members(self) -> int:
@@ -172,10 +176,25 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             has_inner=bool(inner),
             reduction_inner=any(not all(b.band_member_get_coincident(d) for d in range(b.band_n_member()))
                                 for b in inner),
-            work=sum(int(np.prod([v.extent for v in model.statement(n).iters], dtype=np.int64))
-                     for n in _statement_names(node)),
+            work=sum(_points(model.statement(n)) for n in _statement_names(node)),
+            passes=_passes(node.child(0)),
+            row_writers=sum(1 for n in _statement_names(node) if model.statement(n).role == "assign"
+                            and _points(model.statement(n)) > int(np.prod(_member_extents(node)))),
         ))
     return infos
+
+
+def _points(stmt) -> int:
+    return int(np.prod([v.extent for v in stmt.iters], dtype=np.int64))
+
+
+def _passes(node: isl.ScheduleNode) -> int:
+    """Children of a sequence node that hold loops (1 for anything but a sequence); a
+    reduction's initialisation, scheduled by a band of extent 1, is not a pass."""
+    if node.get_type() != isl.schedule_node_type.sequence:
+        return 1
+    return sum(1 for k in range(node.n_children())
+               if any(max(_member_extents(b), default=1) > 1 for b in _inner_bands(node.child(k))))
 
 
 def _inner_bands(node: isl.ScheduleNode) -> list[isl.ScheduleNode]:
@@ -260,6 +279,18 @@ def _insert_at_leaves(node: isl.ScheduleNode, mupa: isl.MultiUnionPwAff, coincid
     if node.n_children() == 0:
         return node
     return _insert_at_leaves(node.child(0), mupa, coincident, marks).parent()
+
+
+def _distribute(node: isl.ScheduleNode, coincident) -> isl.ScheduleNode:
+    """Move a band whose child is a sequence below the sequence: one copy of the band under
+    each of its filters. Legal when the band carries no dependence (all members coincident)."""
+    mupa = node.band_get_partial_schedule()
+    node = node.delete()  # now the sequence
+    for k in range(node.n_children()):
+        child = node.child(k).child(0)  # below the filter
+        band = _set_flags(child.insert_partial_schedule(mupa), coincident, True)
+        node = band.parent().parent()
+    return node
 
 
 def _mark(node: isl.ScheduleNode, name: str) -> isl.ScheduleNode:
@@ -385,6 +416,10 @@ def _apply_band(node: isl.ScheduleNode, index: int, bp: BandPlan, plan: TreePlan
             node = _mark(node.child(0), f"{MARK_PROMOTE}.{index}.0").parent().parent()
         marks = register_marks(coincident, plan.vectorize, False, innermost)
         return insert_marks_on_members(node, marks)
+    if reg_tiled and not bp.sink and all(coincident) and _passes(node.child(0)) > 1:
+        # register rows above several passes (a layer norm's mean, variance and output):
+        # each pass runs over the rows of the register tile before the next one starts
+        return _distribute(node, coincident)
     if bp.sink and all(coincident) and not innermost:
         mupa = node.band_get_partial_schedule()
         marks = register_marks(coincident, plan.vectorize, plan.unroll and reg_tiled, True)

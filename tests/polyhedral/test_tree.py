@@ -1,0 +1,84 @@
+"""Schedule-tree mapping: register rows above several passes over the same rows (layer norm,
+softmax) are distributed, one row loop per pass, and still compute the same values."""
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+import akg
+from akg.compiler import pipeline_for
+from akg.graph import GraphBuilder, evaluate, random_inputs
+from akg.schedules.space import BandConfig
+from akg.target import get_target
+
+
+def _layer_norm(rows=64, cols=384):
+    b = GraphBuilder("layer_norm")
+    b.output(b.layer_norm(b.input("x", (rows, cols)), b.input("g", (cols,)), b.input("bt", (cols,)), epsilon=1e-5))
+    return b.build()
+
+
+def _softmax(rows=64, cols=384):
+    b = GraphBuilder("softmax")
+    b.output(b.softmax(b.input("x", (rows, cols))))
+    return b.build()
+
+
+def _row_sum(rows=64, cols=384):
+    b = GraphBuilder("row_sum")
+    b.output(b.sum(b.input("x", (rows, cols)), axes=[1]))
+    return b.build()
+
+
+def _build(graph, register, tile=16, fusion="smart"):
+    pipeline = pipeline_for(graph, get_target("cpu"), fusion)
+    config = pipeline.default_config()
+    band = config.bands[0]
+    config = dataclasses.replace(config, bands=(BandConfig(band.order, (tile,), (register,), False, False),))
+    kernel = pipeline.build(config)
+    inputs = random_inputs(graph, 5)
+    got = kernel(*inputs.values())[0]
+    np.testing.assert_allclose(got, evaluate(graph, inputs)[0], rtol=1e-4, atol=1e-5)
+    return pipeline, kernel.tir()
+
+
+def _row_loops(tir: str, rows: int) -> int:
+    return len(re.findall(rf"for \w+(, \w+)* in (range\({rows}\)|T\.grid\({rows},)", tir))
+
+
+@pytest.mark.parametrize("make, passes", [(_layer_norm, 3), (_softmax, 5)], ids=["layer_norm", "softmax"])
+def test_register_rows_above_several_passes_run_each_pass_over_the_block(make, passes):
+    pipeline, tir = _build(make(), register=4)
+    assert pipeline.bands[0].passes == passes
+    # one loop over the 4 rows of the block per statement group under the sequence (the
+    # per-row scalars, a mean or a reciprocal, get theirs too), none around all of them
+    assert _row_loops(tir, 4) >= passes
+
+
+def test_without_register_rows_the_passes_stay_fused_per_row():
+    _, tir = _build(_layer_norm(), register=0)
+    assert _row_loops(tir, 4) == 0
+
+
+def test_one_pass_bands_are_not_distributed():
+    pipeline, tir = _build(_row_sum(), register=2)
+    assert pipeline.bands[0].passes == 1
+    assert _row_loops(tir, 2) == 2  # the row block, and the copy of its 2 sums to the output
+
+
+def test_distribution_under_maximal_fusion_is_correct():
+    _build(_layer_norm(), register=8, fusion="max")
+    _build(_softmax(), register=2, fusion="max")
+
+
+def test_default_blocks_rows_to_half_of_l1_where_the_passes_reduce_rows():
+    cpu = get_target("cpu")
+    pipeline = pipeline_for(_layer_norm(4096, 1024), cpu, "smart")
+    band = pipeline.default_config().bands[0]
+    rows = band.register[0]
+    assert rows >= 2 and rows * 1024 * 4 <= cpu.l1_bytes // 2
+    # a softmax's passes write rows of exponentials: per-row fusion is faster there
+    softmax = pipeline_for(_softmax(4096, 1024), cpu, "smart")
+    assert softmax.bands[0].row_writers == 2 and softmax.default_config().bands[0].register == (0,)
