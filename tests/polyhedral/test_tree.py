@@ -7,7 +7,6 @@ import re
 import numpy as np
 import pytest
 
-import akg
 from akg.compiler import pipeline_for
 from akg.graph import GraphBuilder, evaluate, random_inputs
 from akg.schedules.space import BandConfig
