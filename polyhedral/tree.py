@@ -3,6 +3,7 @@ the bands of a schedule, and how a mapping plan (tiles, order, sinking, marks) i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import islpy as isl
@@ -165,21 +166,23 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
     for k, path in enumerate(outer_band_paths(schedule)):
         node = navigate(schedule, path)
         inner = _inner_bands(node.child(0))
+        extents = _member_extents(node)
+        names = _statement_names(node)
+        stmts = [model.statement(n) for n in names]
         infos.append(BandInfo(
             index=k,
-            extents=_member_extents(node),
+            extents=extents,
             coincident=tuple(bool(node.band_member_get_coincident(d)) for d in range(node.band_n_member())),
             permutable=bool(node.band_get_permutable()) or node.band_n_member() == 1,
-            statements=_statement_names(node),
+            statements=names,
             contiguity=_contiguity(model, node),
             inner_contiguity=max((max(_contiguity(model, b), default=0) for b in inner), default=0),
             has_inner=bool(inner),
             reduction_inner=any(not all(b.band_member_get_coincident(d) for d in range(b.band_n_member()))
                                 for b in inner),
-            work=sum(_points(model.statement(n)) for n in _statement_names(node)),
+            work=sum(_points(s) for s in stmts),
             passes=_passes(node.child(0)),
-            row_writers=sum(1 for n in _statement_names(node) if model.statement(n).role == "assign"
-                            and _points(model.statement(n)) > int(np.prod(_member_extents(node)))),
+            row_writers=sum(1 for s in stmts if s.role == "assign" and _points(s) > math.prod(extents)),
         ))
     return infos
 
