@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from akg.errors import MissingRuleError
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Registry(Generic[T]):
@@ -26,6 +27,18 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.what} '{name}' is registered twice")
         self._items[name] = item
         return item
+
+    def decorator(self, *names: str, make: Callable[[str, Any], T] | None = None,
+                  replace: bool = False) -> Callable[[F], F]:
+        """A decorator registering the function it decorates under each of `names`, as
+        `make(name, fn)` when given (to wrap it in an entry), and returning it unchanged."""
+
+        def wrap(fn: F) -> F:
+            for name in names:
+                self.register(name, fn if make is None else make(name, fn), replace=replace)
+            return fn
+
+        return wrap
 
     def get(self, name: str) -> T:
         try:
