@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -13,6 +13,16 @@ from akg.graph.ops import Attrs, get_op
 from akg.graph.types import TensorType
 
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+
+# Graph -> text for `str(graph)`: the `.mir` format registers its emitter (akg.graph.io.mir), so
+# that the IR needs nothing of the formats above it.
+_text_printer: Callable[[Graph], str] | None = None
+
+
+def set_text_printer(printer: Callable[[Graph], str]) -> None:
+    """Make `printer` what `str(graph)` returns."""
+    global _text_printer
+    _text_printer = printer
 
 
 class Value:
@@ -240,6 +250,4 @@ class Graph:
         return f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.nodes)} nodes>"
 
     def __str__(self) -> str:
-        from akg.graph.io.mir import emit_mir
-
-        return emit_mir(self, inline_limit=None)[0]
+        return repr(self) if _text_printer is None else _text_printer(self)

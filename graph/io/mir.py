@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from akg.errors import AkgError, MirParseError, WeightsError
-from akg.graph.ir import Graph, Node, Value
+from akg.graph.ir import Graph, Node, Value, set_text_printer
 from akg.graph.types import TensorType, canonical_dtype, short_dtype
 
 # --- lexer --------------------------------------------------------------------------------------
@@ -459,3 +459,10 @@ def save_mir(graph: Graph, path: str | Path, *, inline_limit: int | None = 16) -
     if weights:
         np.savez(npz, **weights)
     return path
+
+
+def _graph_text(graph: Graph) -> str:
+    return emit_mir(graph, inline_limit=None)[0]
+
+
+set_text_printer(_graph_text)  # str(graph) is its .mir text, every constant inline

@@ -122,3 +122,28 @@ def test_value_lookup_by_name():
     assert g.value("e").type == _t(2)
     with pytest.raises(InvalidGraphError, match="no value %missing"):
         g.value("missing")
+
+
+def test_str_is_the_mir_text_with_every_constant_inline():
+    from akg.graph.io import emit_mir
+
+    b = GraphBuilder("g")
+    x = b.input("x", [20])
+    b.output(b.add(x, b.const(np.arange(20, dtype=np.float32), name="w")))
+    g = b.build()
+    text = str(g)
+    assert text == emit_mir(g, inline_limit=None)[0]
+    assert text.startswith("graph @g(%x: f32[20]) {\n  %w: f32[20] = const [0.0, 1.0, ")
+
+
+def test_the_ir_does_not_import_the_formats():
+    """graph/io depends on graph/ir, never the reverse (the .mir printer is registered)."""
+    import ast
+    from pathlib import Path
+
+    import akg.graph.ir as ir
+
+    tree = ast.parse(Path(ir.__file__).read_text())
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert imported and not [m for m in imported if m and m.startswith("akg.graph.io")]
