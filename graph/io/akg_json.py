@@ -29,16 +29,18 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from akg.errors import AkgError, ImportFormatError, InvalidGraphError, UnsupportedOpError
-from akg.graph.ir import Graph, Node, Value
-from akg.graph.ops import get_op
+from akg.errors import ImportFormatError
+from akg.graph.io.importer import (
+    Frontend, ImportFail, Importer, OpContext, OpTable, register_frontend, same_data, sanitize_name,
+    unique_name,
+)
+from akg.graph.ir import Graph, Value
 from akg.graph.types import TensorType, canonical_dtype
 
 FRACTAL_NZ = "FRACTAL_NZ"
@@ -48,8 +50,7 @@ DEFAULT_FORMAT = "DefaultFormat"
 _DTYPE_ALIASES = {"float": "float32", "half": "float16", "int": "int32"}
 
 
-class _Fail(Exception):
-    """Internal: a message about the current op, turned into ImportFormatError with context."""
+AKG_OPS = OpTable("AKG op")  # filled below, next to each converter
 
 
 @dataclass(frozen=True)
@@ -82,50 +83,31 @@ class _Arg:
         return self.const is not None
 
 
-def _unsupported(file: str, op: str, reason: str) -> UnsupportedOpError:
-    err = UnsupportedOpError(op, reason=reason)
-    err.args = (f"{file}: {err}",)  # the file first, as every importer error
-    return err
-
-
-def _same_data(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
-    """Shapes that differ at most in size-1 axes ([] vs [1], [n] vs [n, 1]): a free reshape."""
-    return [d for d in a if d != 1] == [d for d in b if d != 1]
-
-
-def _sanitize(name: str) -> str:
-    """A valid value name close to `name` (invalid characters become '_')."""
-    out = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
-    if not out or not re.match(r"[A-Za-z0-9_]", out[0]):
-        out = "_" + out
-    return out
-
-
 # --- file-level parsing -------------------------------------------------------------------------
 
 
 def _dtype(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        raise _Fail(f"{where}: data_type must be a string, got {value!r}")
+        raise ImportFail(f"{where}: data_type must be a string, got {value!r}")
     try:
         return canonical_dtype(_DTYPE_ALIASES.get(value, value))
     except ValueError:
-        raise _Fail(f"{where}: unsupported data_type '{value}'") from None
+        raise ImportFail(f"{where}: unsupported data_type '{value}'") from None
 
 
 def _desc(d: Any, where: str) -> _Desc:
     if not isinstance(d, dict):
-        raise _Fail(f"{where}: expected a tensor description (object), got {type(d).__name__}")
+        raise ImportFail(f"{where}: expected a tensor description (object), got {type(d).__name__}")
     for key in ("tensor_name", "shape", "data_type"):
         if key not in d:
-            raise _Fail(f"{where}: missing key '{key}'")
+            raise ImportFail(f"{where}: missing key '{key}'")
     name, shape = d["tensor_name"], d["shape"]
     if not isinstance(name, str) or not name:
-        raise _Fail(f"{where}: tensor_name must be a non-empty string, got {name!r}")
+        raise ImportFail(f"{where}: tensor_name must be a non-empty string, got {name!r}")
     if not isinstance(shape, list) or any(
         isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape
     ):
-        raise _Fail(f"{where} ({name}): shape must be a list of non-negative integers, got {shape!r}")
+        raise ImportFail(f"{where} ({name}): shape must be a list of non-negative integers, got {shape!r}")
     fmt = d.get("format")
     return _Desc(name, tuple(shape), _dtype(d["data_type"], f"{where} ({name})"),
                  fmt if isinstance(fmt, str) else None, "value" in d, d.get("value"))
@@ -136,7 +118,7 @@ def _desc_lists(value: Any, where: str) -> list[_Desc]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _Fail(f"{where}: expected a list, got {type(value).__name__}")
+        raise ImportFail(f"{where}: expected a list, got {type(value).__name__}")
     out = []
     for i, group in enumerate(value):
         items = group if isinstance(group, list) else [group]
@@ -149,11 +131,11 @@ def _attrs(op: dict, where: str) -> dict[str, Any]:
     if raw is None:
         return {}
     if not isinstance(raw, list):
-        raise _Fail(f"{where}: 'attr' must be a list, got {type(raw).__name__}")
+        raise ImportFail(f"{where}: 'attr' must be a list, got {type(raw).__name__}")
     out = {}
     for a in raw:
         if not isinstance(a, dict) or not isinstance(a.get("name"), str):
-            raise _Fail(f"{where}: each attr needs a 'name', got {a!r}")
+            raise ImportFail(f"{where}: each attr needs a 'name', got {a!r}")
         out[a["name"]] = a.get("value")
     return out
 
@@ -161,47 +143,28 @@ def _attrs(op: dict, where: str) -> dict[str, Any]:
 # --- the importer -------------------------------------------------------------------------------
 
 
-class _Importer:
-    def __init__(self, desc: Any, filename: str):
-        self.file = filename
+class AkgJsonImporter(Importer):
+    """One composite kernel description -> Graph. Values are named at the end (`finish`), once
+    the outputs, which keep their tensor names, are known; until then `hint` holds the names."""
+
+    format_name = "composite JSON"
+    ops = AKG_OPS
+    names_at_end = True
+
+    def __init__(self, desc: Any, filename: str, graph_name: str):
+        super().__init__(filename, graph_name)
         self.desc = desc
-        self.inputs: list[Value] = []
-        self.constants: dict[Value, np.ndarray] = {}
-        self._const_cache: dict[tuple, Value] = {}
-        self.nodes: list[Node] = []
         self.env: dict[str, tuple[Value, str | None]] = {}  # tensor_name -> (value, format)
-        self.hint: dict[int, str] = {}  # id(value) -> preferred name (values we may name)
         self.primary: list[tuple[Value, str]] = []  # op results and the tensor_name they carry
         self.inplace: dict[str, Value] = {}  # assigned tensor_name -> value written
         self.defined: set[str] = set()  # tensor names defined so far (inputs, op results)
-        self._tmp = 0
 
     # --- values -------------------------------------------------------------------------------
 
-    def _temp_name(self) -> str:
-        self._tmp += 1
-        return f"tmp{self._tmp}"
-
     def emit(self, op: str, inputs: list[Value], hint: str, **attrs: Any) -> Value:
-        opdef = get_op(op)
-        checked = opdef.check_attrs(attrs)
-        types = opdef.infer_types([v.type for v in inputs], checked)
-        if len(types) != 1:
-            raise _Fail(f"internal: '{op}' gives {len(types)} outputs")
-        v = Value(self._temp_name(), types[0])
-        self.hint[id(v)] = hint
-        self.nodes.append(Node(op, inputs, checked, [v]))
-        return v
-
-    def const(self, data: np.ndarray, hint: str) -> Value:
-        data = np.asarray(data)
-        key = (hint, data.dtype.str, data.shape, data.tobytes())
-        if key in self._const_cache:
-            return self._const_cache[key]
-        v = Value(self._temp_name(), TensorType.of(data))
-        self.hint[id(v)] = hint
-        self.constants[v] = data
-        self._const_cache[key] = v
+        v = super().emit(op, inputs, hint, **attrs)
+        if isinstance(v, tuple):
+            raise ImportFail(f"internal: '{op}' gives {len(v)} outputs")
         return v
 
     def const_data(self, d: _Desc, where: str) -> np.ndarray:
@@ -212,14 +175,14 @@ class _Importer:
                 raise ValueError
             array = array.astype(d.dtype)
         except (TypeError, ValueError, OverflowError):
-            raise _Fail(f"{where} ({d.name}): constant value {value!r} is not a number "
+            raise ImportFail(f"{where} ({d.name}): constant value {value!r} is not a number "
                         f"or list of numbers of type {d.dtype}") from None
         size = math.prod(d.shape)
         if array.size == size:
             return array.reshape(d.shape)
         if array.size == 1:
             return np.full(d.shape, array.reshape(()), dtype=d.dtype)
-        raise _Fail(f"{where} ({d.name}): constant with {array.size} values does not fill "
+        raise ImportFail(f"{where} ({d.name}): constant with {array.size} values does not fill "
                     f"shape {list(d.shape)}")
 
     def resolve(self, d: _Desc, where: str) -> _Arg:
@@ -227,44 +190,43 @@ class _Importer:
             data = self.const_data(d, where)
             return _Arg(self.const(data, d.name), d, d.format, data)
         if d.name not in self.env:
-            raise _Fail(f"{where}: tensor '{d.name}' is used before it is defined "
+            raise ImportFail(f"{where}: tensor '{d.name}' is used before it is defined "
                         "(not a kernel input, nor the output of an earlier op)")
         v, fmt = self.env[d.name]
         if v.dtype != d.dtype:
-            raise _Fail(f"{where}: tensor '{d.name}' is {v.type} but is used as {d.dtype}")
+            raise ImportFail(f"{where}: tensor '{d.name}' is {v.type} but is used as {d.dtype}")
         if math.prod(d.shape) != v.type.size:
-            raise _Fail(f"{where}: tensor '{d.name}' is {v.type} but is used with shape {list(d.shape)}")
+            raise ImportFail(f"{where}: tensor '{d.name}' is {v.type} but is used with shape {list(d.shape)}")
         return _Arg(v, d, fmt)
 
     # --- the whole file -----------------------------------------------------------------------
 
-    def run(self, name: str) -> Graph:
+    def run(self) -> Graph:
         d = self.desc
         if isinstance(d, list):
-            raise _Fail("not an AKG composite kernel: the file holds a JSON list, not a kernel object")
+            raise ImportFail("not an AKG composite kernel: the file holds a JSON list, not a kernel object")
         if not isinstance(d, dict):
-            raise _Fail(f"not an AKG composite kernel: the file holds a JSON {type(d).__name__}")
+            raise ImportFail(f"not an AKG composite kernel: the file holds a JSON {type(d).__name__}")
         if "op_desc" not in d:
             if d.get("composite") is False or "op" in d and "input_desc" in d:
-                raise _Fail(f"not an AKG composite kernel: a single-op description "
+                raise ImportFail(f"not an AKG composite kernel: a single-op description "
                             f"(op '{d.get('name', d.get('op'))}', composite: "
                             f"{json.dumps(d.get('composite'))}) without 'op_desc'")
             keys = ", ".join(repr(k) for k in list(d)[:3]) + (", ..." if len(d) > 3 else "")
-            raise _Fail(f"not an AKG composite kernel: missing key 'op_desc' "
+            raise ImportFail(f"not an AKG composite kernel: missing key 'op_desc' "
                         f"(top-level keys: {keys or 'none'})")
         if "output_desc" not in d:
-            raise _Fail("missing key 'output_desc'")
+            raise ImportFail("missing key 'output_desc'")
         ops = d["op_desc"]
         if not isinstance(ops, list):
-            raise _Fail(f"'op_desc' must be a list, got {type(ops).__name__}")
+            raise ImportFail(f"'op_desc' must be a list, got {type(ops).__name__}")
 
         for t in _desc_lists(d.get("input_desc"), "input_desc"):
             if t.name in self.env:
-                raise _Fail(f"input_desc: tensor '{t.name}' is declared twice")
-            v = Value(_sanitize(t.name), t.type)
-            if any(u.name == v.name for u in self.inputs):
-                raise _Fail(f"input_desc: tensor names '{t.name}' clash once made valid value names")
-            self.inputs.append(v)
+                raise ImportFail(f"input_desc: tensor '{t.name}' is declared twice")
+            if sanitize_name(t.name) in self.names:
+                raise ImportFail(f"input_desc: tensor names '{t.name}' clash once made valid value names")
+            v = self.input(t.name, t.type)
             self.env[t.name] = (v, t.format)
             self.defined.add(t.name)
 
@@ -273,133 +235,96 @@ class _Importer:
 
         outputs = _desc_lists(d["output_desc"], "output_desc")
         if not outputs:
-            raise _Fail("output_desc is empty: the kernel has no outputs")
+            raise ImportFail("output_desc is empty: the kernel has no outputs")
         results = []
         for t in outputs:
             if t.name not in self.env:
-                raise _Fail(f"output_desc: tensor '{t.name}' is never computed")
+                raise ImportFail(f"output_desc: tensor '{t.name}' is never computed")
             v, _ = self.env[t.name]
-            if v.dtype != t.dtype or not _same_data(v.shape, t.shape):
-                raise _Fail(f"output_desc: tensor '{t.name}' is {v.type} but is declared {t.type}")
+            if v.dtype != t.dtype or not same_data(v.shape, t.shape):
+                raise ImportFail(f"output_desc: tensor '{t.name}' is {v.type} but is declared {t.type}")
             if v.shape != t.shape:
                 v = self.emit("reshape", [v], f"{t.name}.out", shape=t.shape)
             results.append((t.name, v))
         results.extend((f"{a}.inplace", v) for a, v in self.inplace.items())
-        return self.finish(name, results)
+        return self.finish(results)
 
-    def finish(self, name: str, results: list[tuple[str, Value]]) -> Graph:
+    def finish(self, results: list[tuple[str, Value]]) -> Graph:
         """Name every value: graph outputs get their tensor names, op results theirs, helper
         values `<tensor>.<what>`; a value that must carry two names is copied (reshape)."""
         fixed = {v.name for v in self.inputs}
         pinned: dict[int, str] = {}
         outputs: list[Value] = []
         for tensor, v in results:
-            want = _sanitize(tensor)
+            want = sanitize_name(tensor)
             if want in fixed or want in pinned.values():
                 if v in self.inputs and v.name == want:
                     outputs.append(v)  # an input passed straight through
                     continue
-                raise _Fail(f"output_desc: tensor '{tensor}' is listed twice or clashes with an input")
+                raise ImportFail(f"output_desc: tensor '{tensor}' is listed twice or clashes with an input")
             if id(v) not in self.hint or id(v) in pinned:  # an input, or already an output
                 v = self.emit("reshape", [v], tensor, shape=v.shape)  # identity copy
             pinned[id(v)] = want
             outputs.append(v)
         used = fixed | set(pinned.values())
-
-        def unique(base: str) -> str:
-            base = _sanitize(base)
-            cand, n = base, 0
-            while cand in used:
-                n += 1
-                cand = f"{base}.{n}"
-            used.add(cand)
-            return cand
-
         final: dict[int, str] = dict(pinned)
         for v, tensor in self.primary:  # op results first: they keep their tensor names
             if id(v) not in final:
-                final[id(v)] = unique(tensor)
-        values = [*self.constants, *(n.outputs[0] for n in self.nodes)]
+                final[id(v)] = unique_name(tensor, used)
+        values = [*self.constant_values, *self.results]
         for v in values:
             if id(v) not in final:
-                final[id(v)] = unique(self.hint[id(v)])
+                final[id(v)] = unique_name(self.hint[id(v)], used)
         for v in values:
             v.name = final[id(v)]  # Values are ours until the Graph is built
-        return Graph(name, self.inputs, outputs, self.nodes, self.constants)
+        return self.build(outputs)
 
     # --- one op -------------------------------------------------------------------------------
 
     def convert(self, k: int, op: Any) -> None:
         where = f"op_desc[{k}]"
         if not isinstance(op, dict):
-            raise _Fail(f"{where}: expected an op object, got {type(op).__name__}")
+            raise ImportFail(f"{where}: expected an op object, got {type(op).__name__}")
         name = op.get("name")
         if not isinstance(name, str):
-            raise _Fail(f"{where}: missing op 'name'")
+            raise ImportFail(f"{where}: missing op 'name'")
         where = f"op_desc[{k}] ({name})"
         for key in ("input_desc", "output_desc"):
             if key not in op:
-                raise _Fail(f"{where}: missing key '{key}'")
+                raise ImportFail(f"{where}: missing key '{key}'")
         outs = op["output_desc"]
         if not isinstance(outs, list) or not outs:
-            raise _Fail(f"{where}: 'output_desc' must be a non-empty list")
+            raise ImportFail(f"{where}: 'output_desc' must be a non-empty list")
         out_descs = [_desc(o, f"{where}.output_desc[{i}]") for i, o in enumerate(outs)]
-        converter = AKG_OPS.get(name)
-        if converter is None:
-            raise _unsupported(self.file, name, f"no mapping from this AKG op to akg ops ({where})")
+        converter = self.mapping(name, where)
         if len(out_descs) != 1:
-            raise _unsupported(self.file, name, f"{len(out_descs)} outputs; only single-output ops "
-                                                f"are mapped ({where})")
+            raise self.unsupported_error(name, f"{len(out_descs)} outputs; only single-output ops "
+                                               f"are mapped ({where})")
         out = out_descs[0]
         where = f"{where} -> {out.name}"
         args = [self.resolve(t, where) for t in _desc_lists(op["input_desc"], f"{where}: input_desc")]
-        ctx = _OpContext(self, name, _attrs(op, where), args, out, where)
-        try:
-            v = converter.convert(ctx)
-            v = ctx.conform(v)
-        except InvalidGraphError as e:  # shape / attribute errors of our ops
-            raise _Fail(f"{where}: {e}") from None
+        v = self.apply(converter, AkgJsonOpContext(self, name, _attrs(op, where), args, out, where))
         if out.name in self.defined:
-            raise _Fail(f"{where}: tensor '{out.name}' is defined more than once")
+            raise ImportFail(f"{where}: tensor '{out.name}' is defined more than once")
         self.defined.add(out.name)
         self.env[out.name] = (v, out.format)
         self.primary.append((v, out.name))
 
 
-class _OpContext:
-    """What a converter sees: the op's attributes, resolved inputs and declared output."""
+class AkgJsonOpContext(OpContext):
+    """What a converter sees: the op's attributes, resolved inputs (`_Arg`s) and declared
+    output `out`, whose tensor name names the results."""
 
-    def __init__(self, imp: _Importer, name: str, attrs: dict[str, Any], args: list[_Arg],
+    inputs_range = " or "  # counts are at most one apart: "takes 2 or 3 inputs"
+    cast_bool_results = True
+
+    def __init__(self, imp: AkgJsonImporter, op: str, attrs: dict[str, Any], args: list[_Arg],
                  out: _Desc, where: str):
-        self.imp, self.name, self.attrs, self.args, self.out, self.where = imp, name, attrs, args, out, where
-
-    def fail(self, message: str) -> _Fail:
-        return _Fail(f"{self.where}: {message}")
-
-    def unsupported(self, reason: str) -> UnsupportedOpError:
-        return _unsupported(self.imp.file, self.name, f"{reason} ({self.where})")
-
-    def expect(self, *counts: int) -> None:
-        if len(self.args) not in counts:
-            want = " or ".join(map(str, counts))
-            raise self.fail(f"takes {want} inputs, got {len(self.args)}")
-
-    def emit(self, op: str, inputs: list[Value], what: str | None = None, **attrs: Any) -> Value:
-        """Emit a node; `what` names a helper value `<out>.<what>`, None the op's result."""
-        hint = self.out.name if what is None else f"{self.out.name}.{what}"
-        return self.imp.emit(op, inputs, hint, **attrs)
-
-    def const(self, data: Any, dtype: str, what: str) -> Value:
-        return self.imp.const(np.asarray(data, dtype=dtype), f"{self.out.name}.{what}")
+        super().__init__(imp, op, attrs, args, out.name, where)
+        self.out = out
 
     def v(self, i: int) -> Value:
         return self.args[i].value
-
-    def attr(self, *names: str, default: Any = None) -> Any:
-        for n in names:
-            if n in self.attrs and self.attrs[n] is not None:
-                return self.attrs[n]
-        return default
 
     def int_list(self, *names: str, default: Any = None) -> tuple[int, ...] | None:
         value = self.attr(*names, default=default)
@@ -456,43 +381,14 @@ class _OpContext:
     def conform(self, v: Value) -> Value:
         """Make `v` match the declared output: cast bool results declared numeric, reshape away
         differences in size-1 axes; anything else is an error."""
-        want = self.out.type
-        if v.dtype != want.dtype:
-            if v.dtype != "bool":
-                raise self.fail(f"the op gives {v.type} but the file declares {want}")
-            v = self.emit("cast", [v], "cast", to=want.dtype)
-        if v.shape != want.shape:
-            if not _same_data(v.shape, want.shape):
-                raise self.fail(f"the op gives {v.type} but the file declares {want}")
-            v = self.emit("reshape", [v], "shape", shape=want.shape)
-        return v
+        return self.match_declared(v, self.out.type)
 
 
 # --- converters ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class OpMapping:
-    """How one AKG op becomes akg ops: `ops` summarises the result for docs and reports."""
-
-    ops: str
-    convert: Callable[[_OpContext], Value]
-
-
-AKG_OPS: dict[str, OpMapping] = {}
-
-
-def _register(names: str, ops: str):
-    def wrap(fn: Callable[[_OpContext], Value]):
-        for n in names.split():
-            AKG_OPS[n] = OpMapping(ops, fn)
-        return fn
-
-    return wrap
-
-
-def _elementwise(op: str, arity: int) -> Callable[[_OpContext], Value]:
-    def convert(c: _OpContext) -> Value:
+def _elementwise(op: str, arity: int) -> Callable[[AkgJsonOpContext], Value]:
+    def convert(c: AkgJsonOpContext) -> Value:
         c.expect(arity)
         return c.emit(op, c.operands(*range(arity)))  # NumPy broadcasting (NZ operands aligned)
 
@@ -508,11 +404,11 @@ _BINARY = ("Add:add TensorAdd:add Sub:sub Mul:mul RealDiv:div Div:div Maximum:ma
            "LogicalOr:logical_or")
 for _table, _arity in ((_UNARY, 1), (_BINARY, 2)):
     for _akg, _op in (pair.split(":") for pair in _table.split()):
-        AKG_OPS[_akg] = OpMapping(_op, _elementwise(_op, _arity))
+        AKG_OPS.add(_akg, _op, _elementwise(_op, _arity))
 
 
-@_register("Select", "where (cond != 0 first when cond is not bool)")
-def _select(c: _OpContext) -> Value:
+@AKG_OPS.register_op("Select", "where (cond != 0 first when cond is not bool)")
+def _select(c: AkgJsonOpContext) -> Value:
     c.expect(3)
     cond, x, y = c.operands(0, 1, 2)
     if cond.dtype != "bool":
@@ -520,25 +416,25 @@ def _select(c: _OpContext) -> Value:
     return c.emit("where", [cond, x, y])
 
 
-@_register("Cast", "cast(to=dst_type)")
-def _cast(c: _OpContext) -> Value:
+@AKG_OPS.register_op("Cast", "cast(to=dst_type)")
+def _cast(c: AkgJsonOpContext) -> Value:
     c.expect(1)
     return c.emit("cast", [c.v(0)], to=c.out_dtype("dst_type", "DstT"))
 
 
-@_register("Reshape", "reshape(shape=declared output shape)")
-def _reshape(c: _OpContext) -> Value:
+@AKG_OPS.register_op("Reshape", "reshape(shape=declared output shape)")
+def _reshape(c: AkgJsonOpContext) -> Value:
     c.expect(1)
     if c.v(0).type.size != c.out.type.size:
         raise c.fail(f"cannot reshape {c.v(0).type} to {list(c.out.shape)}")
     return c.emit("reshape", [c.v(0)], shape=c.out.shape)
 
 
-@_register("BroadcastTo", "broadcast_to(shape) (reshape when only size-1 axes change)")
-def _broadcast_to(c: _OpContext) -> Value:
+@AKG_OPS.register_op("BroadcastTo", "broadcast_to(shape) (reshape when only size-1 axes change)")
+def _broadcast_to(c: AkgJsonOpContext) -> Value:
     c.expect(1)
     x, target = c.v(0), c.out.shape
-    if _same_data(x.shape, target):
+    if same_data(x.shape, target):
         return c.emit("reshape", [x], shape=target)  # only size-1 axes differ: no data moves
     if x.type.rank > len(target):
         extra = x.type.rank - len(target)
@@ -548,8 +444,8 @@ def _broadcast_to(c: _OpContext) -> Value:
     return c.emit("broadcast_to", [x], shape=target)
 
 
-@_register("Transpose", "transpose(perm)")
-def _transpose(c: _OpContext) -> Value:
+@AKG_OPS.register_op("Transpose", "transpose(perm)")
+def _transpose(c: AkgJsonOpContext) -> Value:
     c.expect(1)
     perm = c.int_list("perm")
     if perm is None:
@@ -557,8 +453,8 @@ def _transpose(c: _OpContext) -> Value:
     return c.emit("transpose", [c.v(0)], perm=perm)
 
 
-@_register("ExpandDims", "expand_dims(axis)")
-def _expand_dims(c: _OpContext) -> Value:
+@AKG_OPS.register_op("ExpandDims", "expand_dims(axis)")
+def _expand_dims(c: AkgJsonOpContext) -> Value:
     c.expect(1)
     axis = c.int_list("axis")
     if axis is None or len(axis) != 1:
@@ -566,15 +462,15 @@ def _expand_dims(c: _OpContext) -> Value:
     return c.emit("expand_dims", [c.v(0)], axis=axis[0])
 
 
-@_register("Squeeze", "squeeze(axes)")
-def _squeeze(c: _OpContext) -> Value:
+@AKG_OPS.register_op("Squeeze", "squeeze(axes)")
+def _squeeze(c: AkgJsonOpContext) -> Value:
     c.expect(1)
     axes = c.int_list("axis")
     return c.emit("squeeze", [c.v(0)], axes=axes or None)
 
 
 def _reduction(akg: str, op: str) -> None:
-    def convert(c: _OpContext) -> Value:
+    def convert(c: AkgJsonOpContext) -> Value:
         c.expect(1)
         axes = c.int_list("axis")
         keep = c.attr("keep_dims", default=False)
@@ -582,7 +478,7 @@ def _reduction(akg: str, op: str) -> None:
             raise c.fail(f"attribute 'keep_dims' must be true or false, got {keep!r}")
         return c.emit(op, [c.v(0)], axes=axes or None, keepdims=keep)  # [] / None: all axes
 
-    AKG_OPS[akg] = OpMapping(f"{op}(axes=axis ([] or none: all), keepdims=keep_dims)", convert)
+    AKG_OPS.add(akg, f"{op}(axes=axis ([] or none: all), keepdims=keep_dims)", convert)
 
 
 for _akg, _op in [("ReduceSum", "sum"), ("ReduceMax", "max"), ("ReduceMin", "min"),
@@ -590,10 +486,10 @@ for _akg, _op in [("ReduceSum", "sum"), ("ReduceMax", "max"), ("ReduceMin", "min
     _reduction(_akg, _op)
 
 
-@_register("MatMul BatchMatMul",
+@AKG_OPS.register_op("MatMul BatchMatMul",
            "matmul / batch_matmul(transpose_a, transpose_b); fp16 operands cast to fp32 first, "
            "result cast to dst_type; optional bias added before that cast")
-def _matmul(c: _OpContext) -> Value:
+def _matmul(c: AkgJsonOpContext) -> Value:
     c.expect(2, 3)
     for side in ("left_format", "right_format"):
         if c.attr(side) == FRACTAL_NZ:
@@ -623,8 +519,8 @@ def _matmul(c: _OpContext) -> Value:
     return y
 
 
-@_register("Conv2D", "conv2d(strides, padding, dilation, groups) between transposes for NHWC")
-def _conv2d(c: _OpContext) -> Value:
+@AKG_OPS.register_op("Conv2D", "conv2d(strides, padding, dilation, groups) between transposes for NHWC")
+def _conv2d(c: AkgJsonOpContext) -> Value:
     c.expect(2)
     if c.attr("data_format") == "NC1HWC0":
         raise c.unsupported("the NC1HWC0 (blocked channel) convolution layout is not modelled")
@@ -664,8 +560,8 @@ def _conv2d(c: _OpContext) -> Value:
     return y
 
 
-@_register("OneHot", "one_hot(depth, axis, on_value, off_value = the constant inputs, dtype)")
-def _one_hot(c: _OpContext) -> Value:
+@AKG_OPS.register_op("OneHot", "one_hot(depth, axis, on_value, off_value = the constant inputs, dtype)")
+def _one_hot(c: AkgJsonOpContext) -> Value:
     c.expect(3)
     for i, what in ((1, "on_value"), (2, "off_value")):
         if not c.args[i].is_const or c.args[i].const.size != 1:
@@ -678,8 +574,8 @@ def _one_hot(c: _OpContext) -> Value:
                   dtype=c.out.dtype)
 
 
-@_register("AddN", "add chain ((x0 + x1) + x2 ...)")
-def _add_n(c: _OpContext) -> Value:
+@AKG_OPS.register_op("AddN", "add chain ((x0 + x1) + x2 ...)")
+def _add_n(c: AkgJsonOpContext) -> Value:
     if not c.args:
         raise c.fail("AddN needs at least one input")
     if len(c.args) == 1:
@@ -690,16 +586,16 @@ def _add_n(c: _OpContext) -> Value:
     return acc
 
 
-@_register("Concat", "concat(axis)")
-def _concat(c: _OpContext) -> Value:
+@AKG_OPS.register_op("Concat", "concat(axis)")
+def _concat(c: AkgJsonOpContext) -> Value:
     axis = c.int_list("axis", default=0)
     if len(axis) != 1:
         raise c.fail(f"attribute 'axis' must be one integer, got {list(axis)}")
     return c.emit("concat", [a.value for a in c.args], axis=axis[0])
 
 
-@_register("PadAkg", "pad(before=head, after=tail, value=pad_val)")
-def _pad(c: _OpContext) -> Value:
+@AKG_OPS.register_op("PadAkg", "pad(before=head, after=tail, value=pad_val)")
+def _pad(c: AkgJsonOpContext) -> Value:
     c.expect(1)
     head, tail = c.int_list("head"), c.int_list("tail")
     if head is None or tail is None:
@@ -708,8 +604,8 @@ def _pad(c: _OpContext) -> Value:
     return c.emit("pad", [c.v(0)], before=head, after=tail, value=value)
 
 
-@_register("UnPadAkg", "slice(begin=0, end=shape - tail)")
-def _unpad(c: _OpContext) -> Value:
+@AKG_OPS.register_op("UnPadAkg", "slice(begin=0, end=shape - tail)")
+def _unpad(c: AkgJsonOpContext) -> Value:
     c.expect(1)
     x, tail = c.v(0), c.int_list("tail")
     if tail is None or len(tail) != x.type.rank:
@@ -718,9 +614,9 @@ def _unpad(c: _OpContext) -> Value:
                   end=tuple(d - t for d, t in zip(x.shape, tail)))
 
 
-@_register("ElemAny", "max over all axes of cast(x > 0 (x itself when bool), dst_type), "
+@AKG_OPS.register_op("ElemAny", "max over all axes of cast(x > 0 (x itself when bool), dst_type), "
                       "reshaped to [1]")
-def _elem_any(c: _OpContext) -> Value:
+def _elem_any(c: AkgJsonOpContext) -> Value:
     c.expect(1)
     x = c.v(0)
     hit = x if x.dtype == "bool" else c.emit("greater", [x, c.const(0, x.dtype, "zero")], "hit")
@@ -733,9 +629,9 @@ def _elem_any(c: _OpContext) -> Value:
     return c.emit("reshape", [top], shape=c.out.shape)
 
 
-@_register("InplaceAssign", "no node: output = c; later reads of a see b; b becomes output "
+@AKG_OPS.register_op("InplaceAssign", "no node: output = c; later reads of a see b; b becomes output "
                             "'<a>.inplace'")
-def _inplace_assign(c: _OpContext) -> Value:
+def _inplace_assign(c: AkgJsonOpContext) -> Value:
     c.expect(2, 3)
     target, val = c.args[0], c.args[1]
     if target.is_const:
@@ -759,20 +655,10 @@ def _inplace_assign(c: _OpContext) -> Value:
 
 def parse_akg_json(desc: Any, name: str = "<akg_json>") -> Graph:
     """Turn a parsed composite-JSON description into a Graph; `name` is the file (for errors)."""
-    graph_name = _sanitize(Path(name).stem if name != "<akg_json>" else "akg_kernel")
+    graph_name = sanitize_name(Path(name).stem if name != "<akg_json>" else "akg_kernel")
     if isinstance(desc, dict) and isinstance(desc.get("op"), str) and desc["op"]:
-        graph_name = _sanitize(desc["op"])
-    try:
-        return _Importer(desc, name).run(graph_name)
-    except _Fail as e:
-        raise ImportFormatError(f"{name}: {e}") from None
-    except InvalidGraphError as e:  # a graph rule broken outside any one op
-        raise ImportFormatError(f"{name}: {e}") from None
-    except AkgError:
-        raise
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
-        # anything the structural checks above missed still comes out as a located error
-        raise ImportFormatError(f"{name}: malformed composite JSON ({type(e).__name__}: {e})") from None
+        graph_name = sanitize_name(desc["op"])
+    return AkgJsonImporter(desc, name, graph_name).import_graph()
 
 
 def load_akg_json(path: str | Path) -> Graph:
@@ -790,3 +676,9 @@ def load_akg_json(path: str | Path) -> Graph:
         raise ImportFormatError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: "
                                 f"{e.msg}") from None
     return parse_akg_json(desc, str(path))
+
+
+register_frontend(Frontend(
+    "akg_json", (".json", ".info"), load_akg_json, parse_akg_json,
+    accepts=lambda obj: isinstance(obj, (dict, list)),
+    takes="a parsed composite-JSON dict or list"))

@@ -34,33 +34,17 @@ from typing import Any
 
 import numpy as np
 
-from akg.errors import AkgError, ImportFormatError, InvalidGraphError, UnsupportedError
-from akg.graph.ir import Graph, Node, Value
-from akg.graph.ops import get_op
+from akg.errors import ImportFormatError, UnsupportedError
+from akg.graph.io.importer import Frontend, ImportFail, Importer, register_frontend, sanitize_name
+from akg.graph.io.mindir_ops import MINDIR_OPS, MONAD, MindirOpContext, _Const, _describe, _flatten, _Missing
+from akg.graph.ir import Graph, Value
 from akg.graph.types import TensorType
-from akg.graph.io.mindir_ops import (  # noqa: E402  (the primitive table)
-    MINDIR_OPS, MONAD, _Const, _Fail, _Missing, _OpContext, _Unsupported,
-    _describe, _flatten, _sanitize, _unsupported,
-)
 
 # TensorProto.DataType -> dtype; the others (uint16/32/64, bfloat16, complex, string) are unsupported
 _DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
            10: "float16", 11: "float64", 17: "float64"}
 _DTYPE_NAMES = {0: "undefined", 4: "uint16", 8: "string", 12: "uint32", 13: "uint64",
                 14: "complex64", 15: "complex128", 16: "bfloat16", 18: "qint4x2"}
-# MindSpore's enums for settings passed as integers (mindapi Format and PadMode)
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # --- protobuf values ----------------------------------------------------------------------------
@@ -91,29 +75,29 @@ def _tensor(t, where: str, base_dir: Path | None, little: bool) -> np.ndarray:
                 break
         else:
             if size:
-                raise _Fail(f"{where}: tensor {list(shape)} holds no data")
+                raise ImportFail(f"{where}: tensor {list(shape)} holds no data")
             data = np.zeros(0, dtype)
         if data.size != size:
-            raise _Fail(f"{where}: tensor {list(shape)} holds {data.size} values")
+            raise ImportFail(f"{where}: tensor {list(shape)} holds {data.size} values")
         return data.reshape(shape)
     if len(raw) != size * stored.itemsize:
-        raise _Fail(f"{where}: tensor {dtype}{list(shape)} needs {size * stored.itemsize} bytes, "
+        raise ImportFail(f"{where}: tensor {dtype}{list(shape)} needs {size * stored.itemsize} bytes, "
                     f"holds {len(raw)}")
     return np.frombuffer(raw, dtype=stored).astype(dtype).reshape(shape)
 
 
 def _external(ext, where: str, base_dir: Path | None) -> bytes:
     if base_dir is None:
-        raise _Fail(f"{where}: the data lies in an external file, and there is no model folder")
+        raise ImportFail(f"{where}: the data lies in an external file, and there is no model folder")
     path = base_dir / ext.location
     try:
         with open(path, "rb") as f:
             f.seek(ext.offset)
             raw = f.read(ext.length) if ext.HasField("length") else f.read()
     except OSError as e:
-        raise _Fail(f"{where}: cannot read external data {path}: {e.strerror}") from None
+        raise ImportFail(f"{where}: cannot read external data {path}: {e.strerror}") from None
     if ext.HasField("length") and len(raw) != ext.length:
-        raise _Fail(f"{where}: external data {path} is shorter than offset + length")
+        raise ImportFail(f"{where}: external data {path} is shorter than offset + length")
     return raw
 
 
@@ -198,9 +182,15 @@ class _Opaque:
 # --- the importer -------------------------------------------------------------------------------
 
 
-class _Importer:
-    def __init__(self, model, pb, filename: str, base_dir: Path | None):
-        self.file = filename
+class MindirImporter(Importer):
+    """One ModelProto -> Graph: only what the outputs depend on, resolved from them."""
+
+    format_name = "MindIR"
+    ops = MINDIR_OPS
+    const_compare_limit = 64  # larger constants (weights) are told apart by name
+
+    def __init__(self, model, pb, filename: str, base_dir: Path | None, graph_name: str):
+        super().__init__(filename, graph_name)
         self.model, self.pb = model, pb
         self.graph = model.graph
         little = not model.HasField("little_endian") or model.little_endian
@@ -215,45 +205,12 @@ class _Importer:
                 self.producers.setdefault(out, node)
         self.params = {p.name: p for p in self.graph.parameter}
         self.env: dict[str, Any] = {}
-        self.inputs: list[Value] = []
-        self.constants: dict[Value, np.ndarray] = {}
-        self.nodes: list[Node] = []
-        self.names: set[str] = set()
-        self._materialized: dict[tuple, Value] = {}
         self._prim_cache: dict[str, tuple[str, dict[str, Any]]] = {}
 
     # --- names and values ---------------------------------------------------------------------
 
     def short(self, name: str) -> str:
         return name[len(self.prefix):] if self.prefix and name.startswith(self.prefix) else name
-
-    def unique(self, base: str) -> str:
-        base = _sanitize(base)
-        cand, n = base, 0
-        while cand in self.names:
-            n += 1
-            cand = f"{base}.{n}"
-        self.names.add(cand)
-        return cand
-
-    def emit(self, op: str, inputs: list[Value], name: str, **attrs: Any) -> Value | tuple[Value, ...]:
-        opdef = get_op(op)
-        checked = opdef.check_attrs(attrs)
-        types = opdef.infer_types([v.type for v in inputs], checked)
-        outs = [Value(self.unique(name if len(types) == 1 else f"{name}.{i}"), t)
-                for i, t in enumerate(types)]
-        self.nodes.append(Node(op, inputs, checked, outs))
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-    def const(self, data: np.ndarray, name: str) -> Value:
-        data = np.asarray(data)
-        data = data if data.flags.c_contiguous else data.copy()  # keeps 0-d arrays 0-d
-        key = (name, data.dtype.str, data.shape, data.tobytes() if data.size <= 64 else None)
-        if key not in self._materialized:
-            v = Value(self.unique(name), TensorType.of(data))
-            self.constants[v] = data
-            self._materialized[key] = v
-        return self._materialized[key]
 
     def tensor_of(self, item: Any, where: str, dtype: str | None = None) -> Value:
         """A graph value for an op input: constants become graph constants (of `dtype`)."""
@@ -268,16 +225,16 @@ class _Importer:
                 data = data.astype(np.float32)  # a Python float: MindSpore's default float
             return self.const(data, self.short(item.name))
         if isinstance(item, _Missing):
-            raise _unsupported(self.file, item.op, f"{item.what} is not modelled ({where})")
-        raise _Fail(f"{where}: expected a tensor, got {_describe(item)}")
+            raise self.unsupported_error(item.op, f"{item.what} is not modelled ({where})")
+        raise ImportFail(f"{where}: expected a tensor, got {_describe(item)}")
 
     # --- the whole graph ----------------------------------------------------------------------
 
-    def run(self, name: str) -> Graph:
+    def run(self) -> Graph:
         if not self.model.HasField("graph"):
-            raise _Fail("not a MindIR model: no graph (an empty, truncated or foreign file)")
+            raise ImportFail("not a MindIR model: no graph (an empty, truncated or foreign file)")
         if not self.graph.output:
-            raise _Fail(f"graph '{self.graph.name}' has no outputs (a truncated file?)")
+            raise ImportFail(f"graph '{self.graph.name}' has no outputs (a truncated file?)")
         for k, vi in enumerate(self.graph.input):
             where = f"graph input {k} ('{vi.name}')"
             if len(vi.tensor) != 1:
@@ -289,8 +246,7 @@ class _Importer:
             if any(d < 0 for d in t.dims):
                 raise UnsupportedError(f"{where}: dynamic shape {list(t.dims)}; only static "
                                        "shapes are supported")
-            v = Value(self.unique(self.short(vi.name)), TensorType(tuple(t.dims), _DTYPES[t.data_type]))
-            self.inputs.append(v)
+            v = self.input(self.short(vi.name), TensorType(tuple(t.dims), _DTYPES[t.data_type]))
             self.env[vi.name] = v
         out_names = [f"output_{i}" for i in range(len(self.graph.output))]
         self.names.update(out_names)  # reserved: graph outputs get these names
@@ -299,14 +255,14 @@ class _Importer:
             item = self.resolve(vi.name)
             for leaf in _flatten(item):
                 results.append(self.tensor_of(leaf, f"graph output '{self.short(vi.name)}'"))
-        return self.finish(name, results)
+        return self.finish(results)
 
-    def finish(self, name: str, results: list[Value]) -> Graph:
+    def finish(self, results: list[Value]) -> Graph:
         """Name the outputs output_0, ...; an input, a constant or a value that is already an
         output is copied first (an identity reshape)."""
         outputs: list[Value] = []
         named: set[int] = set()
-        produced = {id(v) for n in self.nodes for v in n.outputs}
+        produced = {id(v) for v in self.results}
         for i, v in enumerate(results):
             want = f"output_{i}"
             self.names.discard(want)  # reserved in run()
@@ -318,7 +274,7 @@ class _Importer:
                 self.names.add(want)
             named.add(id(v))
             outputs.append(v)
-        return Graph(name, self.inputs, outputs, self.nodes, self.constants)
+        return self.build(outputs)
 
     # --- resolving names (iterative depth-first, so deep graphs need no recursion) ----------
 
@@ -337,7 +293,7 @@ class _Importer:
             deps = [d for d in self.needed(node) if d not in self.env]
             if deps:
                 if n in expanded:
-                    raise _Fail(f"the graph has a cycle through node '{self.short(n)}'")
+                    raise ImportFail(f"the graph has a cycle through node '{self.short(n)}'")
                 expanded.add(n)
                 stack.extend(reversed(deps))
                 continue
@@ -350,7 +306,7 @@ class _Importer:
         """A name no node defines: a weight, else an error."""
         p = self.params.get(name)
         if p is None:
-            raise _Fail(f"value '{name}' is used but never defined (not an input, weight or node)")
+            raise ImportFail(f"value '{name}' is used but never defined (not an input, weight or node)")
         where = f"weight '{self.short(name)}'"
         data = self.dec.tensor(p, where)
         return self.const(data, p.ref_key or self.short(name))
@@ -363,7 +319,7 @@ class _Importer:
             if key not in self._prim_cache:
                 prim = self.prims.get(key)
                 if prim is None:
-                    raise _Fail(f"node '{self.short(node.name)}': primitive '{key}' is not in the "
+                    raise ImportFail(f"node '{self.short(node.name)}': primitive '{key}' is not in the "
                                 "model's primitive table (a truncated file?)")
                 attrs = {a.name: self.dec.value(a, f"primitive '{key}'") for a in prim.attribute}
                 self._prim_cache[key] = (prim.op_type or key.rsplit(":", 1)[0], attrs)
@@ -391,7 +347,7 @@ class _Importer:
             for a in node.attribute:
                 if a.name == "value":
                     return _Const(self.dec.value(a, f"constant '{short}'"), node.name or short)
-            raise _Fail(f"constant '{short}' has no 'value'")
+            raise ImportFail(f"constant '{short}' has no 'value'")
         op, attrs = self.primitive(node)
         where = f"node '{short}' ({op})"
         if op == "UpdateState":
@@ -399,36 +355,26 @@ class _Importer:
         args = [self.env[i] for i in self.needed(node)]
         if op in ("Load", "Depend", "Identity"):
             if not args:
-                raise _Fail(f"{where}: no inputs")
+                raise ImportFail(f"{where}: no inputs")
             return args[0]
         if op in ("MakeTuple", "MakeList"):
             return tuple(args)
         if op in ("TupleGetItem", "ListGetItem"):
             if len(args) != 2 or not isinstance(args[0], tuple) or not isinstance(args[1], _Const):
-                raise _Fail(f"{where}: expects (tuple, constant index), got "
+                raise ImportFail(f"{where}: expects (tuple, constant index), got "
                             f"({', '.join(_describe(a) for a in args)})")
             i = args[1].value
             if isinstance(i, np.ndarray) and i.ndim == 0:
                 i = i.item()
             if not isinstance(i, int) or not -len(args[0]) <= i < len(args[0]):
-                raise _Fail(f"{where}: index {i!r} out of range for a tuple of {len(args[0])}")
+                raise ImportFail(f"{where}: index {i!r} out of range for a tuple of {len(args[0])}")
             return args[0][i]
-        mapping = MINDIR_OPS.get(op)
-        if mapping is None:
-            raise _unsupported(self.file, op, f"no mapping from this MindSpore primitive to akg "
-                                              f"ops ({where})")
+        mapping = self.mapping(op, where)
         declared = None
         for a in node.attribute:
             if a.name == "shape":
                 declared = self.dec.declared(a)
-        ctx = _OpContext(self, op, attrs, args, declared, short, where)
-        try:
-            result = mapping.convert(ctx)
-            return ctx.conform(result)
-        except _Unsupported as e:
-            raise _unsupported(self.file, op, f"{e} ({where})") from None
-        except InvalidGraphError as e:  # shape / attribute errors of our ops
-            raise _Fail(f"{where}: {e}") from None
+        return self.apply(mapping, MindirOpContext(self, op, attrs, args, declared, short, where))
 
 
 # --- entry points -------------------------------------------------------------------------------
@@ -442,32 +388,32 @@ def _bindings():
     return _mind_ir_pb2
 
 
-def parse_mindir(data: bytes, name: str = "<mindir>", base_dir: str | Path | None = None) -> Graph:
-    """Turn the bytes of a `.mindir` file into a Graph; `name` is the file (for errors and the
-    graph's name), `base_dir` the folder external weight files are relative to."""
+def _is_model_proto(obj: Any) -> bool:
+    """A parsed MindIR ModelProto (ours, or another copy of the bindings of mind_ir.proto)."""
+    return getattr(getattr(obj, "DESCRIPTOR", None), "full_name", None) == "mind_ir.ModelProto"
+
+
+def parse_mindir(data: bytes | Any, name: str = "<mindir>", base_dir: str | Path | None = None) -> Graph:
+    """Turn the bytes of a `.mindir` file (or a parsed ModelProto) into a Graph; `name` is the
+    file (for errors and the graph's name), `base_dir` the folder external weight files are
+    relative to."""
     pb = _bindings()
     from google.protobuf.message import DecodeError
 
-    model = pb.ModelProto()
-    try:
-        model.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as e:
-        raise ImportFormatError(f"{name}: not a MindIR model, or a truncated one: the protobuf "
-                                f"does not parse ({e})") from None
-    graph_name = _sanitize(Path(name).stem if name != "<mindir>" else "mindir")
-    try:
-        return _Importer(model, pb, name, Path(base_dir) if base_dir is not None else None).run(graph_name)
-    except _Fail as e:
-        raise ImportFormatError(f"{name}: {e}") from None
-    except InvalidGraphError as e:  # a graph rule broken outside any one node
-        raise ImportFormatError(f"{name}: {e}") from None
-    except AkgError as e:
-        if not str(e).startswith(name):
-            e.args = (f"{name}: {e}",)
-        raise
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, UnicodeDecodeError,
-            RecursionError, OverflowError) as e:
-        raise ImportFormatError(f"{name}: malformed MindIR ({type(e).__name__}: {e})") from None
+    if isinstance(data, pb.ModelProto):
+        model = data
+    else:
+        if _is_model_proto(data):  # a ModelProto of other bindings: through its bytes
+            data = data.SerializeToString()
+        model = pb.ModelProto()
+        try:
+            model.ParseFromString(data)
+        except (DecodeError, RuntimeError, ValueError) as e:
+            raise ImportFormatError(f"{name}: not a MindIR model, or a truncated one: the protobuf "
+                                    f"does not parse ({e})") from None
+    graph_name = sanitize_name(Path(name).stem if name != "<mindir>" else "mindir")
+    base = Path(base_dir) if base_dir is not None else None
+    return MindirImporter(model, pb, name, base, graph_name).import_graph()
 
 
 def load_mindir(path: str | Path) -> Graph:
@@ -478,3 +424,9 @@ def load_mindir(path: str | Path) -> Graph:
     except OSError as e:
         raise ImportFormatError(f"{path}: cannot read file: {e.strerror}") from None
     return parse_mindir(data, str(path), path.parent)
+
+
+register_frontend(Frontend(
+    "mindir", (".mindir",), load_mindir, parse_mindir,
+    accepts=lambda obj: isinstance(obj, (bytes, bytearray, memoryview)) or _is_model_proto(obj),
+    takes="the bytes of a .mindir file or a parsed ModelProto"))

@@ -4,28 +4,22 @@ and the context a converter works in. Used by `akg.graph.io.mindir`."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from akg.errors import UnsupportedOpError
+from akg.graph.io.importer import OpContext, OpTable
 from akg.graph.ir import Value
 from akg.graph.types import TensorType, is_float
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from akg.graph.io.mindir import _Importer
+    from akg.graph.io.mindir import MindirImporter
 
 _FORMATS = {0: "NCHW", 1: "NHWC"}
 
 
 _PAD_MODES = {0: "pad", 1: "same", 2: "valid"}
-
-
-class _Fail(Exception):
-    """Internal: a message about the file, turned into ImportFormatError with the file name."""
 
 
 class _Monad:
@@ -55,24 +49,6 @@ class _Missing:
     what: str
 
 
-def _sanitize(name: str) -> str:
-    """A valid value name close to `name` (invalid characters become '_')."""
-    out = re.sub(r"[^A-Za-z0-9_.\-]", "_", name)
-    if not out or not re.match(r"[A-Za-z0-9_]", out[0]):
-        out = "_" + out
-    return out
-
-
-class _Unsupported(Exception):
-    """Internal: the current primitive is used in a way that is not modelled."""
-
-
-def _unsupported(file: str, op: str, reason: str) -> UnsupportedOpError:
-    err = UnsupportedOpError(op, reason=reason)
-    err.args = (f"{file}: {err}",)  # the file first, as every importer error
-    return err
-
-
 def _flatten(item: Any) -> list[Any]:
     if isinstance(item, tuple):
         return [leaf for x in item for leaf in _flatten(x)]
@@ -95,34 +71,17 @@ def _describe(item: Any) -> str:
 _REQUIRED = object()
 
 
-class _OpContext:
+class MindirOpContext(OpContext):
     """What a converter sees: the primitive's attributes, the node's inputs (tensors,
-    constants, tuples) and the type MindSpore declared for its result."""
+    constants, tuples) and the type MindSpore declared for its result; results are named
+    after the node."""
 
-    def __init__(self, imp: _Importer, op: str, attrs: dict[str, Any], args: list[Any],
+    mismatch = "the mapping gives {got} but MindSpore declares {want}"
+
+    def __init__(self, imp: MindirImporter, op: str, attrs: dict[str, Any], args: list[Any],
                  declared: Any, name: str, where: str):
-        self.imp, self.op, self.attrs, self.args = imp, op, attrs, args
-        self.declared, self.name, self.where = declared, name, where
-
-    def with_args(self, args: list[Any]) -> "_OpContext":
-        """The same node seen with other inputs (the items of a tuple input, say)."""
-        return _OpContext(self.imp, self.op, self.attrs, args, self.declared, self.name, self.where)
-
-    def fail(self, message: str) -> _Fail:
-        return _Fail(f"{self.where}: {message}")
-
-    def expect(self, least: int, most: int | None = None) -> None:
-        most = least if most is None else most
-        if not least <= len(self.args) <= most:
-            want = str(least) if least == most else f"{least} to {most}"
-            raise self.fail(f"takes {want} inputs, got {len(self.args)}")
-
-    def emit(self, op: str, inputs: list[Value], what: str | None = None, **attrs: Any):
-        """Emit a node; `what` names a helper value `<node>.<what>`, None the node's result."""
-        return self.imp.emit(op, inputs, self.name if what is None else f"{self.name}.{what}", **attrs)
-
-    def const(self, data: Any, dtype: str, what: str) -> Value:
-        return self.imp.const(np.asarray(data, dtype=dtype), f"{self.name}.{what}")
+        super().__init__(imp, op, attrs, args, name, where)
+        self.declared = declared
 
     def v(self, i: int, dtype: str | None = None) -> Value:
         if i >= len(self.args):
@@ -145,8 +104,8 @@ class _OpContext:
             if isinstance(item, tuple) and all(isinstance(x, _Const) for x in item):
                 return tuple(x.value for x in item)
             if not isinstance(item, _Const):
-                raise _Unsupported(f"setting '{names[0]}' (input {index}) is computed at run time, "
-                                   "not a constant")
+                raise self.unsupported(f"setting '{names[0]}' (input {index}) is computed at run "
+                                       "time, not a constant")
             if item.value is not None or default is _REQUIRED:
                 return item.value  # None given for an optional setting: its default
         for n in names:
@@ -192,7 +151,7 @@ class _OpContext:
         value = _scalar(self.setting(index, "format", "data_format", default="NCHW"))
         fmt = _FORMATS.get(value) if isinstance(value, int) else str(value).upper()
         if fmt not in ("NCHW", "NHWC"):
-            raise _Unsupported(f"data format {value!r} is not modelled (NCHW and NHWC are)")
+            raise self.unsupported(f"data format {value!r} is not modelled (NCHW and NHWC are)")
         return fmt
 
     # --- the result ---------------------------------------------------------------------------
@@ -204,14 +163,10 @@ class _OpContext:
         v = result[0] if isinstance(result, tuple) and result else result
         if want is None or not isinstance(v, Value):
             return result
-        if v.dtype != want.dtype:
-            raise self.fail(f"the mapping gives {v.type} but MindSpore declares {want}")
-        if v.shape != want.shape:
-            if [d for d in v.shape if d != 1] != [d for d in want.shape if d != 1]:
-                raise self.fail(f"the mapping gives {v.type} but MindSpore declares {want}")
-            v = self.emit("reshape", [v], "shape", shape=want.shape)
-            return (v, *result[1:]) if isinstance(result, tuple) else v
-        return result
+        w = self.match_declared(v, want)
+        if w is v:
+            return result
+        return (w, *result[1:]) if isinstance(result, tuple) else w
 
 
 def _scalar(value: Any) -> Any:
@@ -225,27 +180,10 @@ def _scalar(value: Any) -> Any:
 # --- converters ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class OpMapping:
-    """How one MindSpore primitive becomes akg ops: `ops` summarises it for docs and reports."""
-
-    ops: str
-    convert: Callable[[_OpContext], Any]
+MINDIR_OPS = OpTable("MindSpore primitive")
 
 
-MINDIR_OPS: dict[str, OpMapping] = {}
-
-
-def _register(names: str, ops: str):
-    def wrap(fn: Callable[[_OpContext], Any]):
-        for n in names.split():
-            MINDIR_OPS[n] = OpMapping(ops, fn)
-        return fn
-
-    return wrap
-
-
-def _operands(c: _OpContext, n: int, arithmetic: bool) -> list[Value]:
+def _operands(c: MindirOpContext, n: int, arithmetic: bool) -> list[Value]:
     """n tensor operands of one dtype: constants take it, tensors are cast to it (the declared
     result dtype of arithmetic, else the first floating-point operand's)."""
     tensors = [a for a in c.args[:n] if isinstance(a, Value)]
@@ -260,8 +198,8 @@ def _operands(c: _OpContext, n: int, arithmetic: bool) -> list[Value]:
             for i, v in enumerate(values)]
 
 
-def _elementwise(op: str, arity: int, arithmetic: bool = True) -> Callable[[_OpContext], Value]:
-    def convert(c: _OpContext) -> Value:
+def _elementwise(op: str, arity: int, arithmetic: bool = True) -> Callable[[MindirOpContext], Value]:
+    def convert(c: MindirOpContext) -> Value:
         c.expect(arity)
         return c.emit(op, _operands(c, arity, arithmetic))
 
@@ -281,11 +219,11 @@ _ELEMENTWISE = [
 ]
 for _table, _arity, _arith in _ELEMENTWISE:
     for _ms, _op in (pair.split(":") for pair in _table.split()):
-        MINDIR_OPS[_ms] = OpMapping(_op, _elementwise(_op, _arity, _arith))
+        MINDIR_OPS.add(_ms, _op, _elementwise(_op, _arity, _arith))
 
 
-@_register("AddExt SubExt", "add / sub, the second operand scaled by alpha when alpha != 1")
-def _add_ext(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("AddExt SubExt", "add / sub, the second operand scaled by alpha when alpha != 1")
+def _add_ext(c: MindirOpContext) -> Value:
     c.expect(2, 3)
     a, b = _operands(c, 2, True)
     alpha = c.float_(2, "alpha", default=1.0)
@@ -294,27 +232,27 @@ def _add_ext(c: _OpContext) -> Value:
     return c.emit("add" if c.op == "AddExt" else "sub", [a, b])
 
 
-@_register("GeLU", "gelu(approximate='tanh') (MindSpore's GeLU is the tanh form)")
-def _gelu(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("GeLU", "gelu(approximate='tanh') (MindSpore's GeLU is the tanh form)")
+def _gelu(c: MindirOpContext) -> Value:
     c.expect(1)
     return c.emit("gelu", [c.v(0)], approximate="tanh")
 
 
-@_register("Square", "mul(x, x)")
-def _square(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Square", "mul(x, x)")
+def _square(c: MindirOpContext) -> Value:
     c.expect(1)
     return c.emit("mul", [c.v(0), c.v(0)])
 
 
-@_register("SiLU", "mul(x, sigmoid(x))")
-def _silu(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("SiLU", "mul(x, sigmoid(x))")
+def _silu(c: MindirOpContext) -> Value:
     c.expect(1)
     x = c.v(0)
     return c.emit("mul", [x, c.emit("sigmoid", [x], "sigmoid")])
 
 
-@_register("HSigmoid HSwish", "relu6(x + 3) / 6 (times x for HSwish)")
-def _hard(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("HSigmoid HSwish", "relu6(x + 3) / 6 (times x for HSwish)")
+def _hard(c: MindirOpContext) -> Value:
     c.expect(1)
     x = c.v(0)
     gate = c.emit("relu6", [c.emit("add", [x, c.const(3, x.dtype, "three")], "shifted")], "clipped")
@@ -323,22 +261,22 @@ def _hard(c: _OpContext) -> Value:
     return c.emit("mul", [x, c.emit("div", [gate, c.const(6, x.dtype, "six")], "gate")])
 
 
-@_register("SquaredDifference", "mul(d, d) with d = sub(x, y)")
-def _squared_difference(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("SquaredDifference", "mul(d, d) with d = sub(x, y)")
+def _squared_difference(c: MindirOpContext) -> Value:
     c.expect(2)
     d = c.emit("sub", _operands(c, 2, True), "diff")
     return c.emit("mul", [d, d])
 
 
-@_register("FloorDiv", "div (integers: floor division), then floor for floats")
-def _floor_div(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("FloorDiv", "div (integers: floor division), then floor for floats")
+def _floor_div(c: MindirOpContext) -> Value:
     c.expect(2)
     q = c.emit("div", _operands(c, 2, True), None if not is_float(c.v(0).dtype) else "quotient")
     return q if not is_float(q.dtype) else c.emit("floor", [q])
 
 
-@_register("Select", "where(cond, x, y)")
-def _select(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Select", "where(cond, x, y)")
+def _select(c: MindirOpContext) -> Value:
     c.expect(3)
     cond = c.v(0, "bool")
     if cond.dtype != "bool":
@@ -348,8 +286,8 @@ def _select(c: _OpContext) -> Value:
     return c.emit("where", [cond, x, y])
 
 
-@_register("Cast", "cast(to = the dtype MindSpore declares for the result)")
-def _cast(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Cast", "cast(to = the dtype MindSpore declares for the result)")
+def _cast(c: MindirOpContext) -> Value:
     c.expect(1, 2)
     if c.out is None:
         raise c.fail("the result type is not recorded in the file (node attribute 'shape')")
@@ -357,8 +295,8 @@ def _cast(c: _OpContext) -> Value:
     return x if x.dtype == c.out.dtype else c.emit("cast", [x], to=c.out.dtype)
 
 
-@_register("AddN", "add chain ((x0 + x1) + x2 ...)")
-def _add_n(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("AddN", "add chain ((x0 + x1) + x2 ...)")
+def _add_n(c: MindirOpContext) -> Value:
     items = _flatten(tuple(c.args))
     if not items:
         raise c.fail("AddN needs at least one input")
@@ -370,8 +308,8 @@ def _add_n(c: _OpContext) -> Value:
     return acc
 
 
-@_register("Dropout", "identity (inference); the mask output is unsupported")
-def _dropout(c: _OpContext) -> Any:
+@MINDIR_OPS.register_op("Dropout", "identity (inference); the mask output is unsupported")
+def _dropout(c: MindirOpContext) -> Any:
     c.expect(1, 4)
     return (c.v(0), _Missing(c.op, "the mask output"))
 
@@ -379,8 +317,8 @@ def _dropout(c: _OpContext) -> Any:
 # --- linear algebra -----------------------------------------------------------------------------
 
 
-@_register("MatMul BatchMatMul", "matmul (2-D) / batch_matmul(transpose_a, transpose_b)")
-def _matmul(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("MatMul BatchMatMul", "matmul (2-D) / batch_matmul(transpose_a, transpose_b)")
+def _matmul(c: MindirOpContext) -> Value:
     c.expect(2, 4)
     a, b = _operands(c, 2, True)
     ta = c.bool_(2, "transpose_a", "transpose_x1", default=False)
@@ -389,8 +327,8 @@ def _matmul(c: _OpContext) -> Value:
     return c.emit(op, [a, b], transpose_a=ta, transpose_b=tb)
 
 
-@_register("Dense", "dense(x, weight[, bias]): x @ weight.T + bias")
-def _dense(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Dense", "dense(x, weight[, bias]): x @ weight.T + bias")
+def _dense(c: MindirOpContext) -> Value:
     c.expect(2, 3)
     inputs = [c.v(0), c.v(1)]
     if len(c.args) == 3 and not (isinstance(c.args[2], _Const) and c.args[2].value is None):
@@ -398,8 +336,8 @@ def _dense(c: _OpContext) -> Value:
     return c.emit("dense", inputs)
 
 
-@_register("BiasAdd", "add, the bias reshaped onto the channel axis (axis 1 for NCHW, last for NHWC)")
-def _bias_add(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("BiasAdd", "add, the bias reshaped onto the channel axis (axis 1 for NCHW, last for NHWC)")
+def _bias_add(c: MindirOpContext) -> Value:
     c.expect(2, 3)
     x, b = c.v(0), c.v(1)
     if b.type.rank != 1:
@@ -412,7 +350,7 @@ def _bias_add(c: _OpContext) -> Value:
 # --- convolution and pooling --------------------------------------------------------------------
 
 
-def _hw(c: _OpContext, value: tuple[int, ...] | None, fmt: str, what: str,
+def _hw(c: MindirOpContext, value: tuple[int, ...] | None, fmt: str, what: str,
         default: tuple[int, int]) -> tuple[int, int]:
     if value is None:
         return default
@@ -425,11 +363,11 @@ def _hw(c: _OpContext, value: tuple[int, ...] | None, fmt: str, what: str,
     raise c.fail(f"setting '{what}' must have 1, 2 or 4 entries, got {list(value)}")
 
 
-def _pad_mode(c: _OpContext, index: int | None) -> str:
+def _pad_mode(c: MindirOpContext, index: int | None) -> str:
     value = _scalar(c.setting(index, "pad_mode", default="valid"))
     mode = _PAD_MODES.get(value) if isinstance(value, int) else str(value).lower()
     if mode not in ("pad", "same", "valid"):
-        raise _Unsupported(f"pad_mode {value!r} is not modelled (pad, same and valid are)")
+        raise c.unsupported(f"pad_mode {value!r} is not modelled (pad, same and valid are)")
     return mode
 
 
@@ -440,12 +378,12 @@ def _same_pads(size: int, k: int, s: int, d: int = 1) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
-@_register("Conv2D", "conv2d(strides, padding from pad_list / pad_mode, dilation, groups); "
+@MINDIR_OPS.register_op("Conv2D", "conv2d(strides, padding from pad_list / pad_mode, dilation, groups); "
                      "NHWC data between transposes")
-def _conv2d(c: _OpContext) -> Value:
+def _conv2d(c: MindirOpContext) -> Value:
     c.expect(2)
     if c.setting(None, "mode", default=1) != 1:
-        raise _Unsupported(f"mode {c.setting(None, 'mode')!r} (only 1, cross-correlation, is)")
+        raise c.unsupported(f"mode {c.setting(None, 'mode')!r} (only 1, cross-correlation, is)")
     fmt = c.format(None)
     x, w = _operands(c, 2, True)
     if x.type.rank != 4 or w.type.rank != 4:
@@ -474,9 +412,9 @@ def _conv2d(c: _OpContext) -> Value:
     return c.emit("transpose", [y], perm=(0, 2, 3, 1)) if fmt == "NHWC" else y
 
 
-@_register("MaxPool AvgPool", "max_pool2d / avg_pool2d(kernel, strides, 'same' padding; avg "
+@MINDIR_OPS.register_op("MaxPool AvgPool", "max_pool2d / avg_pool2d(kernel, strides, 'same' padding; avg "
                               "divides by the cells inside the input); NHWC between transposes")
-def _pool(c: _OpContext) -> Value:
+def _pool(c: MindirOpContext) -> Value:
     c.expect(1, 5)
     fmt = c.format(4)
     x = c.v(0)
@@ -488,7 +426,7 @@ def _pool(c: _OpContext) -> Value:
     s = _hw(c, c.ints(2, "strides"), fmt, "strides", (1, 1))
     mode = _pad_mode(c, 3)
     if mode == "pad":
-        raise _Unsupported("pad_mode 'pad' of pooling")
+        raise c.unsupported("pad_mode 'pad' of pooling")
     pads = (0, 0, 0, 0)
     if mode == "same":
         (pt, pb), (pl, pr) = _same_pads(x.shape[2], k[0], s[0]), _same_pads(x.shape[3], k[1], s[1])
@@ -504,12 +442,12 @@ def _pool(c: _OpContext) -> Value:
 # --- normalisation and softmax ------------------------------------------------------------------
 
 
-@_register("BatchNorm", "batch_norm(axis = channel axis, epsilon) with the moving statistics "
+@MINDIR_OPS.register_op("BatchNorm", "batch_norm(axis = channel axis, epsilon) with the moving statistics "
                         "(inference only); the batch-statistics outputs are unsupported")
-def _batch_norm(c: _OpContext) -> Any:
+def _batch_norm(c: MindirOpContext) -> Any:
     c.expect(5, 9)
     if c.bool_(5, "is_training", default=False):
-        raise _Unsupported("training mode (is_training=True)")
+        raise c.unsupported("training mode (is_training=True)")
     x = c.v(0)
     params = [c.v(i, x.dtype) for i in range(1, 5)]
     axis = 1 if c.format(8) == "NCHW" else x.type.rank - 1
@@ -518,9 +456,9 @@ def _batch_norm(c: _OpContext) -> Any:
     return (y, *(_Missing(c.op, f"output {i} (batch statistics)") for i in range(1, 5)))
 
 
-@_register("LayerNorm", "layer_norm(begin_norm_axis, epsilon); gamma and beta applied apart "
+@MINDIR_OPS.register_op("LayerNorm", "layer_norm(begin_norm_axis, epsilon); gamma and beta applied apart "
                         "when begin_params_axis differs; the mean / rstd outputs are unsupported")
-def _layer_norm(c: _OpContext) -> Any:
+def _layer_norm(c: MindirOpContext) -> Any:
     c.expect(3, 6)
     x = c.v(0)
     gamma, beta = c.v(1, x.dtype), c.v(2, x.dtype)
@@ -538,20 +476,20 @@ def _layer_norm(c: _OpContext) -> Any:
     return (y, _Missing(c.op, "output 1 (mean)"), _Missing(c.op, "output 2 (rstd)"))
 
 
-@_register("Softmax LogSoftmax", "softmax / log_softmax(axis); one axis only")
-def _softmax(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Softmax LogSoftmax", "softmax / log_softmax(axis); one axis only")
+def _softmax(c: MindirOpContext) -> Value:
     c.expect(1, 2)
     axes = c.ints(1, "axis", default=(-1,))
     if len(axes) != 1:
-        raise _Unsupported(f"softmax over several axes {list(axes)}")
+        raise c.unsupported(f"softmax over several axes {list(axes)}")
     return c.emit("softmax" if c.op == "Softmax" else "log_softmax", [c.v(0)], axis=axes[0])
 
 
 # --- reductions ---------------------------------------------------------------------------------
 
 
-def _reduction(op: str) -> Callable[[_OpContext], Value]:
-    def convert(c: _OpContext) -> Value:
+def _reduction(op: str) -> Callable[[MindirOpContext], Value]:
+    def convert(c: MindirOpContext) -> Value:
         c.expect(1, 4)
         x = c.v(0)
         axes = c.ints(1, "axis", default=())
@@ -565,11 +503,11 @@ def _reduction(op: str) -> Callable[[_OpContext], Value]:
 
 for _ms, _op in (("ReduceSum", "sum"), ("ReduceMean", "mean"), ("ReduceMax", "max"),
                  ("ReduceMin", "min"), ("ReduceProd", "prod")):
-    MINDIR_OPS[_ms] = OpMapping(f"{_op}(axes = axis (empty: all), keepdims)", _reduction(_op))
+    MINDIR_OPS.add(_ms, f"{_op}(axes = axis (empty: all), keepdims)", _reduction(_op))
 
 
-@_register("Argmax Argmin", "argmax / argmin(axis), cast to the declared index dtype")
-def _argmax(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Argmax Argmin", "argmax / argmin(axis), cast to the declared index dtype")
+def _argmax(c: MindirOpContext) -> Value:
     c.expect(1, 3)
     axis = c.int_(1, "axis", default=-1)
     y = c.emit("argmax" if c.op == "Argmax" else "argmin", [c.v(0)], "index", axis=axis)
@@ -580,21 +518,21 @@ def _argmax(c: _OpContext) -> Value:
 # --- layout -------------------------------------------------------------------------------------
 
 
-@_register("Reshape", "reshape(shape) (-1 allowed)")
-def _reshape(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Reshape", "reshape(shape) (-1 allowed)")
+def _reshape(c: MindirOpContext) -> Value:
     c.expect(1, 2)
     return c.emit("reshape", [c.v(0)], shape=c.ints(1, "shape"))
 
 
-@_register("Flatten", "reshape to [N, product of the other axes]")
-def _flatten_op(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Flatten", "reshape to [N, product of the other axes]")
+def _flatten_op(c: MindirOpContext) -> Value:
     c.expect(1)
     x = c.v(0)
     return c.emit("reshape", [x], shape=(x.shape[0] if x.shape else 1, math.prod(x.shape[1:])))
 
 
-@_register("FlattenExt", "reshape merging the axes start_dim..end_dim")
-def _flatten_ext(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("FlattenExt", "reshape merging the axes start_dim..end_dim")
+def _flatten_ext(c: MindirOpContext) -> Value:
     c.expect(1, 3)
     x = c.v(0)
     rank = max(x.type.rank, 1)
@@ -603,50 +541,50 @@ def _flatten_ext(c: _OpContext) -> Value:
     return c.emit("reshape", [x], shape=shape if x.shape else (1,))
 
 
-@_register("Transpose", "transpose(perm)")
-def _transpose(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Transpose", "transpose(perm)")
+def _transpose(c: MindirOpContext) -> Value:
     c.expect(1, 2)
     return c.emit("transpose", [c.v(0)], perm=c.ints(1, "perm", "input_perm"))
 
 
-@_register("ExpandDims", "expand_dims(axis)")
-def _expand_dims(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("ExpandDims", "expand_dims(axis)")
+def _expand_dims(c: MindirOpContext) -> Value:
     c.expect(1, 2)
     return c.emit("expand_dims", [c.v(0)], axis=c.int_(1, "axis"))
 
 
-@_register("Squeeze", "squeeze(axes) (empty: every size-1 axis)")
-def _squeeze(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Squeeze", "squeeze(axes) (empty: every size-1 axis)")
+def _squeeze(c: MindirOpContext) -> Value:
     c.expect(1, 2)
     return c.emit("squeeze", [c.v(0)], axes=c.ints(1, "axis", default=()) or None)
 
 
-@_register("Concat", "concat(axis) of a tuple of tensors")
-def _concat(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Concat", "concat(axis) of a tuple of tensors")
+def _concat(c: MindirOpContext) -> Value:
     c.expect(1, 2)
     items = _flatten(c.args[0]) if isinstance(c.args[0], tuple) else [c.args[0]]
     sub = c.with_args(items)
     return c.emit("concat", _operands(sub, len(items), True), axis=c.int_(1, "axis", default=0))
 
 
-@_register("Split", "split(axis, sections = output_num), a tuple")
-def _split(c: _OpContext) -> Any:
+@MINDIR_OPS.register_op("Split", "split(axis, sections = output_num), a tuple")
+def _split(c: MindirOpContext) -> Any:
     c.expect(1, 3)
     axis, parts = c.int_(1, "axis", default=0), c.int_(2, "output_num", default=1)
     out = c.emit("split", [c.v(0)], axis=axis, sections=parts)
     return out if isinstance(out, tuple) else (out,)
 
 
-@_register("Gather", "gather(axis); batch_dims must be 0")
-def _gather(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Gather", "gather(axis); batch_dims must be 0")
+def _gather(c: MindirOpContext) -> Value:
     c.expect(2, 4)
     if c.int_(3, "batch_dims", default=0) != 0:
-        raise _Unsupported("batch_dims != 0")
+        raise c.unsupported("batch_dims != 0")
     return c.emit("gather", [c.v(0), c.v(1)], axis=c.int_(2, "axis", default=0))
 
 
-@_register("Slice", "slice(begin, end = begin + size; size -1: to the end)")
-def _slice(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Slice", "slice(begin, end = begin + size; size -1: to the end)")
+def _slice(c: MindirOpContext) -> Value:
     c.expect(1, 3)
     x = c.v(0)
     begin, size = c.ints(1, "begin"), c.ints(2, "size")
@@ -656,16 +594,16 @@ def _slice(c: _OpContext) -> Value:
     return c.emit("slice", [x], begin=begin, end=end)
 
 
-@_register("StridedSlice", "strided_slice(begin, end, strides) with begin/end masks; shrink_axis "
+@MINDIR_OPS.register_op("StridedSlice", "strided_slice(begin, end, strides) with begin/end masks; shrink_axis "
                            "as a reshape (ellipsis and new-axis masks unsupported)")
-def _strided_slice(c: _OpContext) -> Value:
+def _strided_slice(c: MindirOpContext) -> Value:
     c.expect(1, 9)
     x = c.v(0)
     begin, end, strides = list(c.ints(1, "begin")), list(c.ints(2, "end")), list(c.ints(3, "strides"))
     masks = [c.int_(i, n, default=0) for i, n in
              enumerate(("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask"), 4)]
     if masks[2] or masks[3]:
-        raise _Unsupported("ellipsis_mask and new_axis_mask")
+        raise c.unsupported("ellipsis_mask and new_axis_mask")
     if not len(begin) == len(end) == len(strides) <= x.type.rank:
         raise c.fail(f"begin, end and strides must have one entry per sliced axis of {x.type}")
     for i in range(len(begin), x.type.rank):  # unlisted axes are taken whole
@@ -683,8 +621,8 @@ def _strided_slice(c: _OpContext) -> Value:
     return y
 
 
-@_register("BroadcastTo", "broadcast_to(shape) (-1: keep the input's size)")
-def _broadcast_to(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("BroadcastTo", "broadcast_to(shape) (-1: keep the input's size)")
+def _broadcast_to(c: MindirOpContext) -> Value:
     c.expect(1, 2)
     x = c.v(0)
     shape = list(c.ints(1, "shape"))
@@ -693,8 +631,8 @@ def _broadcast_to(c: _OpContext) -> Value:
     return c.emit("broadcast_to", [x], shape=shape)
 
 
-@_register("Pad", "pad(before, after) from paddings ((before, after) per axis), zeros")
-def _pad(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("Pad", "pad(before, after) from paddings ((before, after) per axis), zeros")
+def _pad(c: MindirOpContext) -> Value:
     c.expect(1, 2)
     pairs = c.setting(1, "paddings")
     try:
@@ -706,26 +644,26 @@ def _pad(c: _OpContext) -> Value:
     return c.emit("pad", [c.v(0)], before=flat[0::2], after=flat[1::2])
 
 
-@_register("OneHot", "one_hot(depth, on_value, off_value, axis)")
-def _one_hot(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("OneHot", "one_hot(depth, on_value, off_value, axis)")
+def _one_hot(c: MindirOpContext) -> Value:
     c.expect(4, 5)
     on, off = (_scalar(c.args[i].value) if isinstance(c.args[i], _Const) else None for i in (2, 3))
     if on is None or off is None:
-        raise _Unsupported("on_value and off_value must be constants")
+        raise c.unsupported("on_value and off_value must be constants")
     dtype = c.out.dtype if c.out is not None else "float32"
     return c.emit("one_hot", [c.v(0)], depth=c.int_(1, "depth"), on_value=float(on),
                   off_value=float(off), axis=c.int_(4, "axis", default=-1), dtype=dtype)
 
 
-@_register("ZerosLike OnesLike", "a constant of the input's type")
-def _fill_like(c: _OpContext) -> Value:
+@MINDIR_OPS.register_op("ZerosLike OnesLike", "a constant of the input's type")
+def _fill_like(c: MindirOpContext) -> Value:
     c.expect(1)
     x = c.v(0)
     fill = np.zeros if c.op == "ZerosLike" else np.ones
     return c.const(fill(x.shape), x.dtype, "fill")
 
 
-@_register("Shape", "the static shape, as a constant tuple")
-def _shape(c: _OpContext) -> Any:
+@MINDIR_OPS.register_op("Shape", "the static shape, as a constant tuple")
+def _shape(c: MindirOpContext) -> Any:
     c.expect(1)
     return _Const(tuple(c.v(0).shape), c.name)

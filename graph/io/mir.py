@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from akg.errors import AkgError, MirParseError, WeightsError
+from akg.graph.io.importer import Frontend, register_frontend
 from akg.graph.ir import Graph, Node, Value, set_text_printer
 from akg.graph.types import TensorType, canonical_dtype, short_dtype
 
@@ -466,3 +467,10 @@ def _graph_text(graph: Graph) -> str:
 
 
 set_text_printer(_graph_text)  # str(graph) is its .mir text, every constant inline
+
+_MIR_TEXT = re.compile(r"^[ \t]*graph[ \t]*@", re.MULTILINE)
+
+register_frontend(Frontend(
+    "mir", (".mir",), load_mir, parse_mir,
+    accepts=lambda obj: isinstance(obj, str) and _MIR_TEXT.search(obj) is not None,
+    takes="a str of .mir text"))
