@@ -17,7 +17,6 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from akg.graph.expand import expand
 from akg.graph.interpreter import bind_inputs, evaluate
 from akg.graph.ir import Graph, Node, Value
 from akg.graph.ops import CONV, LINALG, POOL, REDUCE
@@ -124,20 +123,20 @@ class Partition:
 
 def partition(graph: Graph, *, simplify: bool = True, pack_weights: bool = True,
               limits: FusionLimits = FusionLimits(), target=None) -> Partition:
-    """Cut `graph` into kernels: expand composites, simplify (unless told not to), store
-    constant matmul weights as panels (`akg.graph.layout`, unless told not to; `target`
-    decides their width), then fuse greedily along producer -> consumer edges in topological
-    order. Tuning and compiling for one target must pass that same target, so that they cut
-    the same kernels (workload keys)."""
-    graph = expand(graph)
-    if simplify:
-        from akg.graph.simplify import simplify as run_simplify
+    """Cut `graph` into kernels through the pipeline's passes (`akg.graph.pipeline.PASSES`):
+    expand composites, simplify (unless told not to), store constant matmul weights as panels
+    (`akg.graph.layout`, unless told not to; `target` decides their width), then `fuse`.
+    Tuning and compiling for one target must pass that same target, so that they cut the same
+    kernels (workload keys). New callers use `akg.graph.pipeline.plan_model`."""
+    from akg.graph.pipeline import PASSES, plan_model  # the pipeline sits above this stage
 
-        graph = run_simplify(graph)
-    if pack_weights:
-        from akg.graph.layout import pack_weights as run_pack
+    skip = {name for name, on in (("simplify", simplify), ("layout", pack_weights)) if not on}
+    return plan_model(graph, target, passes=[p for p in PASSES if p.name not in skip], limits=limits)
 
-        graph = run_pack(graph, target=target)
+
+def fuse(graph: Graph, limits: FusionLimits = FusionLimits()) -> Partition:
+    """The fusion pass alone: cut an expanded (and simplified) graph into kernels, fusing
+    greedily along producer -> consumer edges in topological order."""
     return _Partitioner(graph, limits).run()
 
 

@@ -1,0 +1,93 @@
+"""The graph pass pipeline (graph stage, between import and kernel generation): a model Graph
+through the named passes of `PASSES`, in order, to the Partition of its kernels.
+
+    autodiff -> parallel -> expand -> simplify -> layout -> fuse
+
+Every step is a `GraphPass`: a name and a function of the graph and the `PlanOptions` (the
+target, fusion limits). All but the last map a Graph to a Graph; "fuse", the last, cuts it
+into a `Partition`. "autodiff" and "parallel" are slots that return the graph unchanged today:
+training graphs are built before planning (`akg.graph.train`), and no SPMD split is planned
+yet. Tuning and compiling for one target must plan with that same target, so that they cut
+the same kernels (workload keys).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from akg.graph.expand import expand
+from akg.graph.fuse import FusionLimits, Partition, fuse
+from akg.graph.ir import Graph
+from akg.graph.layout import pack_weights
+from akg.graph.simplify import simplify
+from akg.registry import Registry
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What passes may depend on besides the graph: the target (None: no target, default
+    weight panels) and the size limits of a fused kernel."""
+
+    target: Any = None
+    limits: FusionLimits = FusionLimits()
+
+
+@dataclass(frozen=True)
+class GraphPass:
+    """One named step of the pipeline: `run(graph, options)` gives the next Graph (the last
+    step, fusion, the Partition)."""
+
+    name: str
+    run: Callable[[Graph, PlanOptions], Any]
+    doc: str
+
+
+def _identity(graph: Graph, options: PlanOptions) -> Graph:
+    return graph
+
+
+def _expand(graph: Graph, options: PlanOptions) -> Graph:
+    return expand(graph)
+
+
+def _simplify(graph: Graph, options: PlanOptions) -> Graph:
+    return simplify(graph)
+
+
+def _layout(graph: Graph, options: PlanOptions) -> Graph:
+    return pack_weights(graph, target=options.target)
+
+
+def _fuse(graph: Graph, options: PlanOptions) -> Partition:
+    return fuse(graph, options.limits)
+
+
+PASSES: tuple[GraphPass, ...] = (
+    GraphPass("autodiff", _identity, "slot for loss -> training graph; the identity today"),
+    GraphPass("parallel", _identity, "slot for the per-rank SPMD split; the identity today"),
+    GraphPass("expand", _expand, "composite ops -> basic ops (akg.graph.expand)"),
+    GraphPass("simplify", _simplify, "CSE, DCE, constant folding, identities (akg.graph.simplify)"),
+    GraphPass("layout", _layout, "constant matmul weights stored as panels for the target "
+                                 "(akg.graph.layout.pack_weights)"),
+    GraphPass("fuse", _fuse, "basic ops -> kernels, a Partition (akg.graph.fuse)"),
+)
+
+GRAPH_PASSES: Registry[GraphPass] = Registry("graph pass")
+for _p in PASSES:
+    GRAPH_PASSES.register(_p.name, _p)
+
+
+def plan_model(graph: Graph, target=None, *, passes: Sequence[str | GraphPass] | None = None,
+               limits: FusionLimits = FusionLimits()) -> Partition:
+    """Run `graph` through `passes` (default `PASSES`; names or GraphPass values, in order,
+    ending with "fuse") for `target`, and return the Partition of its kernels."""
+    steps = PASSES if passes is None else tuple(GRAPH_PASSES.get(p) if isinstance(p, str) else p
+                                                for p in passes)
+    if not steps or steps[-1].name != "fuse":
+        raise ValueError(f"a plan ends with the 'fuse' pass, got {[p.name for p in steps]}")
+    options = PlanOptions(target, limits)
+    result: Any = graph
+    for step in steps:
+        result = step.run(result, options)
+    return result
