@@ -58,10 +58,11 @@ def show(model: Path, fusion: bool, target: str) -> None:
 
     graph = load_model(model)
     if fusion:
-        from akg.graph.fuse import emit_partition, partition
+        from akg.graph.fuse import emit_partition
+        from akg.graph.pipeline import plan_model
         from akg.target import get_target
 
-        click.echo(emit_partition(partition(graph, target=get_target(target))), nl=False)
+        click.echo(emit_partition(plan_model(graph, get_target(target))), nl=False)
         return
     table = Table(title=f"graph @{graph.name}", show_lines=False)
     for col, justify in (("value", "left"), ("op", "left"), ("inputs", "left"),

@@ -276,13 +276,13 @@ def compile_model(graph: Graph, target="cpu", db=None, progress=None) -> Compile
     config from `db` when there is one) and plan the intermediate buffers."""
     from akg.compiler import build
     from akg.graph.compute.lower import lower_graph
-    from akg.graph.fuse import partition
     from akg.graph.interpreter import index_bounds
+    from akg.graph.pipeline import plan_model
     from akg.target import get_target
 
     t0 = time.perf_counter()
     target = get_target(target)
-    parts = partition(graph, target=target)
+    parts = plan_model(graph, target)
     pg = parts.graph
     specs = {v.name: TensorSpec(v.name, v.shape, v.dtype) for v in pg.values}
     built: dict[str, LoadedKernel] = {}
