@@ -37,8 +37,8 @@ import numpy as np
 
 from akg.errors import ImportFormatError
 from akg.graph.io.importer import (
-    Frontend, ImportFail, Importer, OpContext, OpTable, register_frontend, same_data, sanitize_name,
-    unique_name,
+    Frontend, ImportFail, Importer, OpContext, OpTable, graph_name_of, read_model_file, register_frontend,
+    same_data, sanitize_name, unique_name,
 )
 from akg.graph.ir import Graph, Value
 from akg.graph.types import TensorType, canonical_dtype
@@ -655,7 +655,7 @@ def _inplace_assign(c: AkgJsonOpContext) -> Value:
 
 def parse_akg_json(desc: Any, name: str = "<akg_json>") -> Graph:
     """Turn a parsed composite-JSON description into a Graph; `name` is the file (for errors)."""
-    graph_name = sanitize_name(Path(name).stem if name != "<akg_json>" else "akg_kernel")
+    graph_name = graph_name_of(name, "<akg_json>", "akg_kernel")
     if isinstance(desc, dict) and isinstance(desc.get("op"), str) and desc["op"]:
         graph_name = sanitize_name(desc["op"])
     return AkgJsonImporter(desc, name, graph_name).import_graph()
@@ -664,12 +664,7 @@ def parse_akg_json(desc: Any, name: str = "<akg_json>") -> Graph:
 def load_akg_json(path: str | Path) -> Graph:
     """Read an AKG composite-kernel `.info` / `.json` file into a Graph."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ImportFormatError(f"{path}: cannot read file: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise ImportFormatError(f"{path}: not a text file (bad UTF-8)") from None
+    text = read_model_file(path, text=True)
     try:
         desc = json.loads(text)
     except json.JSONDecodeError as e:

@@ -60,6 +60,23 @@ def unique_name(base: str, used: set[str]) -> str:
     return cand
 
 
+def graph_name_of(file: str, default_file: str, fallback: str) -> str:
+    """A graph's name from the file it comes from (`fallback` for an in-memory model, whose
+    `file` is the format's `default_file`, such as "<mindir>")."""
+    return sanitize_name(Path(file).stem if file != default_file else fallback)
+
+
+def read_model_file(path: Path, *, text: bool) -> str | bytes:
+    """The contents of a model file (str when `text`); ImportFormatError naming the file when
+    it cannot be read."""
+    try:
+        return path.read_text() if text else path.read_bytes()
+    except OSError as e:
+        raise ImportFormatError(f"{path}: cannot read file: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ImportFormatError(f"{path}: not a text file (bad UTF-8)") from None
+
+
 def same_data(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """Shapes that differ at most in size-1 axes ([] vs [1], [n] vs [n, 1]): a free reshape."""
     return [d for d in a if d != 1] == [d for d in b if d != 1]

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from akg.errors import ImportFormatError, UnsupportedError
-from akg.graph.io.importer import Frontend, ImportFail, Importer, register_frontend, sanitize_name
+from akg.graph.io.importer import Frontend, ImportFail, Importer, graph_name_of, read_model_file, register_frontend
 from akg.graph.io.mindir_ops import MINDIR_OPS, MONAD, MindirOpContext, _Const, _describe, _flatten, _Missing
 from akg.graph.ir import Graph, Value
 from akg.graph.types import TensorType
@@ -411,7 +411,7 @@ def parse_mindir(data: bytes | Any, name: str = "<mindir>", base_dir: str | Path
         except (DecodeError, RuntimeError, ValueError) as e:
             raise ImportFormatError(f"{name}: not a MindIR model, or a truncated one: the protobuf "
                                     f"does not parse ({e})") from None
-    graph_name = sanitize_name(Path(name).stem if name != "<mindir>" else "mindir")
+    graph_name = graph_name_of(name, "<mindir>", "mindir")
     base = Path(base_dir) if base_dir is not None else None
     return MindirImporter(model, pb, name, base, graph_name).import_graph()
 
@@ -419,11 +419,7 @@ def parse_mindir(data: bytes | Any, name: str = "<mindir>", base_dir: str | Path
 def load_mindir(path: str | Path) -> Graph:
     """Read a MindSpore `.mindir` model into a Graph."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ImportFormatError(f"{path}: cannot read file: {e.strerror}") from None
-    return parse_mindir(data, str(path), path.parent)
+    return parse_mindir(read_model_file(path, text=False), str(path), path.parent)
 
 
 register_frontend(Frontend(

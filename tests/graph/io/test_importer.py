@@ -14,7 +14,8 @@ from akg.graph import GraphBuilder
 from akg.graph.io import FRONTENDS, LOADERS, load_akg_json, load_mindir, load_mir, load_model, save_mir
 from akg.graph.io.akg_json import AKG_OPS
 from akg.graph.io.importer import (
-    Frontend, ImportFail, OpContext, OpMapping, OpTable, register_frontend, sanitize_name, unique_name,
+    Frontend, ImportFail, OpContext, OpMapping, OpTable, graph_name_of, read_model_file, register_frontend,
+    sanitize_name, unique_name,
 )
 from akg.graph.io.mindir import MINDIR_OPS
 from akg.registry import Registry
@@ -196,6 +197,18 @@ def test_names_are_sanitised_and_made_unique():
     used = {"x"}
     assert [unique_name(n, used) for n in ("x", "x", "y", "a b")] == ["x.1", "x.2", "y", "a_b"]
     assert used == {"x", "x.1", "x.2", "y", "a_b"}
+
+
+def test_graph_names_and_unreadable_files(tmp_path):
+    assert graph_name_of("/m/lenet 5.mindir", "<mindir>", "mindir") == "lenet_5"
+    assert graph_name_of("<mindir>", "<mindir>", "mindir") == "mindir"
+    bad = tmp_path / "bad.info"
+    bad.write_bytes(b"\xff\xfe{")
+    assert read_model_file(bad, text=False) == b"\xff\xfe{"
+    with pytest.raises(ImportFormatError, match=r"bad\.info: not a text file \(bad UTF-8\)$"):
+        read_model_file(bad, text=True)
+    with pytest.raises(ImportFormatError, match=r"gone\.mindir: cannot read file: No such file"):
+        read_model_file(tmp_path / "gone.mindir", text=False)
 
 
 def test_op_context_expect_and_failures():
