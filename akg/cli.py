@@ -126,7 +126,7 @@ def run(model: Path, inputs_path: Path | None, output_path: Path | None, seed: i
             kernel = akg.build(graph, target=get_target(target))
             outputs, how = kernel(**inputs), f"akg kernel, {kernel.target}, {kernel.config_source} config"
         else:
-            from akg.runtime import compile_model
+            from akg.api import compile_model
 
             compiled = compile_model(graph, get_target(target))
             outputs, how = compiled(**inputs), f"akg, {len(compiled.calls)} kernels on {get_target(target)}"
@@ -198,7 +198,7 @@ def compile_cmd(model: Path, target: str, show_source: bool, show_asm: bool, out
     graph = load_model(model)
     database = open_database(db_url)
     if not _is_kernel_file(model) or (out_dir is not None and out_dir.suffix == ".akgpack"):
-        from akg.runtime import compile_model
+        from akg.api import compile_model
 
         compiled = compile_model(graph, get_target(target), db=database)
         table = Table(title=f"{compiled.name}: {len(compiled.calls)} kernels "
@@ -234,8 +234,9 @@ def compile_cmd(model: Path, target: str, show_source: bool, show_asm: bool, out
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "kernel.tir").write_text(kernel.tir())
         (out_dir / "kernel.s").write_text(kernel.source("asm"))
-        kernel.executable.export_library(str(out_dir / "kernel.so"))
-        console.print(f"wrote {out_dir}/kernel.tir, kernel.s, kernel.so")
+        artifact = kernel.target.backend().export(kernel.executable)
+        (out_dir / f"kernel.{artifact.kind}").write_bytes(artifact.data)
+        console.print(f"wrote {out_dir}/kernel.tir, kernel.s, kernel.{artifact.kind}")
 
 
 @cli.command("grad")

@@ -1,30 +1,28 @@
 """akg.compiler: one subgraph + target + config -> a compiled Kernel, through the polyhedral
-pipeline (model, dependences, isl schedule, target mapping, promotion, AST -> TIR, backend)."""
+pipeline (model, dependences, isl schedule), the target's mapping recipe, promotion, AST ->
+TIR with the target's lowering hooks, and the target's backend. Nothing here names a target:
+the recipe, hooks and backend come from the Target object (`akg.target`)."""
 
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import gc
 import logging
 import time
 from collections import OrderedDict
+from typing import Callable
 
-import islpy as isl
+import numpy as np
 
-from akg.errors import LoweringError, ScheduleError, UnsupportedError
-from akg.graph.compute.lower import Program, lower_graph, split_reductions
+from akg.errors import LoweringError, ScheduleError
+from akg.graph.compute.lower import Program, lower_graph
 from akg.graph.ir import Graph
 from akg.graph.subgraph import Subgraph, workload_key
 from akg.kernel import Kernel, KernelStats
 from akg.polyhedral.astgen import lower_to_tir
-from akg.polyhedral.deps import compute_dependences
-from akg.polyhedral.model import build_model
-from akg.polyhedral.schedule import schedule as isl_schedule
-from akg.polyhedral.tree import analyze, apply_plan
-from akg.schedules import cpu as cpu_mapping
-from akg.schedules.space import Config, Space, make_space
-from akg.target import CpuTarget, Target, get_target
+from akg.polyhedral.front import schedule_program
+from akg.schedules.space import Config, Space
+from akg.target import Target, get_target
 
 log = logging.getLogger(__name__)
 
@@ -44,74 +42,65 @@ class Pipeline:
     for the knob space and build many configs without redoing the front end."""
 
     def __init__(self, program: Program, target: Target, fusion: str = "smart"):
-        if isinstance(target, CpuTarget):
-            program = split_reductions(program, target.vector_lanes(_main_dtype(program)))
-        self.program, self.target, self.fusion = program, target, fusion
+        self.target, self.fusion = target, fusion
+        self.recipe = target.recipe()
+        self.program = program = self.recipe.prepare(program, _main_dtype(program))
+        self.dtype = _main_dtype(program)
         self.stats = KernelStats()
         t0 = time.perf_counter()
-        try:
-            self.model = build_model(program)
-            self.deps = compute_dependences(self.model)
-            result = isl_schedule(self.model, self.deps, fusion)
-            self.schedule = result.schedule
-            self.stats.fallback = result.fallback
-            self.bands = analyze(self.model, self.schedule)
-        except isl.Error as e:
-            raise ScheduleError(f"{program.name}: polyhedral analysis failed: {e}") from e
+        front = schedule_program(program, fusion)
+        self.model, self.deps, self.schedule, self.bands = front.model, front.deps, front.schedule, front.bands
+        self.stats.fallback = front.fallback
         self.stats.schedule_s = time.perf_counter() - t0
         self.stats.statements = len(self.model.statements)
-        self.dtype = _main_dtype(program)
         self.reciprocal = not _has_float16(program)  # x / d as x * (1 / d) for invariant d
 
     def space(self) -> Space:
-        return make_space(self.fusion, self.bands)
+        return self.recipe.space(self.bands, self.fusion)
 
     def default_config(self) -> Config:
-        return cpu_mapping.default_config(self.bands, self.target, self.dtype, self.fusion)
+        return self.recipe.default_config(self.bands, self.dtype, self.fusion)
+
+    def resolve(self, config: Config | None) -> Config:
+        """`config` with `steps=None` (or None) replaced by the target's default."""
+        if config is None:
+            return self.default_config()
+        if config.fusion != self.fusion:
+            raise ScheduleError(f"config is for fusion '{config.fusion}', pipeline for '{self.fusion}'")
+        return self.default_config() if config.steps is None else config
 
     def lower(self, config: Config):
         """The TIR PrimFunc of this program under `config` (ScheduleError if illegal), and the
         loop-nest records of its statements (for the tuner's features)."""
-        if config.fusion != self.fusion:
-            raise ScheduleError(f"config is for fusion '{config.fusion}', pipeline for '{self.fusion}'")
+        config = self.resolve(config)
         t0 = time.perf_counter()
-        plan = cpu_mapping.to_plan(config, self.bands, self.target, self.dtype)
-        try:
-            mapped = apply_plan(self.model, self.schedule, plan)
-            func, records = lower_to_tir(self.model, mapped, promote=config.promote,
-                                         name=self.program.name, fast_math=config.fast_math,
-                                         reduce_bits=self._reduce_bits(config))
-        except isl.Error as e:
-            raise LoweringError(f"{self.program.name}: code generation failed in isl: {e}") from e
+        mapped = self.recipe.apply(config, self.model, self.schedule, self.bands, self.dtype)
+        func, records = lower_to_tir(self.model, mapped, promote=self.recipe.promote(config),
+                                     name=self.program.name, hooks=self.target.lowering(config))
         self.stats.codegen_s = time.perf_counter() - t0
         return func, records
 
-    def _reduce_bits(self, config: Config) -> int:
-        """Vector width of the vector reductions (0: none): the CPU's vectors, when the config
-        vectorises and the target lets floating-point sums be reordered."""
-        if not (config.vectorize and isinstance(self.target, CpuTarget) and self.target.fast_math_reassoc):
-            return 0
-        return self.target.vector_bits
+    def compile(self, func):
+        """The target's executable of a PrimFunc lowered from this program."""
+        return self.target.backend().compile(func, self.target, reciprocal=self.reciprocal)
 
-    def build(self, config: Config | None = None, config_source: str = "default") -> Kernel:
-        config = config or self.default_config()
-        func, records = self.lower(config)
-        if not isinstance(self.target, CpuTarget):
-            raise UnsupportedError(f"no backend for target '{self.target}' yet")
-        from akg.backends.cpu import compile_cpu
-
+    def build(self, config: Config | None = None, config_source: str = "default", lowered=None) -> Kernel:
+        """Compile `config` (None: the default) into a Kernel; `lowered` is its (func, records)
+        when the caller has lowered it already."""
+        config = self.resolve(config)
+        func, records = lowered if lowered is not None else self.lower(config)
         t0 = time.perf_counter()
         stats = KernelStats(**vars(self.stats))
         try:
-            exe = compile_cpu(func, self.target, self.reciprocal)
+            exe = self.compile(func)
         except LoweringError as e:
             # TVM's vectoriser can reject the Let bindings of the fast-math expansions (when it
             # falls back to scalarising a statement it visits them twice); libm calls it takes.
-            if not (config.fast_math and "Let cannot bind" in str(e)):
+            if not (config.has("fast_math") and "Let cannot bind" in str(e)):
                 raise
             log.debug("%s: %s; rebuilding without fast-math expansions", self.program.name, e)
-            func, records = self.lower(dataclasses.replace(config, fast_math=False))
-            exe = compile_cpu(func, self.target, self.reciprocal)
+            func, records = self.lower(config.without("fast_math"))
+            exe = self.compile(func)
             stats.fallback = "fast-math expansions off (TVM's vectoriser rejected them)"
         stats.compile_s = time.perf_counter() - t0
         return Kernel(self.program.name, self.target, config, self.program, func, exe, stats, config_source,
@@ -128,9 +117,10 @@ def _drop_pipelines() -> None:
     gc.collect()
 
 
-def pipeline_for(graph: Graph | Subgraph, target: str | Target = "cpu", fusion: str = "smart") -> Pipeline:
+def pipeline_for(graph: Graph | Subgraph, target: str | Target = "cpu", fusion: str = "smart",
+                 program: Program | None = None) -> Pipeline:
     """A Pipeline for this graph, reused across calls in this process (the tuner builds many
-    configs of one subgraph)."""
+    configs of one subgraph); `program` is the graph's lowering when the caller has it."""
     target = get_target(target)
     if isinstance(graph, Subgraph):
         graph = graph.graph
@@ -138,39 +128,34 @@ def pipeline_for(graph: Graph | Subgraph, target: str | Target = "cpu", fusion: 
     if key in _PIPELINES:
         _PIPELINES.move_to_end(key)
         return _PIPELINES[key]
-    pipeline = Pipeline(lower_graph(graph), target, fusion)
+    pipeline = Pipeline(program or lower_graph(graph), target, fusion)
     _PIPELINES[key] = pipeline
     while len(_PIPELINES) > 32:
         _PIPELINES.popitem(last=False)
     return pipeline
 
 
-def tuned_config(graph: Graph, target: Target, db) -> tuple[Config | None, str]:
-    """The best recorded config of this workload on this target, and where it came from."""
-    from akg.db import Database, open_database
-
-    database = db if isinstance(db, Database) else open_database(db)
-    best = database.best(workload_key(graph), target.key)
-    if best is None:
-        return None, "default"
-    return Config.from_json(best.config), f"tuned ({best.cost * 1e6:.1f} us measured {best.timestamp:%Y-%m-%d})"
+ConfigChooser = Callable[[Graph, Target], "tuple[Config | None, str]"]
 
 
 def build(subgraph: Subgraph | Graph | Program, target: str | Target = "cpu",
-          config: Config | None = None, db=None) -> Kernel:
+          config: Config | None = None, choose: ConfigChooser | None = None,
+          program: Program | None = None) -> Kernel:
     """Compile one subgraph (of basic or composite ops) into a Kernel.
 
-    `config=None` takes the best record of the tuning database `db` when one is given and has
-    one, else the target's default heuristic config; the kernel says which.
+    `config=None` asks `choose(graph, target)` for a config and where it came from (the API
+    layer looks it up in the tuning database), else takes the target's default heuristic
+    config; the kernel says which. `program` is the subgraph's lowering, if already made.
     """
     target = get_target(target)
     t0 = time.perf_counter()
     if isinstance(subgraph, Subgraph):
         subgraph = subgraph.graph
     source = "given" if config is not None else "default"
-    if config is None and db is not None and isinstance(subgraph, Graph):
-        config, source = tuned_config(subgraph, target, db)
-    program = subgraph if isinstance(subgraph, Program) else lower_graph(subgraph)
+    if config is None and choose is not None and isinstance(subgraph, Graph):
+        config, source = choose(subgraph, target)
+    if program is None:
+        program = subgraph if isinstance(subgraph, Program) else lower_graph(subgraph)
     lower_s = time.perf_counter() - t0
     fusion = config.fusion if config is not None else "smart"
     pipeline = Pipeline(program, target, fusion)
@@ -181,3 +166,43 @@ def build(subgraph: Subgraph | Graph | Program, target: str | Target = "cpu",
 
         kernel.index_bounds = {v.name: b for v, b in index_bounds(subgraph).items() if v in set(subgraph.inputs)}
     return kernel
+
+
+def compile_model(graph: Graph, target: str | Target = "cpu", choose: ConfigChooser | None = None,
+                  progress=None):
+    """Plan a model into kernels (`akg.graph.pipeline.plan_model`), build each distinct kernel
+    once (with the config `choose` gives, else the default) and plan the intermediate buffers."""
+    from akg.graph.compute.lower import kernel_params
+    from akg.graph.interpreter import index_bounds
+    from akg.graph.pipeline import plan_model
+    from akg.runtime import CompiledModel, KernelCall, LoadedKernel, TensorSpec, plan_memory
+
+    t0 = time.perf_counter()
+    target = get_target(target)
+    parts = plan_model(graph, target)
+    pg = parts.graph
+    specs = {v.name: TensorSpec(v.name, v.shape, v.dtype) for v in pg.values}
+    built: dict[str, LoadedKernel] = {}
+    calls = []
+    for i, fk in enumerate(parts.kernels):
+        key = fk.subgraph.workload_key
+        if key not in built:
+            program = lower_graph(fk.subgraph.graph)  # lowered once: built, and its weights bound
+            kernel = build(fk.subgraph, target, choose=choose, program=program)
+            built[key] = LoadedKernel(kernel.executable, kernel.config.to_json(), kernel.config_source)
+            params = list(program.params.values())
+            if progress is not None:
+                progress(i, len(parts.kernels), fk, kernel)
+        else:
+            params = kernel_params(fk.subgraph.graph)  # this call's own weights
+        calls.append(KernelCall(key, fk.name, fk.inputs, fk.outputs, params))
+    consts = {v.name: np.asarray(a) for v, a in pg.constants.items()}
+    needed = {n for c in calls for n in c.inputs} | {v.name for v in pg.outputs}
+    constants = {k: a for k, a in consts.items() if k in needed}
+    outputs = [specs[v.name] for v in pg.outputs]
+    plan = plan_memory(calls, specs, keep={s.name for s in outputs})
+    stats = {"kernels": len(calls), "distinct_kernels": len(built), "compile_s": time.perf_counter() - t0,
+             "tuned_kernels": sum(1 for k in built.values() if k.source.startswith("tuned"))}
+    bounds = {v.name: b for v, b in index_bounds(pg).items() if v in set(pg.inputs)}
+    return CompiledModel(graph.name, [specs[v.name] for v in pg.inputs], outputs, specs, calls, built,
+                         constants, plan, stats, bounds, target.backend().artifact_kind)

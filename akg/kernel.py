@@ -40,7 +40,7 @@ class Kernel:
     config: object
     program: Program
     func: object  # TIR PrimFunc
-    executable: object
+    executable: object  # what the target's backend compiled (`Backend.entry` calls it)
     stats: KernelStats = field(default_factory=KernelStats)
     config_source: str = "default"  # "default" heuristic, or where the config came from
     records: tuple = ()  # loop-nest records of the statements (akg.polyhedral.astgen)
@@ -58,9 +58,8 @@ class Kernel:
         return self.func.script()
 
     def source(self, kind: str = "asm") -> str:
-        from akg.backends.cpu import source
-
-        return source(self.executable, kind)
+        """The target's generated code (kinds per backend: 'asm', 'll' on the CPU)."""
+        return self.target.backend().source(self.executable, kind)
 
     def _arguments(self, args: Sequence[np.ndarray], named: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         ins = self.program.inputs
@@ -89,17 +88,16 @@ class Kernel:
         return out
 
     def device_arguments(self, *args: np.ndarray, **named: np.ndarray):
-        """TVM tensors for inputs, parameters and (fresh) outputs, in call order."""
-        import tvm
-
-        dev = tvm.cpu()
+        """Device tensors for inputs, parameters and (fresh) outputs, in call order."""
+        backend = self.target.backend()
         arrays = [*self._arguments(args, named), *(_contiguous(a) for a in self.program.params.values())]
-        tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
-        outs = [tvm.runtime.tensor(np.zeros(t.shape, t.dtype), dev) for t in self.program.outputs]
+        tensors = [backend.to_device(a) for a in arrays]
+        outs = [backend.to_device(np.zeros(t.shape, t.dtype)) for t in self.program.outputs]
         return tensors, outs
 
     def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
         """Run on NumPy arrays (by position or input name); returns the outputs in order."""
+        backend = self.target.backend()
         tensors, outs = self.device_arguments(*args, **named)
-        self.executable["main"](*tensors, *outs)
-        return [o.numpy() for o in outs]
+        backend.entry(self.executable)(*tensors, *outs)
+        return [backend.to_numpy(o) for o in outs]

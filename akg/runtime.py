@@ -1,14 +1,11 @@
-"""CompiledModel: a model's kernels, called in order on a static memory plan; and the
-`.akgpack` artifact that holds it all (kernels, plan, weights) for `akg run` without
-recompiling."""
+"""CompiledModel: a model's kernels, called in order on a static memory plan through their
+target's backend; and the `.akgpack` artifact that holds it all (kernels, plan, weights)
+for `akg run` without recompiling. `akg.compiler.compile_model` makes one."""
 
 from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
-import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,10 +14,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from akg.errors import ImportFormatError, InputDataError
-from akg.graph.ir import Graph
 
 PACK_FORMAT = "akgpack"
-PACK_VERSION = 1
+PACK_VERSION = 2  # 2: kernels are artifacts of the kind the manifest names
+V1_ARTIFACT_KIND = "cpu-llvm-so"  # version 1 packs held only the CPU backend's shared libraries
 
 
 @dataclass(frozen=True)
@@ -43,7 +40,8 @@ class KernelCall:
     name: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    params: list = field(default_factory=list)
+    params: list = field(default_factory=list)  # NumPy arrays
+    device_params: list | None = field(default=None, repr=False)  # the backend's copies, made on first use
 
 
 @dataclass
@@ -97,9 +95,10 @@ def plan_memory(calls: Sequence[KernelCall], specs: Mapping[str, TensorSpec], ke
 class LoadedKernel:
     """A compiled kernel as the runtime needs it."""
 
-    module: object  # tvm runtime module with `main`
+    executable: object  # what the backend compiled or loaded
     config: str = ""
     source: str = "default"
+    entry: object = field(default=None, repr=False)  # the kernel function, looked up on first call
 
 
 @dataclass
@@ -114,6 +113,7 @@ class CompiledModel:
     plan: MemoryPlan
     stats: dict = field(default_factory=dict)
     index_bounds: dict[str, int] = field(default_factory=dict)  # index inputs: exclusive upper bound
+    artifact_kind: str = V1_ARTIFACT_KIND  # the backend that runs the kernels (`akg.target.BACKENDS`)
     _slots: list | None = field(default=None, repr=False)
     _device_constants: dict | None = field(default=None, repr=False)
 
@@ -150,32 +150,37 @@ class CompiledModel:
             out[s.name] = a
         return out
 
-    def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
-        import tvm
+    @property
+    def backend(self):
+        from akg.target import get_backend
 
-        dev = tvm.cpu()
+        return get_backend(self.artifact_kind)
+
+    def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
+        backend = self.backend
         values = self._bind(args, named)
         if self._device_constants is None:  # weights go to the device once, not per call
-            self._device_constants = {name: tvm.runtime.tensor(a, dev) for name, a in self.constants.items()}
+            self._device_constants = {name: backend.to_device(a) for name, a in self.constants.items()}
         env = dict(self._device_constants)
-        env.update({name: tvm.runtime.tensor(np.ascontiguousarray(a) if a.ndim else a, dev)
-                    for name, a in values.items()})
+        env.update({name: backend.to_device(np.ascontiguousarray(a) if a.ndim else a) for name, a in values.items()})
         if self._slots is None:
-            self._slots = [tvm.runtime.empty((max(n, 1),), "uint8", dev) for n in self.plan.slot_bytes]
+            self._slots = [backend.empty((max(n, 1),), "uint8") for n in self.plan.slot_bytes]
         for call in self.calls:
             kernel = self.kernels[call.kernel]
             outs = []
             for name in call.outputs:
                 spec = self.specs[name]
                 if name in self.plan.slot_of:
-                    env[name] = self._slots[self.plan.slot_of[name]]._create_view(spec.shape, spec.dtype)
+                    env[name] = backend.view(self._slots[self.plan.slot_of[name]], spec.shape, spec.dtype)
                 else:
-                    env[name] = tvm.runtime.empty(spec.shape, spec.dtype, dev)
+                    env[name] = backend.empty(spec.shape, spec.dtype)
                 outs.append(env[name])
-            if call.params and not isinstance(call.params[0], tvm.runtime.Tensor):
-                call.params = [tvm.runtime.tensor(np.ascontiguousarray(p), dev) for p in call.params]
-            kernel.module["main"](*(env[n] for n in call.inputs), *call.params, *outs)
-        return [env[s.name].numpy() for s in self.outputs]
+            if call.device_params is None:
+                call.device_params = [backend.to_device(np.ascontiguousarray(p)) for p in call.params]
+            if kernel.entry is None:
+                kernel.entry = backend.entry(kernel.executable)
+            kernel.entry(*(env[n] for n in call.inputs), *call.device_params, *outs)
+        return [backend.to_numpy(env[s.name]) for s in self.outputs]
 
     # --- artifact -------------------------------------------------------------------------
 
@@ -193,24 +198,23 @@ class CompiledModel:
                      "naive_bytes": self.plan.naive_bytes},
             "stats": self.stats,
             "index_bounds": self.index_bounds,
+            "artifact_kind": self.artifact_kind,
         }
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
             z.writestr("manifest.json", json.dumps(manifest, indent=1))
-            with tempfile.TemporaryDirectory() as tmp:
-                for key, k in self.kernels.items():
-                    lib = os.path.join(tmp, f"{key}.so")
-                    k.module.export_library(lib)
-                    z.write(lib, f"kernels/{key}.so")
+            backend = self.backend
+            for key, k in self.kernels.items():
+                z.writestr(f"kernels/{key}", backend.export(k.executable).data)
             for i, c in enumerate(self.calls):
                 if c.params:
-                    z.writestr(f"params/{i}.npz", _npz({f"p{j}": _numpy(p) for j, p in enumerate(c.params)}))
+                    z.writestr(f"params/{i}.npz", _npz({f"p{j}": np.asarray(p) for j, p in enumerate(c.params)}))
             if self.constants:
                 z.writestr("constants.npz", _npz(self.constants))
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> "CompiledModel":
-        import tvm
+        from akg.target import Artifact, get_backend
 
         path = Path(path)
         try:
@@ -222,13 +226,15 @@ class CompiledModel:
                 manifest = json.loads(z.read("manifest.json"))
             except (KeyError, ValueError) as e:
                 raise ImportFormatError(f"{path}: no readable manifest ({e})") from None
-            if manifest.get("format") != PACK_FORMAT or manifest.get("version") != PACK_VERSION:
+            version = manifest.get("version")
+            if manifest.get("format") != PACK_FORMAT or version not in (1, PACK_VERSION):
                 raise ImportFormatError(f"{path}: not an akgpack version {PACK_VERSION}")
-            tmp = tempfile.mkdtemp(prefix="akgpack-")
+            kind = manifest.get("artifact_kind", V1_ARTIFACT_KIND)
+            backend = get_backend(kind)
             kernels = {}
             for key, info in manifest["kernels"].items():
-                lib = z.extract(f"kernels/{key}.so", tmp)
-                kernels[key] = LoadedKernel(tvm.runtime.load_module(lib), info["config"], info["source"])
+                data = z.read(f"kernels/{key}.so" if version == 1 else f"kernels/{key}")
+                kernels[key] = LoadedKernel(backend.load(Artifact(kind, data)), info["config"], info["source"])
             calls = []
             for i, c in enumerate(manifest["calls"]):
                 params = []
@@ -244,7 +250,7 @@ class CompiledModel:
         plan = MemoryPlan(manifest["plan"]["slot_of"], manifest["plan"]["slot_bytes"], manifest["plan"]["naive_bytes"])
         return cls(manifest["name"], [_spec(s) for s in manifest["inputs"]], [_spec(s) for s in manifest["outputs"]],
                    specs, calls, kernels, constants, plan, manifest.get("stats", {}),
-                   manifest.get("index_bounds", {}))
+                   manifest.get("index_bounds", {}), kind)
 
 
 def check_index_bounds(name: str, a: np.ndarray, bound: int | None) -> None:
@@ -261,48 +267,7 @@ def _spec(d: dict) -> TensorSpec:
     return TensorSpec(d["name"], tuple(d["shape"]), d["dtype"])
 
 
-def _numpy(a) -> np.ndarray:
-    return a if isinstance(a, np.ndarray) else a.numpy()
-
-
 def _npz(arrays: Mapping[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()
-
-
-def compile_model(graph: Graph, target="cpu", db=None, progress=None) -> CompiledModel:
-    """Partition a model into kernels, build each distinct kernel once (with its best tuned
-    config from `db` when there is one) and plan the intermediate buffers."""
-    from akg.compiler import build
-    from akg.graph.compute.lower import lower_graph
-    from akg.graph.interpreter import index_bounds
-    from akg.graph.pipeline import plan_model
-    from akg.target import get_target
-
-    t0 = time.perf_counter()
-    target = get_target(target)
-    parts = plan_model(graph, target)
-    pg = parts.graph
-    specs = {v.name: TensorSpec(v.name, v.shape, v.dtype) for v in pg.values}
-    built: dict[str, LoadedKernel] = {}
-    calls = []
-    for i, fk in enumerate(parts.kernels):
-        key = fk.subgraph.workload_key
-        if key not in built:
-            kernel = build(fk.subgraph, target, db=db)
-            built[key] = LoadedKernel(kernel.executable.mod, kernel.config.to_json(), kernel.config_source)
-            if progress is not None:
-                progress(i, len(parts.kernels), fk, kernel)
-        params = list(lower_graph(fk.subgraph.graph).params.values())  # this call's own weights
-        calls.append(KernelCall(key, fk.name, fk.inputs, fk.outputs, params))
-    consts = {v.name: np.asarray(a) for v, a in pg.constants.items()}
-    needed = {n for c in calls for n in c.inputs} | {v.name for v in pg.outputs}
-    constants = {k: a for k, a in consts.items() if k in needed}
-    outputs = [specs[v.name] for v in pg.outputs]
-    plan = plan_memory(calls, specs, keep={s.name for s in outputs})
-    stats = {"kernels": len(calls), "distinct_kernels": len(built), "compile_s": time.perf_counter() - t0,
-             "tuned_kernels": sum(1 for k in built.values() if k.source.startswith("tuned"))}
-    bounds = {v.name: b for v, b in index_bounds(pg).items() if v in set(pg.inputs)}
-    return CompiledModel(graph.name, [specs[v.name] for v in pg.inputs], outputs, specs, calls, built,
-                         constants, plan, stats, bounds)

@@ -1,18 +1,70 @@
-"""Hardware descriptions. Targets differ in data (vector width, cores, cache sizes), turned
-into objects once at the API/CLI edge by `get_target`."""
+"""Targets as plug-ins. A target kind is data (memory levels, vector and thread limits,
+capability flags) plus three hooks that its own files provide: a mapping recipe and knob
+space (`schedules/<kind>.py`), lowering hooks and a backend that compiles TIR into an
+`Artifact` and measures it (`akg/backends/<kind>/`). Shared code only ever sees the classes
+of this module; it never names a kind.
+
+Plug-ins are found, not listed: every subpackage of `akg.backends`, and every entry point in
+the `akg.targets` group of an installed distribution, is imported once by `load_plugins`, and
+registers its targets in `TARGETS` and its backend in `BACKENDS`. A test or a user may also
+register a target of its own at run time (`register_target`)."""
 
 from __future__ import annotations
 
-import functools
-import os
-from dataclasses import dataclass, field
+import abc
+import importlib
+import logging
+import pkgutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, ClassVar, Sequence
 
-from akg.errors import UnknownTargetError
+import numpy as np
+
+from akg.errors import ScheduleError, UnknownTargetError
+from akg.registry import Registry
+
+if TYPE_CHECKING:  # pragma: no cover
+    from akg.polyhedral.astgen import LoweringHooks
+    from akg.schedules.recipe import Recipe
+
+log = logging.getLogger(__name__)
+
+# --- capabilities ------------------------------------------------------------------------------
+
+VECTOR = "vector"  # vector loops (SIMD lanes)
+UNROLL = "unroll"  # unrolled loops
+PARALLEL = "parallel"  # outer loops run on several cores
+THREADS = "threads"  # loops mapped to blocks / threads (GPU)
+REASSOCIATE = "reassociate"  # floating-point sums may be reordered (vector reductions)
+PACK = "pack"  # operand panels copied into a blocked local layout
+FAST_MATH = "fast_math"  # vectorisable straight-line exp/erf/tanh/sigmoid
 
 
 @dataclass(frozen=True)
-class Target:
+class MemoryLevel:
+    """One level of a target's memory: its name (what a `promote` or `tile` step names), its
+    size in bytes (0: unbounded), the alignment of buffers in it, and who addresses it
+    ("device": every core; "core": one core's; "thread": one thread's registers)."""
+
+    name: str
+    bytes: int = 0
+    alignment: int = 1
+    scope: str = "device"
+
+
+@dataclass(frozen=True)
+class Target(abc.ABC):
+    """A hardware description. Subclasses (one per kind, in the kind's own files) add their
+    numbers as fields and override the hooks."""
+
     kind: str
+    cores: int = 1
+    vector_bits: int = 0
+    max_threads: int = 1
+    memory: tuple[MemoryLevel, ...] = ()
+    capabilities: frozenset[str] = frozenset()
+
+    cost_unit: ClassVar[str] = "s"  # what `Backend.measure` returns (seconds, or cycles)
 
     @property
     def key(self) -> str:
@@ -22,120 +74,165 @@ class Target:
     def __str__(self) -> str:
         return self.key
 
+    def has(self, capability: str) -> bool:
+        return capability in self.capabilities
 
-@dataclass(frozen=True)
-class CpuTarget(Target):
-    """The host CPU as LLVM sees it."""
+    def require(self, capability: str, step: str) -> None:
+        """ScheduleError naming the capability when a config step needs what this lacks."""
+        if capability not in self.capabilities:
+            raise ScheduleError(f"step '{step}' needs capability '{capability}', which target '{self.key}' lacks")
 
-    kind: str = "cpu"
-    mcpu: str = "generic"
-    triple: str = ""
-    features: tuple[str, ...] = ()
-    cores: int = 1
-    vector_bits: int = 128
-    vector_registers: int = 16
-    l1_bytes: int = 32 * 1024
-    l2_bytes: int = 1024 * 1024
-    fast_math_reassoc: bool = True  # lets LLVM vectorize reductions (sum order may change)
-    extra: tuple = field(default=(), compare=False)
-
-    @property
-    def key(self) -> str:
-        return f"cpu-{self.mcpu}-{self.vector_bits}b-{self.cores}c"
+    def level(self, name: str) -> MemoryLevel:
+        for level in self.memory:
+            if level.name == name:
+                return level
+        raise ScheduleError(f"target '{self.key}' has no memory level '{name}' "
+                            f"(levels: {', '.join(m.name for m in self.memory) or 'none'})")
 
     def vector_lanes(self, dtype: str) -> int:
-        import numpy as np
-
         return max(1, self.vector_bits // (8 * np.dtype(dtype).itemsize))
 
-    @property
-    def accumulator_bytes(self) -> int:
-        """Bytes of accumulators a register tile may hold: up to 16 vector registers, leaving
-        four for operands and broadcasts (AVX-512: 16 x 64 B; AVX2's 16 registers: 12 x 32 B)."""
-        return min(16, self.vector_registers - 4) * self.vector_bits // 8
+    def weight_panel(self, dtype: str, columns: int) -> int | None:
+        """Columns per panel when a constant matmul weight is stored in panels
+        (`akg.graph.layout`), or None to leave weights as they are."""
+        return None
 
-    def tvm_target(self, reciprocal: bool = True):
-        """The TVM target; `reciprocal` lets LLVM divide by a loop-invariant value through one
-        reciprocal (off for kernels with float16 data: 1/x overflows float16 far sooner)."""
-        import tvm
+    # --- plug-in hooks -------------------------------------------------------------------------
 
-        spec = {"kind": "llvm", "mcpu": self.mcpu, "num-cores": self.cores}
-        if self.vector_bits >= 512:  # LLVM otherwise auto-vectorises with 256-bit vectors on Intel
-            spec["mattr"] = ["-prefer-256-bit"]
-        if self.triple:
-            spec["mtriple"] = self.triple
-        if self.fast_math_reassoc:
-            spec["fast-math-reassoc"] = True
-            spec["fast-math-contract"] = True
-            if reciprocal:
-                spec["fast-math-arcp"] = True
-        return tvm.target.Target(spec)
+    @abc.abstractmethod
+    def recipe(self) -> "Recipe":
+        """The mapping recipe and knob space of this kind (`schedules/<kind>.py`)."""
+
+    @abc.abstractmethod
+    def backend(self) -> "Backend":
+        """The backend of this kind (`akg/backends/<kind>/`)."""
+
+    def lowering(self, config) -> "LoweringHooks":
+        """What the TIR generator emits for this target under `config` (plain TIR by default)."""
+        from akg.polyhedral.astgen import LoweringHooks
+
+        return LoweringHooks()
 
 
-def _cache_size(level: int, default: int) -> int:
-    path = f"/sys/devices/system/cpu/cpu0/cache/index{level}/size"
+# --- backends ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A compiled kernel as bytes that can cross a process or a network: `kind` names the
+    backend that loads it (`BACKENDS`)."""
+
+    kind: str
+    data: bytes
+    entry: str = "main"
+
+
+class Backend(abc.ABC):
+    """TIR -> something that runs, and running it: compile, export/load as an Artifact,
+    device memory, calls and timing. Arguments are in kernel order (inputs, parameters,
+    outputs) as the backend's own device tensors."""
+
+    artifact_kind: ClassVar[str]
+
+    @abc.abstractmethod
+    def compile(self, func, target: Target, *, reciprocal: bool = True):
+        """An executable of the PrimFunc (LoweringError when the target's compiler fails)."""
+
+    @abc.abstractmethod
+    def export(self, executable) -> Artifact: ...
+
+    @abc.abstractmethod
+    def load(self, artifact: Artifact):
+        """An executable from an artifact of this backend's kind."""
+
+    def source(self, executable, kind: str = "asm") -> str:
+        """Generated code of an executable (backend-specific kinds; "" if none)."""
+        return ""
+
+    @abc.abstractmethod
+    def entry(self, executable) -> Callable:
+        """The kernel function: call it with device tensors in kernel order."""
+
+    @abc.abstractmethod
+    def to_device(self, array: np.ndarray): ...
+
+    @abc.abstractmethod
+    def empty(self, shape: Sequence[int], dtype: str): ...
+
+    def view(self, arena, shape: Sequence[int], dtype: str):
+        """A tensor of `shape` over the start of `arena` (a 1-d uint8 buffer from `empty`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no buffer views")
+
+    @abc.abstractmethod
+    def to_numpy(self, tensor) -> np.ndarray: ...
+
+    @abc.abstractmethod
+    def measure(self, executable, tensors: Sequence, *, number: int, repeat: int) -> list[float]:
+        """`repeat` costs of the kernel on `tensors`, each the mean of `number` calls, in the
+        target's `cost_unit`."""
+
+    def run(self, executable, arrays: Sequence[np.ndarray], outputs: Sequence[tuple]) -> list[np.ndarray]:
+        """Call once on NumPy arrays; `outputs` are (shape, dtype) pairs. Returns the outputs."""
+        tensors = [self.to_device(a) for a in arrays]
+        outs = [self.empty(shape, dtype) for shape, dtype in outputs]
+        self.entry(executable)(*tensors, *outs)
+        return [self.to_numpy(o) for o in outs]
+
+
+# --- registries --------------------------------------------------------------------------------
+
+
+def _unknown_target(name: str, known: list[str]) -> Exception:
+    return UnknownTargetError(f"unknown target '{name}' (known: {', '.join(known)})")
+
+
+TARGETS: Registry[Callable[[], Target]] = Registry("target", _unknown_target)
+BACKENDS: Registry[Backend] = Registry("backend for artifacts of kind")
+
+_PLUGINS_LOADED = False
+
+
+def register_target(name: str, factory: Callable[[], Target], *, replace: bool = False) -> None:
+    """Make `get_target(name)` return `factory()` (a target class or a function)."""
+    TARGETS.register(name, factory, replace=replace)
+
+
+def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
+    return BACKENDS.register(backend.artifact_kind, backend, replace=replace)
+
+
+def load_plugins() -> None:
+    """Import every target plug-in once: the subpackages of `akg.backends`, then the
+    `akg.targets` entry points of installed distributions."""
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    package = importlib.import_module("akg.backends")
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.ispkg:
+            importlib.import_module(f"{package.__name__}.{info.name}")
     try:
-        text = open(path).read().strip()
-    except OSError:
-        return default
-    mult = {"K": 1024, "M": 1024 * 1024}.get(text[-1], 1)
-    return int(text.rstrip("KM")) * mult
+        from importlib.metadata import entry_points
 
-
-def vector_strip(extent: int, lanes: int) -> int:
-    """Width of the vector strip a CPU register tile computes along a loop of `extent`: two
-    vectors when they divide the loop, else one (a partial last tile runs as a remainder).
-    The CPU mapping tiles by it and constant weights are stored in panels of it, so that each
-    vector load of the strip is one contiguous slice (`akg.graph.layout`)."""
-    if extent % (2 * lanes) == 0:
-        return 2 * lanes
-    return lanes if extent >= lanes else extent
-
-
-def vector_unit(features, triple: str, llvm_width: int) -> tuple[int, int]:
-    """(vector bits, vector registers) of a CPU from its LLVM feature names. LLVM's own
-    "vector width" answer is unreliable (512 for AVX2-only AMD Zen 3), so the features
-    decide on x86; other architectures keep LLVM's width."""
-    feats = {f.lstrip("+") for f in features}
-    if triple.startswith(("x86_64", "i686", "i386")) or feats & {"sse2", "avx", "avx2", "avx512f"}:
-        if "avx512f" in feats:
-            return 512, 32
-        if "avx" in feats:
-            return 256, 16
-        return 128, 16
-    if triple.startswith(("aarch64", "arm64")):
-        return 128, 32
-    return max(llvm_width, 128), 16
-
-
-@functools.lru_cache(maxsize=None)
-def host_cpu() -> CpuTarget:
-    import tvm
-    from tvm.target import codegen
-
-    mcpu = codegen.llvm_get_system_cpu() or "generic"
-    probe = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
-    try:
-        width = int(codegen.llvm_get_vector_width(probe))
-    except Exception:  # older/odd LLVM builds
-        width = 128
-    feats = tuple(sorted(codegen.llvm_get_cpu_features(probe)))
-    triple = codegen.llvm_get_system_triple()
-    bits, registers = vector_unit(feats, triple, width)
-    return CpuTarget(mcpu=mcpu, triple=triple, features=feats, cores=os.cpu_count() or 1,
-                     vector_bits=bits, vector_registers=registers,
-                     l1_bytes=_cache_size(0, 32 * 1024), l2_bytes=_cache_size(2, 1024 * 1024))
-
-
-TARGETS = {"cpu": host_cpu, "llvm": host_cpu}
+        for ep in entry_points(group="akg.targets"):
+            try:
+                ep.load()
+            except Exception as e:  # noqa: BLE001  (a broken third-party plug-in must not stop akg)
+                log.warning("target plug-in %s failed to load: %s", ep.name, e)
+    except ImportError:  # pragma: no cover
+        pass
 
 
 def get_target(target: "str | Target") -> Target:
     """A Target object from a name ('cpu') or a Target; UnknownTargetError lists the known."""
     if isinstance(target, Target):
         return target
-    factory = TARGETS.get(str(target).lower())
-    if factory is None:
-        raise UnknownTargetError(
-            f"unknown target '{target}' (known: {', '.join(sorted(TARGETS))})")
-    return factory()
+    load_plugins()
+    return TARGETS.get(str(target).lower())()
+
+
+def get_backend(kind: str) -> Backend:
+    """The backend that loads artifacts of `kind`."""
+    load_plugins()
+    return BACKENDS.get(kind)

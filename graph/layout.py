@@ -10,7 +10,7 @@ kernel then streams each panel contiguously and needs no pack copy (the promoter
 panel that is already one contiguous slice). Values are unchanged: this is a relayout.
 
 The panel width is the width of the vector strip that a CPU register tile computes (two
-vectors, or one when two do not divide the columns; `akg.target.vector_strip`), so that each vector
+vectors, or one when two do not divide the columns; `akg.schedules.cpu.vector_strip`), so that each vector
 load of the tile is one contiguous slice of a panel: 16 float32 with AVX2, 32 with AVX-512. A
 panel narrower than the strip makes every vector load a gather (on AVX-512, 16-column panels
 ran the transformer's dense layers 3.5x slower than 32-column ones). Without a target the width
@@ -32,14 +32,13 @@ log = logging.getLogger(__name__)
 PANEL = 16
 
 
-def weight_panel(target, dtype: str, columns: int) -> int:
-    """Columns per panel of a `columns`-wide weight on `target` (None: `PANEL`): the register
-    tile's vector strip (`akg.target.vector_strip`)."""
+def weight_panel(target, dtype: str, columns: int) -> int | None:
+    """Columns per panel of a `columns`-wide weight on `target` (None: `PANEL`), as the target
+    says (`Target.weight_panel`: the CPU's register-tile vector strip); None: not stored as
+    panels on that target."""
     if target is None:
         return PANEL
-    from akg.target import vector_strip
-
-    return vector_strip(columns, target.vector_lanes(dtype))
+    return target.weight_panel(dtype, columns)
 
 
 def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
@@ -57,7 +56,7 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
         transposed = bool(node.attrs["transpose_b"])
         k, n = weight.shape[::-1] if transposed else weight.shape
         width = panel if target is None else weight_panel(target, ins[1].dtype, n)
-        if n % width or n <= width or k < 2:
+        if width is None or n % width or n <= width or k < 2:
             rw.keep(node)
             continue
         key = (ins[1], transposed)

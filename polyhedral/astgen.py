@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import islpy as isl
 import numpy as np
@@ -47,6 +48,21 @@ def _ident(name: str) -> str:
     return re.sub(r"\W", "_", name)
 
 
+@dataclass(frozen=True)
+class LoweringHooks:
+    """What a target decides about the TIR emitted here; the defaults are plain TIR. `fence`
+    marks a value across which floating-point arithmetic must not be reassociated (the folds
+    of a vector reduction's chains); `local_alloc` allocates a local buffer; `reduce_bits`
+    (0: none) is the vector width of vector reductions, with `reduce_chains` accumulators;
+    `fast_math` uses the vectorisable float32 expansions of exp/erf/tanh/sigmoid."""
+
+    fence: Callable[[tirx.PrimExpr, str], tirx.PrimExpr] | None = None
+    local_alloc: Callable[[tirx.Buffer], tirx.Stmt] | None = None
+    reduce_bits: int = 0
+    reduce_chains: int = 4
+    fast_math: bool = True
+
+
 @dataclass
 class _Scope:
     """Buffers and index offsets that a promotion mark puts in effect below it."""
@@ -55,12 +71,15 @@ class _Scope:
 
 
 class TirLowering:
-    def __init__(self, model: PolyModel, promoter: Promoter, name: str = "main", fast_math: bool = True,
-                 reduce_bits: int = 0, reduce_chains: int = 4):
+    def __init__(self, model: PolyModel, promoter: Promoter, name: str = "main",
+                 hooks: LoweringHooks = LoweringHooks()):
         self.model = model
-        self.fast_math = fast_math
-        self.reduce_bits = reduce_bits  # vector width for reductions (0: scalar loops, LLVM decides)
-        self.reduce_chains = reduce_chains
+        self.hooks = hooks
+        self.fast_math = hooks.fast_math
+        self.reduce_bits = hooks.reduce_bits  # vector width for reductions (0: scalar loops, LLVM decides)
+        self.reduce_chains = hooks.reduce_chains
+        self._fence = hooks.fence or (lambda value, dtype: value)
+        self._alloc = hooks.local_alloc or tirx.AllocBuffer
         self.promoter = promoter
         self.name = name
         self.buffers: dict[int, tirx.Buffer] = {}
@@ -359,10 +378,10 @@ class TirLowering:
                          tirx.BufferStore(acc, _identity(red.reducer, t.dtype), [e]))
         folds = []
         for j in range(1, chains):  # the chains into the first vector, then halves of it
-            folds.append(_fold_into(acc, combine, lanes, j * lanes, f"{it}_c{j}"))
+            folds.append(_fold_into(acc, combine, lanes, j * lanes, f"{it}_c{j}", self._fence))
         w = lanes // 2
         while w >= 1:
-            folds.append(_fold_into(acc, combine, w, w, f"{it}_h{w}"))
+            folds.append(_fold_into(acc, combine, w, w, f"{it}_h{w}", self._fence))
             w //= 2
         finish = self._store(t, combine(self._load(t, out_index), tirx.BufferLoad(acc, [0])), out_index)
         tail = None
@@ -374,7 +393,7 @@ class TirLowering:
                 tail = tirx.For(rest, 0, extent % width, tirx.ForKind.SERIAL, self.statement(stmt, env))
             finally:
                 self.loop_stack.pop()
-        return _seq([_stack_alloc(acc), start, main, *folds, finish, tail])
+        return _seq([self._alloc(acc), start, main, *folds, finish, tail])
 
     # --- statements -----------------------------------------------------------------------------
 
@@ -523,7 +542,7 @@ class TirLowering:
             body = self.stmt(inner)
         finally:
             self.scopes.pop()
-        return _seq([*(_stack_alloc(b) for b in allocs), *before, body, *after])
+        return _seq([*(self._alloc(b) for b in allocs), *before, body, *after])
 
     def _copy(self, local, offsets, p: Promotion, into_local: bool, shadow: bool = False) -> tirx.Stmt:
         """Loops over the promotion box copying between the local buffer and the tensor's
@@ -577,20 +596,12 @@ def _single_map(umap: isl.UnionMap) -> isl.Map:
 _COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": tirx.Max, "min": tirx.Min}
 
 
-def _fenced(value: tirx.PrimExpr, dtype: str) -> tirx.PrimExpr:
-    """`value`, with no reassociation across this point: LLVM's reassociation (allowed by
-    fast-math) would otherwise merge the independent accumulator chains, once it has unrolled
-    their loop, back into one serial chain."""
-    if not dtype.startswith("float"):
-        return value
-    return tirx.call_llvm_pure_intrin(dtype, "llvm.arithmetic.fence", value)
-
-
-def _fold_into(acc: tirx.Buffer, combine, width: int, offset: int, name: str) -> tirx.Stmt:
-    """acc[0:width] = combine(acc[0:width], acc[offset:offset + width]), as one vector op."""
+def _fold_into(acc: tirx.Buffer, combine, width: int, offset: int, name: str, fence) -> tirx.Stmt:
+    """acc[0:width] = combine(acc[0:width], acc[offset:offset + width]), as one vector op,
+    both operands behind the target's reassociation fence."""
     v = tirx.Var(name, "int32")
-    body = tirx.BufferStore(acc, combine(_fenced(tirx.BufferLoad(acc, [v]), acc.dtype),
-                                         _fenced(tirx.BufferLoad(acc, [v + offset]), acc.dtype)), [v])
+    body = tirx.BufferStore(acc, combine(fence(tirx.BufferLoad(acc, [v]), acc.dtype),
+                                         fence(tirx.BufferLoad(acc, [v + offset]), acc.dtype)), [v])
     return tirx.For(v, 0, width, tirx.ForKind.VECTORIZED if width > 1 else tirx.ForKind.SERIAL, body)
 
 
@@ -669,18 +680,6 @@ def _blocked(index: list, block: int) -> list:
     return [tirx.floordiv(last, block), *lead, tirx.floormod(last, block)]
 
 
-STACK_BYTES = 16 * 1024
-
-
-def _stack_alloc(buf: tirx.Buffer) -> tirx.Stmt:
-    """A local buffer on the stack (TVM otherwise puts buffers of 1 KiB or more on the heap,
-    where LLVM cannot keep them in registers)."""
-    nbytes = int(np.prod([int(d) for d in buf.shape])) * np.dtype(buf.dtype).itemsize
-    if nbytes <= STACK_BYTES:
-        return tirx.AllocBuffer(buf, {"disable_lower_builtin": True})
-    return tirx.AllocBuffer(buf)
-
-
 def _fold(fn, items: list):
     out = items[0]
     for x in items[1:]:
@@ -705,12 +704,13 @@ def _is_zero(e) -> bool:
 
 
 def lower_to_tir(model: PolyModel, schedule: isl.Schedule, promote: bool = True,
-                 name: str = "main", fast_math: bool = True, reduce_bits: int = 0, reduce_chains: int = 4):
-    """TIR of a mapped schedule, and the loop-nest records of its statements. `fast_math` uses
-    the vectorisable float32 expansions of exp/erf/tanh/sigmoid (polyhedral/intrinsics.py)
-    instead of libm calls. `reduce_bits` > 0 lowers serial reduction loops over contiguous
-    data as vector reductions of that width with `reduce_chains` accumulators (this reorders
-    the sums: only where the target allows reassociation)."""
-    lowering = TirLowering(model, Promoter(model, schedule, enabled=promote), name, fast_math,
-                           reduce_bits, reduce_chains)
-    return lowering.lower(schedule), lowering.records
+                 name: str = "main", hooks: LoweringHooks = LoweringHooks()):
+    """TIR of a mapped schedule, and the loop-nest records of its statements; what the
+    target decides (fences, local allocations, vector reductions, fast-math expansions)
+    comes in `hooks`. Vector reductions (`hooks.reduce_bits` > 0) reorder sums: a target
+    asks for them only where it allows reassociation."""
+    lowering = TirLowering(model, Promoter(model, schedule, enabled=promote), name, hooks)
+    try:
+        return lowering.lower(schedule), lowering.records
+    except isl.Error as e:
+        raise LoweringError(f"{name}: code generation failed in isl: {e}") from e

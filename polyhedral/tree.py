@@ -1,5 +1,8 @@
-"""Schedule-tree analysis and tiling primitives: what a target mapping needs to know about
-the bands of a schedule, and how a mapping plan (tiles, order, sinking, marks) is applied."""
+"""Schedule-tree analysis and primitives: what a target's mapping recipe needs to know about
+the bands of a schedule (`analyze`), and the edits it applies, step by step (permute, tile,
+split, mark, sink below inner bands, distribute over a sequence). The recipe, which decides
+the edits, lives with its target (`schedules/<kind>.py`); the isl objects stay here, and a
+recipe handles tree nodes only through these functions."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from dataclasses import dataclass
 import islpy as isl
 import numpy as np
 
-from akg.errors import ScheduleError
+from akg.errors import LoweringError
 from akg.polyhedral.model import PolyModel, linear_coefficients
 
 MARK_PARALLEL = "parallel"
@@ -41,26 +44,6 @@ class BandInfo:
     @property
     def members(self) -> int:
         return len(self.extents)
-
-
-@dataclass(frozen=True)
-class BandPlan:
-    """How one outer band is mapped. Sizes are per member after `order` is applied;
-    0 means "not tiled" at that level."""
-
-    order: tuple[int, ...]
-    tile: tuple[int, ...]
-    register: tuple[int, ...]
-    sink: bool
-    parallel: bool
-    pack: bool = False
-
-
-@dataclass(frozen=True)
-class TreePlan:
-    bands: tuple[BandPlan, ...]
-    vectorize: bool
-    unroll: bool
 
 
 # --- navigation ---------------------------------------------------------------------------------
@@ -308,27 +291,30 @@ def register_marks(coincident: list[bool], vectorize: bool, unroll: bool, innerm
     return marks
 
 
-def apply_plan(model: PolyModel, schedule: isl.Schedule, plan: TreePlan) -> isl.Schedule:
-    """The schedule with every outer band mapped as its BandPlan says, and marks for
-    parallel, vector and unrolled loops and for memory promotion points."""
+def map_outer_bands(model: PolyModel, schedule: isl.Schedule, apply_band) -> isl.Schedule:
+    """The schedule with every outer band edited by `apply_band(node, index) -> node` (any
+    node of the edited tree), later bands first so that the paths of earlier ones stay valid."""
     ctx = model.ctx
     ctx.set_tile_scale_tile_loops(0)
     ctx.set_tile_shift_point_loops(1)
     paths = outer_band_paths(schedule)
-    if len(paths) != len(plan.bands):
-        raise ScheduleError(f"the schedule has {len(paths)} outer bands, the config maps {len(plan.bands)}")
-    for index in reversed(range(len(paths))):  # later bands first: earlier paths stay valid
-        node = navigate(schedule, paths[index])
-        schedule = _apply_band(node, index, plan.bands[index], plan).get_schedule()
-    if plan.vectorize:
-        schedule = _vectorize_inner_bands(model, schedule)
+    try:
+        for index in reversed(range(len(paths))):
+            node = navigate(schedule, paths[index])
+            schedule = apply_band(node, index).get_schedule()
+    except isl.Error as e:
+        raise LoweringError(f"{model.program.name}: code generation failed in isl: {e}") from e
     return schedule
+
+
+def n_outer_bands(schedule: isl.Schedule) -> int:
+    return len(outer_band_paths(schedule))
 
 
 MAX_INNER_VECTOR = 64
 
 
-def _vectorize_inner_bands(model: PolyModel, schedule: isl.Schedule) -> isl.Schedule:
+def vectorize_inner_bands(model: PolyModel, schedule: isl.Schedule) -> isl.Schedule:
     """A short parallel loop inside the outer band whose accesses are contiguous along it (at
     least as much as along the reduction below it), and that sits above a reduction (split
     max/min reductions: lanes above the long loop), moves below that reduction and becomes
@@ -374,60 +360,58 @@ def all_bands(schedule: isl.Schedule) -> list[isl.ScheduleNode]:
     return out
 
 
-def _apply_band(node: isl.ScheduleNode, index: int, bp: BandPlan, plan: TreePlan) -> isl.ScheduleNode:
-    """Tile (cache level), tile again (register level), sink the register loops below inner
-    bands, and mark. Returns some node of the updated tree."""
-    n = node.band_n_member()
-    if tuple(bp.order) != tuple(range(n)):
-        node = permute_band(node, bp.order)
-    coincident, _ = _band_flags(node)
-    extents = _member_extents(node)
-    tile = tuple(t if 0 < t < e else e for t, e in zip(bp.tile, extents))
-    reg_tiled = any(0 < r < t for r, t in zip(bp.register, tile))
-    # members without a register tile keep their whole point loop outside the register tile
-    register = tuple(r if 0 < r < t else (1 if reg_tiled else t) for r, t in zip(bp.register, tile))
-    tiled = tile != extents
-    parallel = bp.parallel and coincident[0]
-    pack = bp.pack and tiled and n > 1 and tile[-1] != extents[-1] and all(coincident)
-    if tiled and pack:
-        # the last member's tile loop goes outermost, and operands that depend only on it
-        # (a matmul's B panel) are packed once per iteration and reused by the other tiles
-        node = tile_band(node, tile)
-        node = permute_band(node, (n - 1, *range(n - 1)))
-        node = node.band_split(1)
-        if bp.parallel:
-            node = _mark(node, MARK_PARALLEL)
-        lanes = register[-1] if reg_tiled else 0
-        node = _mark(node.child(0), f"{MARK_PACK}.{index}.{lanes}")
-        node = _mark(node.child(0), f"{MARK_PROMOTE}.{index}.0")
-    elif tiled:
-        node = tile_band(node, tile)
-        if parallel:
-            node = _mark(node, MARK_PARALLEL)
-        node = _mark(node.child(0), f"{MARK_PROMOTE}.{index}.0")
-    elif parallel:
-        node = _mark(node, MARK_PARALLEL)
-    if reg_tiled:
-        node = _mark(tile_band(node, register).child(0), f"{MARK_PROMOTE}.{index}.1")
-    # node: the innermost point band of this outer band
-    innermost = node.child(0).get_type() == isl.schedule_node_type.leaf
-    if tiled and not reg_tiled and not innermost and not bp.sink:
-        # promote per iteration of the point loops too (one row of a softmax tile)
-        node = _mark(node.child(0), f"{MARK_PROMOTE}.{index}.1").parent().parent()
-    if not tiled and not reg_tiled:
-        if not innermost:  # promote per iteration of the whole band (e.g. one row)
-            node = _mark(node.child(0), f"{MARK_PROMOTE}.{index}.0").parent().parent()
-        marks = register_marks(coincident, plan.vectorize, False, innermost)
-        return insert_marks_on_members(node, marks)
-    if reg_tiled and not bp.sink and all(coincident) and _passes(node.child(0)) > 1:
-        # register rows above several passes (a layer norm's mean, variance and output):
-        # each pass runs over the rows of the register tile before the next one starts
-        return _distribute(node, coincident)
-    if bp.sink and all(coincident) and not innermost:
-        mupa = node.band_get_partial_schedule()
-        marks = register_marks(coincident, plan.vectorize, plan.unroll and reg_tiled, True)
-        return _insert_at_leaves(node.delete(), mupa, coincident, marks)
-    # register loops above other loops (a reduction not sunk under) are not unrolled: that
-    # would copy the whole inner nest once per register-tile point, and LLVM takes minutes
-    marks = register_marks(coincident, plan.vectorize, plan.unroll and reg_tiled and innermost, innermost)
-    return insert_marks_on_members(node, marks)
+# --- what a recipe asks of a node ---------------------------------------------------------------
+
+
+def band_members(node: isl.ScheduleNode) -> int:
+    return node.band_n_member()
+
+
+def band_coincident(node: isl.ScheduleNode) -> list[bool]:
+    return _band_flags(node)[0]
+
+
+def band_extents(node: isl.ScheduleNode) -> tuple[int, ...]:
+    return _member_extents(node)
+
+
+def child(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    return node.child(0)
+
+
+def parent(node: isl.ScheduleNode, levels: int = 1) -> isl.ScheduleNode:
+    for _ in range(levels):
+        node = node.parent()
+    return node
+
+
+def is_innermost(node: isl.ScheduleNode) -> bool:
+    """Is the band's child a leaf (no loops or sequence below it)?"""
+    return node.child(0).get_type() == isl.schedule_node_type.leaf
+
+
+def passes_below(node: isl.ScheduleNode) -> int:
+    """Passes (loop nests in sequence) right below the band (see `BandInfo.passes`)."""
+    return _passes(node.child(0))
+
+
+def split_band(node: isl.ScheduleNode, first: int) -> isl.ScheduleNode:
+    """Split a band after its first `first` members; returns the outer part."""
+    return node.band_split(first)
+
+
+def mark(node: isl.ScheduleNode, name: str) -> isl.ScheduleNode:
+    """Insert a mark above node; returns the node below the mark."""
+    return _mark(node, name)
+
+
+def sink_below_inner(node: isl.ScheduleNode, coincident, marks: list[str | None]) -> isl.ScheduleNode:
+    """Move a band below everything under it: a copy right above every leaf, with `marks` on
+    its members (legal when every member is coincident)."""
+    mupa = node.band_get_partial_schedule()
+    return _insert_at_leaves(node.delete(), mupa, coincident, marks)
+
+
+def distribute(node: isl.ScheduleNode, coincident) -> isl.ScheduleNode:
+    """Move a band whose child is a sequence below the sequence (see `_distribute`)."""
+    return _distribute(node, coincident)

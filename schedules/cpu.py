@@ -1,19 +1,106 @@
-"""CPU mapping: turns a Config (or, without one, a heuristic) into the tiling plan of each
-outer band — cache tiles, register tiles, loop order, sinking of register loops below
-reductions, parallel outer loop, vector innermost loop."""
+"""CPU mapping recipe: the steps of a CPU Config per outer band (loop order, a cache tile,
+a register tile, whether the register loops sink below the band's reductions, packing of the
+reused operand panel) and kernel-wide (parallel outer loops, vector and unrolled inner loops,
+promotion, fast-math expansions); the heuristic that picks them; the knob space the tuner
+searches; and how the steps are applied to the schedule tree, primitive by primitive."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
+from dataclasses import dataclass, replace
+from typing import Iterator
 
 import numpy as np
 
-from akg.target import vector_strip
-from akg.polyhedral.tree import BandInfo, BandPlan, TreePlan
-from akg.schedules.space import BandConfig, Config, validate_bands
+from akg.errors import ScheduleError
+from akg.polyhedral import tree
+from akg.polyhedral.tree import MARK_PACK, MARK_PARALLEL, MARK_PROMOTE, BandInfo
+from akg.schedules.recipe import Recipe
+from akg.schedules.space import (LEGACY_SWITCHES, Config, Space, check_steps, divisors_and_powers,
+                                 legacy_config)
 
 REGISTER_BYTES = 1024  # accumulators of a register tile by default: 16 AVX-512 registers
 PARALLEL_MIN_POINTS = 1 << 14  # below this many iterations a thread launch costs more
+CACHE_LEVEL, REGISTER_LEVEL, PROMOTE_LEVEL = "L2", "registers", "L1"
+
+
+def vector_strip(extent: int, lanes: int) -> int:
+    """Width of the vector strip a CPU register tile computes along a loop of `extent`: two
+    vectors when they divide the loop, else one (a partial last tile runs as a remainder).
+    The CPU mapping tiles by it and constant weights are stored in panels of it, so that each
+    vector load of the strip is one contiguous slice (`akg.graph.layout`)."""
+    if extent % (2 * lanes) == 0:
+        return 2 * lanes
+    return lanes if extent >= lanes else extent
+
+
+@dataclass(frozen=True)
+class BandConfig:
+    """The CPU steps of one outer band as knobs: member order (a permutation, innermost last),
+    cache-level and register-level tile sizes per member (0 = untiled), and whether the
+    register loops sink below the band's inner loops (reductions)."""
+
+    order: tuple[int, ...]
+    tile: tuple[int, ...]
+    register: tuple[int, ...]
+    sink: bool = False
+    pack: bool = False  # copy operands reused across the other tiles into a blocked local buffer
+
+    def __post_init__(self):
+        for name in ("order", "tile", "register"):
+            object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
+
+
+def cpu_config(fusion: str = "smart", bands=None, **switches) -> Config:
+    """The Config of CPU knobs: per-band `BandConfig`s (None: the heuristic's) and the switches
+    vectorize, unroll, parallel, promote, fast_math (each on unless given False)."""
+    return legacy_config(fusion, bands, **switches)
+
+
+def switches_of(config: Config) -> dict[str, bool]:
+    """The CPU switches a config's kernel-level steps turn on."""
+    return {"vectorize": config.has("vectorize"), "unroll": config.has("unroll"),
+            "parallel": config.has("map", "cores"), "promote": config.has("promote"),
+            "fast_math": config.has("fast_math")}
+
+
+def _band_of(config: Config, k: int, members: int) -> BandConfig:
+    order, tile, register, sink, pack = tuple(range(members)), (0,) * members, (0,) * members, False, False
+    for s in config.band_steps(k):
+        if s.op == "order":
+            order = s.arg
+        elif s.op == "tile" and s.level == CACHE_LEVEL:
+            tile = s.arg
+        elif s.op == "tile" and s.level == REGISTER_LEVEL:
+            register = s.arg
+        elif s.op == "tile":
+            raise ScheduleError(f"band {k}: the CPU tiles for '{CACHE_LEVEL}' and '{REGISTER_LEVEL}', not '{s.level}'")
+        elif s.op == "sink":
+            sink = True
+        elif s.op == "pack":
+            pack = True
+        else:
+            raise ScheduleError(f"band {k}: step '{s}' does not apply to a band on the CPU")
+    return BandConfig(order, tile, register, sink, pack)
+
+
+def bands_of(config: Config) -> tuple[BandConfig, ...] | None:
+    """The band knobs a config gives, each band's member count read off its own steps (None
+    when it leaves every band to the heuristic)."""
+    given = config.bands_given()
+    if not given:
+        return None
+    members = {k: len(s.arg) for s in config.steps for k in [s.band] if k is not None and isinstance(s.arg, tuple)}
+    return tuple(_band_of(config, k, members.get(k, 0)) for k in range(max(given) + 1))
+
+
+def given_bands(config: Config, n_members: list[int]) -> tuple[BandConfig, ...] | None:
+    """The band knobs a config gives (None when it leaves every band to the heuristic)."""
+    if not config.bands_given():
+        return None
+    return tuple(_band_of(config, k, n) for k, n in enumerate(n_members))
 
 
 def _largest_fitting(extent: int, want: int, multiple: int = 1) -> int:
@@ -36,7 +123,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     and sinks below the reduction loop, so the accumulators stay in registers across it.
     Cache tiles give the parallel outer loop a few chunks per core; under a deep reduction the
     vector-side tile narrows so that its operand panel (reduction depth x tile) fits in half
-    of L2. `register_bytes` is the target's accumulator budget (`CpuTarget.accumulator_bytes`).
+    of L2. `register_bytes` is the target's accumulator budget (the target's `accumulator_bytes`).
     """
     n = info.members
     order = list(range(n))
@@ -97,22 +184,305 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     return BandConfig(tuple(order), tuple(tile), tuple(register), sink, pack)
 
 
-def default_config(infos: list[BandInfo], target, dtype: str = "float32", fusion: str = "smart") -> Config:
+def default_bands(infos: list[BandInfo], target, dtype: str = "float32") -> tuple[BandConfig, ...]:
     itemsize = np.dtype(dtype).itemsize
     lanes = target.vector_lanes(dtype)
     l2 = getattr(target, "l2_bytes", 1 << 20)
     acc = getattr(target, "accumulator_bytes", REGISTER_BYTES)
     l1 = getattr(target, "l1_bytes", 32 << 10)
-    return Config(fusion=fusion, bands=tuple(default_band(i, lanes, target.cores, itemsize, l2, acc, l1) for i in infos))
+    return tuple(default_band(i, lanes, target.cores, itemsize, l2, acc, l1) for i in infos)
 
 
-def to_plan(config: Config, infos: list[BandInfo], target, dtype: str = "float32") -> TreePlan:
-    """The tree plan of a config (validated against the schedule's bands)."""
-    validate_bands(config, infos)
-    bands = config.bands if config.bands is not None else default_config(infos, target, dtype).bands
-    plans = []
-    for info, bc in zip(infos, bands):
-        plans.append(BandPlan(order=bc.order, tile=bc.tile, register=bc.register, sink=bc.sink,
-                              parallel=config.parallel and info.work >= PARALLEL_MIN_POINTS and target.cores > 1,
-                              pack=bc.pack))
-    return TreePlan(tuple(plans), vectorize=config.vectorize, unroll=config.unroll)
+def band_knobs(config: Config, infos: list[BandInfo], target, dtype: str = "float32") -> tuple[BandConfig, ...]:
+    """Every band's knobs under `config`: its own steps, else the heuristic's."""
+    given = config.bands_given()
+    defaults = default_bands(infos, target, dtype) if len(given) < len(infos) else ()
+    return tuple(_band_of(config, k, info.members) if k in given else defaults[k] for k, info in enumerate(infos))
+
+
+def validate_bands(bands: tuple[BandConfig, ...], infos: list[BandInfo]) -> None:
+    """ScheduleError for band knobs that do not fit the schedule: an order that is not a
+    permutation or reorders a non-permutable band, a tile larger than its loop, a register
+    tile that does not fit inside its cache tile."""
+    for k, (bc, info) in enumerate(zip(bands, infos)):
+        n = info.members
+        if sorted(bc.order) != list(range(n)):
+            raise ScheduleError(f"band {k}: order {list(bc.order)} is not a permutation of {n} loops")
+        if not info.permutable and tuple(bc.order) != tuple(range(n)):
+            raise ScheduleError(f"band {k}: its loops are not permutable, order {list(bc.order)} is illegal")
+        if len(bc.tile) != n or len(bc.register) != n:
+            raise ScheduleError(f"band {k}: needs {n} tile and register sizes")
+        for pos, m in enumerate(bc.order):
+            extent, t, r = info.extents[m], bc.tile[pos], bc.register[pos]
+            if t < 0 or t > extent:
+                raise ScheduleError(f"band {k}: tile {t} of loop {m} is larger than its extent {extent}")
+            if r < 0 or r > (t or extent):
+                raise ScheduleError(f"band {k}: register tile {r} of loop {m} exceeds its tile {t or extent}")
+        if (any(0 < t < info.extents[m] for t, m in zip(bc.tile, bc.order)) and not info.permutable
+                and n > 1):
+            raise ScheduleError(f"band {k}: a band whose loops are not permutable cannot be tiled")
+
+
+# --- the knob space ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BandSpace:
+    info: BandInfo
+    orders: tuple[tuple[int, ...], ...]
+    tiles: tuple[tuple[int, ...], ...]  # per member (in original member order)
+
+    def sample(self, rng: random.Random) -> BandConfig:
+        order = rng.choice(self.orders)
+        tile = tuple(rng.choice(self.tiles[m]) for m in order)
+        register = []
+        for pos, m in enumerate(order):
+            bound = tile[pos] or self.info.extents[m]
+            choices = [r for r in self.tiles[m] if r == 0 or r < bound]
+            register.append(rng.choice(choices))
+        return BandConfig(order, tile, tuple(register), rng.random() < 0.5, rng.random() < 0.5)
+
+    def size(self) -> int:
+        n = len(self.orders) * 4
+        for m in range(self.info.members):
+            n *= len(self.tiles[m]) ** 2
+        return n
+
+    def configs(self) -> Iterator[BandConfig]:
+        for order in self.orders:
+            for tile in itertools.product(*(self.tiles[m] for m in order)):
+                for reg in itertools.product(*(self.tiles[m] for m in order)):
+                    if all(r == 0 or r < (t or self.info.extents[m]) for r, t, m in zip(reg, tile, order)):
+                        for sink in (False, True):
+                            for pack in (False, True):
+                                yield BandConfig(order, tile, reg, sink, pack)
+
+
+def band_space(info: BandInfo) -> BandSpace:
+    members = tuple(range(info.members))
+    orders = tuple(itertools.permutations(members)) if info.permutable else (members,)
+    return BandSpace(info, orders, tuple(divisors_and_powers(e) for e in info.extents))
+
+
+def _all_switches() -> dict:
+    return {name: (True, False) for name in LEGACY_SWITCHES}
+
+
+@dataclass(frozen=True)
+class CpuSpace(Space):
+    """All legal CPU configs of one subgraph for one fusion strategy: per band an order, tile
+    sizes at both levels, sink and pack; the five switches."""
+
+    bands: tuple[BandSpace, ...] = ()
+    target: object = None
+
+    def __post_init__(self):
+        if not self.switches:
+            object.__setattr__(self, "switches", _all_switches())
+
+    def _config(self, bands, switches: dict) -> Config:
+        return cpu_config(self.fusion, bands, **switches)
+
+    def size(self) -> int:
+        n = 1
+        for b in self.bands:
+            n *= b.size()
+        return n * 2 ** len(self.switches)
+
+    def sample(self, rng: random.Random) -> Config:
+        bands = tuple(b.sample(rng) for b in self.bands)
+        return self._config(bands, {k: rng.choice(v) for k, v in self.switches.items()})
+
+    def __iter__(self) -> Iterator[Config]:
+        per_band = [list(b.configs()) for b in self.bands]
+        for combo in itertools.product(*per_band):
+            for flags in itertools.product(*self.switches.values()):
+                yield self._config(tuple(combo), dict(zip(self.switches, flags)))
+
+    def validate(self, config: Config) -> None:
+        infos = [b.info for b in self.bands]
+        if self.target is not None:
+            check_steps(config, self.target, len(infos))
+        elif config.bands_given() and max(config.bands_given()) >= len(infos):
+            raise ScheduleError(f"config maps {max(config.bands_given()) + 1} bands, the schedule has {len(infos)}")
+        given = given_bands(config, [i.members for i in infos])
+        if given is not None:
+            validate_bands(given, infos)
+
+    def mutate(self, config: Config, rng: random.Random) -> Config:
+        """A neighbour: one tile size moved to an adjacent candidate, an order or sink
+        changed, or one switch flipped."""
+        switches = switches_of(config)
+        bands = list(given_bands(config, [b.info.members for b in self.bands]) or ())
+        if not bands or rng.random() < 0.15:
+            name = rng.choice(list(self.switches))
+            switches[name] = not switches[name]
+            return self._config(tuple(bands) or None, switches)
+        k = rng.randrange(len(bands))
+        bc, bs = bands[k], self.bands[k]
+        roll = rng.random()
+        if roll < 0.1 and len(bs.orders) > 1:
+            order = rng.choice(bs.orders)
+            bands[k] = BandConfig(order, tuple(bc.tile[bc.order.index(m)] for m in order),
+                                  tuple(bc.register[bc.order.index(m)] for m in order), bc.sink)
+        elif roll < 0.2:
+            bands[k] = replace(bc, sink=not bc.sink)
+        elif roll < 0.27:
+            bands[k] = replace(bc, pack=not bc.pack)
+        else:
+            pos = rng.randrange(len(bc.order))
+            m = bc.order[pos]
+            which = "tile" if rng.random() < 0.5 else "register"
+            choices = bs.tiles[m]
+            current = getattr(bc, which)[pos]
+            i = choices.index(current) if current in choices else 0
+            new = choices[max(0, min(len(choices) - 1, i + rng.choice((-2, -1, 1, 2))))]
+            values = list(getattr(bc, which))
+            values[pos] = new
+            bands[k] = replace(bc, **{which: tuple(values)})
+        return self._config(tuple(bands), switches)
+
+    def crossover(self, a: Config, b: Config, rng: random.Random) -> Config:
+        """Each band mapping and each switch taken from one parent or the other."""
+        members = [s.info.members for s in self.bands]
+        ba, bb = given_bands(a, members), given_bands(b, members)
+        bands = tuple(rng.choice((x, y)) for x, y in zip(ba or (), bb or ()))
+        sa, sb = switches_of(a), switches_of(b)
+        switches = {name: rng.choice((sa, sb))[name] for name in self.switches}
+        return self._config(bands or ba, switches)
+
+
+# --- the recipe --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BandPlan:
+    """How one outer band is mapped. Sizes are per member after `order` is applied;
+    0 means "not tiled" at that level."""
+
+    order: tuple[int, ...]
+    tile: tuple[int, ...]
+    register: tuple[int, ...]
+    sink: bool
+    parallel: bool
+    pack: bool = False
+
+
+class CpuRecipe(Recipe):
+    """The CPU's mapping: cache and register tiles, micro-kernels with sunk register loops,
+    packed operand panels, parallel outer loops and vector inner loops."""
+
+    def prepare(self, program, dtype: str):
+        from akg.graph.compute.lower import split_reductions
+
+        return split_reductions(program, self.target.vector_lanes(dtype))
+
+    def default_config(self, bands, dtype, fusion="smart") -> Config:
+        return cpu_config(fusion, default_bands(bands, self.target, dtype))
+
+    def space(self, bands, fusion="smart") -> CpuSpace:
+        return CpuSpace(fusion, bands=tuple(band_space(i) for i in bands), target=self.target)
+
+    def validate(self, config, bands) -> None:
+        check_steps(config, self.target, len(bands))
+        given = given_bands(config, [i.members for i in bands])
+        if given is not None:
+            validate_bands(given, bands)
+
+    def apply(self, config, model, schedule, bands, dtype):
+        self.validate(config, bands)
+        if tree.n_outer_bands(schedule) != len(bands):
+            raise ScheduleError(f"the schedule has {tree.n_outer_bands(schedule)} outer bands, "
+                                f"the config maps {len(bands)}")
+        switches = switches_of(config)
+        plans = []
+        for info, bc in zip(bands, band_knobs(config, bands, self.target, dtype)):
+            parallel = switches["parallel"] and info.work >= PARALLEL_MIN_POINTS and self.target.cores > 1
+            plans.append(BandPlan(bc.order, bc.tile, bc.register, bc.sink, parallel, bc.pack))
+        vectorize, unroll = switches["vectorize"], switches["unroll"]
+        schedule = tree.map_outer_bands(model, schedule,
+                                        lambda node, k: _apply_band(node, k, plans[k], vectorize, unroll))
+        if vectorize:
+            schedule = tree.vectorize_inner_bands(model, schedule)
+        return schedule
+
+    def knob_features(self, config, bands) -> list[float]:
+        tiles = [0.0] * 3
+        regs = [0.0] * 3
+        sink = 0.0
+        given = given_bands(config, [i.members for i in bands]) if bands else None
+        if given:
+            bc, info = given[0], bands[0]
+            for pos, m in enumerate(bc.order[-3:]):
+                extent = info.extents[m]
+                t = bc.tile[len(bc.order) - len(bc.order[-3:]) + pos] or extent
+                r = bc.register[len(bc.order) - len(bc.order[-3:]) + pos] or t
+                tiles[pos] = _log2(t) - _log2(extent)
+                regs[pos] = _log2(r) - _log2(extent)
+            sink = float(bc.sink)
+        sw = switches_of(config)
+        return [*tiles, *regs, sink, float(sw["fast_math"]), float(sw["promote"]), float(sw["vectorize"]),
+                float(sw["unroll"]), float(sw["parallel"]), float(config.fusion == "max"),
+                float(config.fusion == "smart"), float(config.fusion == "none")]
+
+
+def _log2(x: float) -> float:
+    return math.log2(x) if x > 0 else 0.0
+
+
+def _apply_band(node, index: int, bp: BandPlan, vectorize: bool, unroll: bool):
+    """Tile (cache level), tile again (register level), sink the register loops below inner
+    bands, and mark. Returns some node of the updated tree."""
+    n = tree.band_members(node)
+    if tuple(bp.order) != tuple(range(n)):
+        node = tree.permute_band(node, bp.order)
+    coincident = tree.band_coincident(node)
+    extents = tree.band_extents(node)
+    tile = tuple(t if 0 < t < e else e for t, e in zip(bp.tile, extents))
+    reg_tiled = any(0 < r < t for r, t in zip(bp.register, tile))
+    # members without a register tile keep their whole point loop outside the register tile
+    register = tuple(r if 0 < r < t else (1 if reg_tiled else t) for r, t in zip(bp.register, tile))
+    tiled = tile != extents
+    parallel = bp.parallel and coincident[0]
+    pack = bp.pack and tiled and n > 1 and tile[-1] != extents[-1] and all(coincident)
+    if tiled and pack:
+        # the last member's tile loop goes outermost, and operands that depend only on it
+        # (a matmul's B panel) are packed once per iteration and reused by the other tiles
+        node = tree.tile_band(node, tile)
+        node = tree.permute_band(node, (n - 1, *range(n - 1)))
+        node = tree.split_band(node, 1)
+        if bp.parallel:
+            node = tree.mark(node, MARK_PARALLEL)
+        lanes = register[-1] if reg_tiled else 0
+        node = tree.mark(tree.child(node), f"{MARK_PACK}.{index}.{lanes}")
+        node = tree.mark(tree.child(node), f"{MARK_PROMOTE}.{index}.0")
+    elif tiled:
+        node = tree.tile_band(node, tile)
+        if parallel:
+            node = tree.mark(node, MARK_PARALLEL)
+        node = tree.mark(tree.child(node), f"{MARK_PROMOTE}.{index}.0")
+    elif parallel:
+        node = tree.mark(node, MARK_PARALLEL)
+    if reg_tiled:
+        node = tree.mark(tree.child(tree.tile_band(node, register)), f"{MARK_PROMOTE}.{index}.1")
+    # node: the innermost point band of this outer band
+    innermost = tree.is_innermost(node)
+    if tiled and not reg_tiled and not innermost and not bp.sink:
+        # promote per iteration of the point loops too (one row of a softmax tile)
+        node = tree.parent(tree.mark(tree.child(node), f"{MARK_PROMOTE}.{index}.1"), 2)
+    if not tiled and not reg_tiled:
+        if not innermost:  # promote per iteration of the whole band (e.g. one row)
+            node = tree.parent(tree.mark(tree.child(node), f"{MARK_PROMOTE}.{index}.0"), 2)
+        marks = tree.register_marks(coincident, vectorize, False, innermost)
+        return tree.insert_marks_on_members(node, marks)
+    if reg_tiled and not bp.sink and all(coincident) and tree.passes_below(node) > 1:
+        # register rows above several passes (a layer norm's mean, variance and output):
+        # each pass runs over the rows of the register tile before the next one starts
+        return tree.distribute(node, coincident)
+    if bp.sink and all(coincident) and not innermost:
+        marks = tree.register_marks(coincident, vectorize, unroll and reg_tiled, True)
+        return tree.sink_below_inner(node, coincident, marks)
+    # register loops above other loops (a reduction not sunk under) are not unrolled: that
+    # would copy the whole inner nest once per register-tile point, and LLVM takes minutes
+    marks = tree.register_marks(coincident, vectorize, unroll and reg_tiled and innermost, innermost)
+    return tree.insert_marks_on_members(node, marks)

@@ -1,127 +1,215 @@
-"""The knobs of a target mapping: `Config` (a frozen, JSON-serialisable value) and the
-`Space` of legal configs derived from a subgraph's schedule."""
+"""The knobs of a target mapping: `Config`, a frozen, JSON-serialisable sequence of schedule
+`Step`s (tile, order, map to a level, promote to a memory level, vectorize, unroll, ...),
+and the `Space` interface of the legal configs a target's recipe derives from a schedule.
+
+A step applies to one outer band (`band`) or to the whole kernel (`band=None`). A config's
+steps are complete for the kernel-level switches (a switch step left out is off) and partial
+for bands: a band with no step of its own takes the recipe's default mapping. `steps=None`
+takes the recipe's default for everything."""
 
 from __future__ import annotations
 
-import itertools
+import abc
 import json
 import random
-from dataclasses import asdict, dataclass, field, replace
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 from akg.errors import ScheduleError
 from akg.polyhedral.schedule import FUSION_STRATEGIES
-from akg.polyhedral.tree import BandInfo
+from akg.target import FAST_MATH, PACK, PARALLEL, THREADS, UNROLL, VECTOR
+
+# step kind -> (rank in a config's canonical order, capability it needs (None: any target))
+STEP_KINDS: dict[str, tuple[int, str | None]] = {
+    "order": (0, None),  # arg: a permutation of the band's members (innermost last)
+    "tile": (1, None),  # level: the memory level the tile is sized for; arg: sizes (0: untiled)
+    "sink": (2, None),  # the band's innermost tile loops move below its inner (reduction) loops
+    "pack": (3, PACK),  # operands reused across the other tiles copied into a blocked layout
+    "map": (4, None),  # level: "cores" (parallel outer loops), "blocks" / "threads"
+    "vectorize": (5, VECTOR),
+    "unroll": (6, UNROLL),
+    "promote": (7, None),  # level: where reused tiles are kept (local buffers)
+    "fast_math": (8, FAST_MATH),  # vectorisable exp/erf/tanh/sigmoid instead of libm calls
+}
+MAP_CAPABILITIES = {"cores": PARALLEL, "blocks": THREADS, "threads": THREADS}
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
 
 
 @dataclass(frozen=True)
-class BandConfig:
-    """Mapping of one outer band: member order (a permutation, innermost last), cache-level
-    tile sizes and register-level tile sizes per member (0 = untiled), and whether the
-    register loops sink below the band's inner loops (reductions)."""
+class Step:
+    """One schedule step (tinygrad's `Opt`): what to do, to which outer band (None: the whole
+    kernel), at which memory or compute level, with which argument (sizes, a permutation)."""
 
-    order: tuple[int, ...]
-    tile: tuple[int, ...]
-    register: tuple[int, ...]
-    sink: bool = False
-    pack: bool = False  # copy operands reused across the other tiles into a blocked local buffer
+    op: str
+    band: int | None = None
+    level: str | None = None
+    arg: Any = None
 
     def __post_init__(self):
-        for name in ("order", "tile", "register"):
-            object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
+        if self.op not in STEP_KINDS:
+            raise ScheduleError(f"unknown schedule step '{self.op}' (known: {', '.join(STEP_KINDS)})")
+        object.__setattr__(self, "arg", _hashable(self.arg))
+        if isinstance(self.arg, tuple):
+            object.__setattr__(self, "arg", tuple(int(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  else v for v in self.arg))
+
+    def sort_key(self) -> tuple:
+        return (self.band is None, self.band or 0, STEP_KINDS[self.op][0], self.level or "")
+
+    def to_list(self) -> list:
+        return [self.op, self.band, self.level, list(self.arg) if isinstance(self.arg, tuple) else self.arg]
+
+    def __str__(self) -> str:
+        parts = [str(p) for p in (self.band, self.level) if p is not None]
+        if self.arg is not None:
+            parts.append(str(list(self.arg)) if isinstance(self.arg, tuple) else str(self.arg))
+        return f"{self.op}({', '.join(parts)})"
 
 
 @dataclass(frozen=True)
 class Config:
-    """Every knob of one subgraph's mapping on one target. `bands=None` means the target's
-    heuristic for every band; the other fields are global switches."""
+    """Every knob of one subgraph's mapping on one target, as schedule steps (canonically
+    ordered: per band, then the kernel-level steps)."""
 
     fusion: str = "smart"
-    bands: tuple[BandConfig, ...] | None = None
-    vectorize: bool = True
-    unroll: bool = True
-    parallel: bool = True
-    promote: bool = True
-    fast_math: bool = True  # vectorisable exp/erf/tanh/sigmoid instead of libm calls
+    steps: tuple[Step, ...] | None = None
 
     def __post_init__(self):
-        if self.bands is not None:
-            object.__setattr__(self, "bands", tuple(
-                b if isinstance(b, BandConfig) else BandConfig(**b) for b in self.bands))
+        if self.steps is not None:
+            steps = tuple(s if isinstance(s, Step) else Step(*s) for s in self.steps)
+            if len(set(steps)) != len(steps):
+                raise ScheduleError("a config lists the same step twice")
+            object.__setattr__(self, "steps", tuple(sorted(steps, key=Step.sort_key)))
+
+    # --- queries ---------------------------------------------------------------------------
+
+    def has(self, op: str, level: str | None = None) -> bool:
+        """Is the kernel-level step `op` (at `level`, if given) on?"""
+        return self.steps is not None and any(
+            s.op == op and s.band is None and (level is None or s.level == level) for s in self.steps)
+
+    def band_steps(self, band: int) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps or () if s.band == band)
+
+    def bands_given(self) -> set[int]:
+        return {s.band for s in self.steps or () if s.band is not None}
+
+    def kernel_steps(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps or () if s.band is None)
+
+    def without(self, op: str) -> "Config":
+        """This config less its kernel-level `op` steps."""
+        return Config(self.fusion, tuple(s for s in self.steps or () if not (s.op == op and s.band is None)))
+
+    def __str__(self) -> str:
+        steps = "default" if self.steps is None else ", ".join(map(str, self.steps))
+        return f"{self.fusion}: {steps}"
+
+    # --- JSON --------------------------------------------------------------------------------
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        steps = None if self.steps is None else [s.to_list() for s in self.steps]
+        return json.dumps({"fusion": self.fusion, "steps": steps}, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | dict) -> "Config":
-        data = json.loads(text) if isinstance(text, str) else dict(text)
+        """A config from its JSON, or from the form recorded before configs were steps
+        (`bands` + switches), which the database may still hold."""
         try:
-            return cls(**data)
-        except TypeError as e:
+            data = json.loads(text) if isinstance(text, str) else dict(text)
+        except (TypeError, ValueError) as e:
             raise ScheduleError(f"not a config: {e}") from None
+        if not isinstance(data, dict):
+            raise ScheduleError("not a config: a JSON object is needed")
+        if set(data) <= {"fusion", "steps"}:
+            try:
+                steps = data.get("steps")
+                return cls(data.get("fusion", "smart"), None if steps is None else tuple(Step(*s) for s in steps))
+            except (TypeError, ValueError) as e:
+                raise ScheduleError(f"not a config: {e}") from None
+        return legacy_config(**data)
 
 
-def _divisors_and_powers(extent: int, limit: int | None = None) -> tuple[int, ...]:
-    """Candidate tile sizes for a loop of `extent`: its divisors and the powers of two below
-    it (0 means untiled)."""
-    limit = extent if limit is None else min(limit, extent)
-    sizes = {d for d in range(1, limit + 1) if extent % d == 0 and d <= 1024}
-    sizes |= {1 << k for k in range(0, 11) if (1 << k) < limit}
-    return (0, *sorted(s for s in sizes if s < extent))
+# --- the form before steps ---------------------------------------------------------------------
+
+LEGACY_SWITCHES = ("vectorize", "unroll", "parallel", "promote", "fast_math")
+
+
+def legacy_config(fusion: str = "smart", bands=None, vectorize: bool = True, unroll: bool = True,
+                  parallel: bool = True, promote: bool = True, fast_math: bool = True, **unknown) -> Config:
+    """A config recorded before configs were steps: per band an order, cache tile, register
+    tile, sink and pack; switches for the kernel. Those were CPU configs, read here as the
+    steps that the CPU recipe applies the same way."""
+    if unknown:
+        raise ScheduleError(f"not a config: unexpected field(s) {', '.join(sorted(unknown))}")
+    steps = []
+    for k, b in enumerate(bands or ()):
+        b = b if isinstance(b, dict) else vars(b)
+        try:
+            steps += [Step("order", k, None, b["order"]), Step("tile", k, "L2", b["tile"]),
+                      Step("tile", k, "registers", b["register"])]
+        except KeyError as e:
+            raise ScheduleError(f"not a config: band {k} lacks {e}") from None
+        steps += [Step("sink", k)] * bool(b.get("sink")) + [Step("pack", k)] * bool(b.get("pack"))
+    steps += [Step("map", None, "cores")] * bool(parallel) + [Step("vectorize")] * bool(vectorize)
+    steps += [Step("unroll")] * bool(unroll) + [Step("promote", None, "L1")] * bool(promote)
+    steps += [Step("fast_math")] * bool(fast_math)
+    return Config(fusion, tuple(steps))
+
+
+# --- checks every target shares ----------------------------------------------------------------
+
+
+def check_steps(config: Config, target, n_bands: int) -> None:
+    """ScheduleError for a step this target cannot take (naming the capability or memory level
+    it lacks), a band index the schedule does not have, or an unknown fusion strategy."""
+    if config.fusion not in FUSION_STRATEGIES:
+        raise ScheduleError(f"unknown fusion strategy '{config.fusion}' (known: {', '.join(FUSION_STRATEGIES)})")
+    given = config.bands_given()
+    if given and max(given) >= n_bands:
+        raise ScheduleError(f"config maps {max(given) + 1} bands, the schedule has {n_bands}")
+    for step in config.steps or ():
+        needed = STEP_KINDS[step.op][1]
+        if step.op == "map":
+            needed = MAP_CAPABILITIES.get(step.level or "")
+            if needed is None:
+                raise ScheduleError(f"step '{step}': unknown compute level '{step.level}' "
+                                    f"(known: {', '.join(MAP_CAPABILITIES)})")
+        if needed is not None:
+            target.require(needed, str(step))
+        if step.op in ("tile", "promote") and step.level is not None:
+            target.level(step.level)
+
+
+# --- the space interface -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class BandSpace:
-    info: BandInfo
-    orders: tuple[tuple[int, ...], ...]
-    tiles: tuple[tuple[int, ...], ...]  # per member (in original member order)
-
-    def sample(self, rng: random.Random) -> BandConfig:
-        order = rng.choice(self.orders)
-        tile = tuple(rng.choice(self.tiles[m]) for m in order)
-        register = []
-        for pos, m in enumerate(order):
-            bound = tile[pos] or self.info.extents[m]
-            choices = [r for r in self.tiles[m] if r == 0 or r < bound]
-            register.append(rng.choice(choices))
-        return BandConfig(order, tile, tuple(register), rng.random() < 0.5, rng.random() < 0.5)
-
-    def size(self) -> int:
-        n = len(self.orders) * 4
-        for m in range(self.info.members):
-            n *= len(self.tiles[m]) ** 2
-        return n
-
-
-@dataclass(frozen=True)
-class Space:
-    """All legal configs of one subgraph for one fusion strategy."""
+class Space(abc.ABC):
+    """All legal configs of one subgraph for one fusion strategy on one target: what the
+    tuner's search samples, mutates and crosses over."""
 
     fusion: str
-    bands: tuple[BandSpace, ...]
-    switches: dict = field(default_factory=lambda: {
-        "vectorize": (True, False), "unroll": (True, False), "parallel": (True, False), "promote": (True, False),
-        "fast_math": (True, False)})
+    switches: dict = field(default_factory=dict)
 
-    def size(self) -> int:
-        n = 1
-        for b in self.bands:
-            n *= b.size()
-        return n * 2 ** len(self.switches)
+    @abc.abstractmethod
+    def size(self) -> int: ...
 
-    def sample(self, rng: random.Random) -> Config:
-        return Config(fusion=self.fusion, bands=tuple(b.sample(rng) for b in self.bands),
-                      **{k: rng.choice(v) for k, v in self.switches.items()})
+    @abc.abstractmethod
+    def sample(self, rng: random.Random) -> Config: ...
 
+    @abc.abstractmethod
     def __iter__(self) -> Iterator[Config]:
         """Every config (lazily; the space is usually far too large to exhaust)."""
-        per_band = [list(_band_configs(b)) for b in self.bands]
-        for combo in itertools.product(*per_band):
-            for flags in itertools.product(*self.switches.values()):
-                yield Config(self.fusion, tuple(combo), **dict(zip(self.switches, flags)))
 
+    @abc.abstractmethod
     def validate(self, config: Config) -> None:
-        validate_bands(config, [b.info for b in self.bands])
+        """ScheduleError if `config` is not in this space."""
 
     def is_legal(self, config: Config) -> bool:
         try:
@@ -130,88 +218,18 @@ class Space:
         except ScheduleError:
             return False
 
+    @abc.abstractmethod
     def mutate(self, config: Config, rng: random.Random) -> Config:
-        """A neighbour: one tile size moved to an adjacent candidate, an order or sink
-        changed, or one switch flipped."""
-        bands = list(config.bands or ())
-        if not bands or rng.random() < 0.15:
-            name = rng.choice(list(self.switches))
-            return replace(config, **{name: not getattr(config, name)})
-        k = rng.randrange(len(bands))
-        bc, bs = bands[k], self.bands[k]
-        roll = rng.random()
-        if roll < 0.1 and len(bs.orders) > 1:
-            order = rng.choice(bs.orders)
-            bands[k] = BandConfig(order, tuple(bc.tile[bc.order.index(m)] for m in order),
-                                  tuple(bc.register[bc.order.index(m)] for m in order), bc.sink)
-        elif roll < 0.2:
-            bands[k] = replace(bc, sink=not bc.sink)
-        elif roll < 0.27:
-            bands[k] = replace(bc, pack=not bc.pack)
-        else:
-            pos = rng.randrange(len(bc.order))
-            m = bc.order[pos]
-            which = "tile" if rng.random() < 0.5 else "register"
-            choices = bs.tiles[m]
-            current = getattr(bc, which)[pos]
-            i = choices.index(current) if current in choices else 0
-            new = choices[max(0, min(len(choices) - 1, i + rng.choice((-2, -1, 1, 2))))]
-            values = list(getattr(bc, which))
-            values[pos] = new
-            bands[k] = replace(bc, **{which: tuple(values)})
-        return replace(config, bands=tuple(bands))
+        """A neighbour of `config`."""
 
-    def crossover(self, a: Config, b: Config, rng: random.Random) -> Config:
-        """Each band mapping and each switch taken from one parent or the other."""
-        bands = tuple(rng.choice((x, y)) for x, y in zip(a.bands or (), b.bands or ()))
-        switches = {name: getattr(rng.choice((a, b)), name) for name in self.switches}
-        return Config(self.fusion, bands or a.bands, **switches)
+    @abc.abstractmethod
+    def crossover(self, a: Config, b: Config, rng: random.Random) -> Config: ...
 
 
-def _band_configs(b: BandSpace) -> Iterator[BandConfig]:
-    for order in b.orders:
-        for tile in itertools.product(*(b.tiles[m] for m in order)):
-            for reg in itertools.product(*(b.tiles[m] for m in order)):
-                if all(r == 0 or r < (t or b.info.extents[m]) for r, t, m in zip(reg, tile, order)):
-                    for sink in (False, True):
-                        for pack in (False, True):
-                            yield BandConfig(order, tile, reg, sink, pack)
-
-
-def band_space(info: BandInfo) -> BandSpace:
-    members = tuple(range(info.members))
-    orders = tuple(itertools.permutations(members)) if info.permutable else (members,)
-    return BandSpace(info, orders, tuple(_divisors_and_powers(e) for e in info.extents))
-
-
-def make_space(fusion: str, infos: list[BandInfo]) -> Space:
-    return Space(fusion, tuple(band_space(i) for i in infos))
-
-
-def validate_bands(config: Config, infos: list[BandInfo]) -> None:
-    """ScheduleError for a config that does not fit the schedule: wrong band or member count,
-    an order that is not a permutation or reorders a non-permutable band, a tile larger than
-    its loop, a register tile that does not fit inside its cache tile."""
-    if config.fusion not in FUSION_STRATEGIES:
-        raise ScheduleError(f"unknown fusion strategy '{config.fusion}' (known: {', '.join(FUSION_STRATEGIES)})")
-    if config.bands is None:
-        return
-    if len(config.bands) != len(infos):
-        raise ScheduleError(f"config maps {len(config.bands)} bands, the schedule has {len(infos)}")
-    for k, (bc, info) in enumerate(zip(config.bands, infos)):
-        n = info.members
-        if sorted(bc.order) != list(range(n)):
-            raise ScheduleError(f"band {k}: order {list(bc.order)} is not a permutation of {n} loops")
-        if not info.permutable and tuple(bc.order) != tuple(range(n)):
-            raise ScheduleError(f"band {k}: its loops are not permutable, order {list(bc.order)} is illegal")
-        if len(bc.tile) != n or len(bc.register) != n:
-            raise ScheduleError(f"band {k}: needs {n} tile and register sizes")
-        for pos, m in enumerate(bc.order):
-            extent, t, r = info.extents[m], bc.tile[pos], bc.register[pos]
-            if t < 0 or t > extent:
-                raise ScheduleError(f"band {k}: tile {t} of loop {m} is larger than its extent {extent}")
-            if r < 0 or r > (t or extent):
-                raise ScheduleError(f"band {k}: register tile {r} of loop {m} exceeds its tile {t or extent}")
-        if (any(0 < t < info.extents[m] for t, m in zip(bc.tile, bc.order)) and not info.permutable
-                and n > 1):
-            raise ScheduleError(f"band {k}: a band whose loops are not permutable cannot be tiled")
+def divisors_and_powers(extent: int, limit: int | None = None) -> tuple[int, ...]:
+    """Candidate tile sizes for a loop of `extent`: its divisors and the powers of two below
+    it (0 means untiled)."""
+    limit = extent if limit is None else min(limit, extent)
+    sizes = {d for d in range(1, limit + 1) if extent % d == 0 and d <= 1024}
+    sizes |= {1 << k for k in range(0, 11) if (1 << k) < limit}
+    return (0, *sorted(s for s in sizes if s < extent))

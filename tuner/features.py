@@ -97,26 +97,14 @@ def loop_nest_features(records, cores: int) -> list[float]:
     ]
 
 
-def knob_features(config, bands) -> list[float]:
-    tiles = [0.0] * 3
-    regs = [0.0] * 3
-    sink = 0.0
-    if config.bands and bands:
-        bc, info = config.bands[0], bands[0]
-        for pos, m in enumerate(bc.order[-3:]):
-            extent = info.extents[m]
-            t = bc.tile[len(bc.order) - len(bc.order[-3:]) + pos] or extent
-            r = bc.register[len(bc.order) - len(bc.order[-3:]) + pos] or t
-            tiles[pos] = _log2(t) - _log2(extent)
-            regs[pos] = _log2(r) - _log2(extent)
-        sink = float(bc.sink)
-    return [*tiles, *regs, sink, float(config.fast_math), float(config.promote), float(config.vectorize),
-            float(config.unroll), float(config.parallel), float(config.fusion == "max"),
-            float(config.fusion == "smart"), float(config.fusion == "none")]
+def knob_features(pipeline, config) -> list[float]:
+    """The config's knobs as numbers, as the target's recipe describes them (the CPU's: see
+    the tile/reg/sink/switch/fusion names above)."""
+    return pipeline.recipe.knob_features(config, pipeline.bands)
 
 
 def extract_features(pipeline, config, kernel) -> np.ndarray:
     """The feature vector of one built candidate (see FEATURE_NAMES)."""
     cores = getattr(pipeline.target, "cores", 1)
-    values = loop_nest_features(kernel.records, cores) + knob_features(config, pipeline.bands)
+    values = loop_nest_features(kernel.records, cores) + knob_features(pipeline, config)
     return np.asarray(values, dtype=np.float32)

@@ -76,7 +76,7 @@ class TuningTask:
                 _, records = pipeline.lower(config)
                 cores = getattr(self.target, "cores", 1)
                 self._features[key] = np.asarray(
-                    loop_nest_features(records, cores) + knob_features(config, pipeline.bands), np.float32)
+                    loop_nest_features(records, cores) + knob_features(pipeline, config), np.float32)
             except AkgError as e:
                 log.debug("%s: cannot lower %s: %s", self.name, key, e)
                 self._features[key] = None

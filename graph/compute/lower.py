@@ -69,6 +69,17 @@ def loads_of(op: ComputeOp) -> list[Load]:
     return [n for n in walk(op.body) if isinstance(n, Load)]
 
 
+def _uniform(a: np.ndarray) -> bool:
+    """A constant that repeats one value is folded into the expressions, not a parameter."""
+    return a.size == 0 or bool((a == a.flat[0]).all())
+
+
+def kernel_params(graph: Graph) -> list[np.ndarray]:
+    """The arrays `lower_graph(graph)` binds as the kernel's parameters, in order, without
+    building its expressions (a model's repeated kernels each bind their own weights)."""
+    return [np.asarray(a) for a in expand(graph).constants.values() if not _uniform(a)]
+
+
 def lower_graph(graph: Graph) -> Program:
     """Expand composites, then build each basic op's tensor expression."""
     graph = expand(graph)
@@ -79,7 +90,7 @@ def lower_graph(graph: Graph) -> Program:
         inputs.append(env[v])
     params: dict[Tensor, np.ndarray] = {}
     for v, a in graph.constants.items():
-        if a.size and (a == a.flat[0]).all() or a.size == 0:
+        if _uniform(a):
             value = a.flat[0].item() if a.size else 0
             env[v] = compute(v.shape, lambda *i, value=value, dt=v.dtype: const(value, dt), v.name)
         else:

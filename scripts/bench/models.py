@@ -101,7 +101,7 @@ def torch_function(graph):
 def bench_model(name: str, graph, trials: int, workdir: Path) -> dict:
     import torch
 
-    from akg.runtime import compile_model
+    from akg.api import compile_model
     from akg.tuner.tune import tune
 
     torch.set_num_threads(os.cpu_count() or 1)

@@ -300,12 +300,13 @@ class Kernel:
 
     @property
     def mod(self):
-        return self.exe.mod
+        """The runtime module (an Executable's, or akg's kernels, which are modules already)."""
+        return getattr(self.exe, "mod", self.exe)
 
     def __call__(self, *arrays):
         dev = tvm.cpu()
         args = [tvm.runtime.tensor(a, dev) if isinstance(a, np.ndarray) else a for a in arrays]
-        self.exe.mod[self.func_name](*args)
+        self.mod[self.func_name](*args)
         return args
 
     def run(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -331,7 +332,7 @@ def build_naive_te(te_args, target=None) -> Kernel:
 
 def _runtime_module(func_or_exe):
     if isinstance(func_or_exe, Kernel):
-        return func_or_exe.exe.mod
+        return func_or_exe.mod
     if hasattr(func_or_exe, "mod") and hasattr(func_or_exe.mod, "time_evaluator"):
         return func_or_exe.mod  # tvm.runtime.Executable
     return func_or_exe  # tvm.runtime.Module

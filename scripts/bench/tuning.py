@@ -83,7 +83,7 @@ def akg_side(bench, budget: int, db: str) -> tuple[dict, dict]:
         (c for _, c in curve if c is not None), default=None),
            "akg_reach95": reach(curve), "akg_second_run_new": again.new_measurements,
            "akg_config": kernel.config.to_json()}
-    return row, {"akg_default_s": default.executable.mod, "akg_s": kernel.executable.mod}
+    return row, {"akg_default_s": default.executable, "akg_s": kernel.executable}
 
 
 def ms_side(bench, budget: int, work_dir: str, target, program) -> tuple[dict, dict]:
@@ -106,7 +106,7 @@ def stream_floor(bench, ins, outs):
         return None, []
     b = GraphBuilder("stream_floor")
     b.output(b.mul(b.input("x", big.shape, str(big.dtype)), b.const(np.asarray(1.5, big.dtype), name="s")))
-    return akg.build(b.build()).executable.mod, [big, np.empty_like(big)]
+    return akg.build(b.build()).executable, [big, np.empty_like(big)]
 
 
 def final_times(modules: dict, ins, outs, floor) -> dict:

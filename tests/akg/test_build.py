@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import akg
 from akg.errors import InputDataError, ScheduleError, UnknownTargetError
 from akg.graph import GraphBuilder
+from akg.schedules.cpu import cpu_config
 from akg.schedules.space import Config
 
 SETTINGS = dict(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -232,8 +233,8 @@ def test_every_fusion_strategy_is_correct(fusion, check_kernel):
 
 def test_switches_off_still_correct(check_kernel):
     g = graph(lambda b: b.output(b.relu(b.matmul(b.input("x", (32, 48)), b.input("w", (48, 64))))))
-    for cfg in (Config(vectorize=False, unroll=False, parallel=False, promote=False, fast_math=False),
-                Config(promote=False)):
+    for cfg in (cpu_config(vectorize=False, unroll=False, parallel=False, promote=False, fast_math=False),
+                cpu_config(promote=False)):
         check_kernel(g, akg.build(g, config=cfg))
 
 
@@ -270,10 +271,10 @@ def test_bad_fusion_name():
     (8, 16, 40, (8, 16), (0, 0)),     # no register tile: plain packed layout
 ])
 def test_packed_operand_panels(m, k, n, tile, register, check_kernel):
-    from akg.schedules.space import BandConfig
+    from akg.schedules.cpu import BandConfig
 
     g = graph(lambda b: b.output(b.relu(b.matmul(b.input("a", (m, k)), b.input("w", (k, n))))))
-    kernel = akg.build(g, config=Config(bands=(BandConfig((0, 1), tile, register, True, True),)))
+    kernel = akg.build(g, config=cpu_config(bands=(BandConfig((0, 1), tile, register, True, True),)))
     assert "w_local" in kernel.tir()  # the weight panel is packed
     check_kernel(g, kernel)
 

@@ -8,7 +8,8 @@ import pytest
 from akg.errors import ImportFormatError, InputDataError
 from akg.graph import GraphBuilder, random_inputs
 from akg.graph.io import load_mir
-from akg.runtime import CompiledModel, KernelCall, TensorSpec, compile_model, plan_memory
+from akg.api import compile_model
+from akg.runtime import CompiledModel, KernelCall, TensorSpec, plan_memory
 from akg.verify import Reference, compare
 
 

@@ -3,7 +3,8 @@ import pytest
 from akg.errors import UnknownTargetError
 from akg.schedules.cpu import default_band
 from akg.polyhedral.tree import BandInfo
-from akg.target import CpuTarget, get_target, host_cpu, vector_unit
+from akg.backends.cpu.target import CpuTarget, host_cpu, vector_unit
+from akg.target import get_target
 
 
 @pytest.mark.parametrize("features, triple, llvm_width, expect", [

@@ -9,7 +9,7 @@ from akg.graph.autodiff import grad
 from akg.graph.fuse import partition
 from akg.graph.io import load_mir
 from akg.graph.train import initial_state, run_step, train_step
-from akg.runtime import compile_model
+from akg.api import compile_model
 
 
 # learning rates small enough that the loss stays well above float32 noise for 50 steps

@@ -16,9 +16,10 @@ def test_config_json_is_canonical_whatever_its_spelling():
 
 
 def test_a_schedule_config_is_stored_as_its_to_json():
-    from akg.schedules.space import BandConfig, Config
+    from akg.schedules.cpu import BandConfig, cpu_config
+    from akg.schedules.space import Config
 
-    config = Config(fusion="max", bands=(BandConfig((1, 0), (8, 0), (0, 0), True),), vectorize=False)
+    config = cpu_config(fusion="max", bands=(BandConfig((1, 0), (8, 0), (0, 0), True),), vectorize=False)
     r = Record("w", "t", config, "ok", 2e-6)
     assert r.config == config.to_json()
     assert Config.from_json(r.config) == config
@@ -88,7 +89,7 @@ def test_workload_of_a_subgraph_uses_its_key_name_and_canonical_form():
 def test_target_info_of_a_target_uses_its_key():
     import json
 
-    from akg.target import CpuTarget
+    from akg.backends.cpu import CpuTarget
 
     target = CpuTarget(mcpu="skylake", vector_bits=512, cores=8, features=("+avx512f",))
     info = TargetInfo.of(target)

@@ -86,7 +86,7 @@ def test_panel_is_the_register_tiles_vector_strip(bits, n, width):
 
 
 def test_partition_for_a_target_packs_for_its_vectors():
-    from akg.target import host_cpu
+    from akg.backends.cpu import host_cpu
 
     target = host_cpu()
     graph = _dense(n=256, k=64)

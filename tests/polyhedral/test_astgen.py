@@ -9,11 +9,12 @@ import pytest
 import akg
 from akg.graph import GraphBuilder, evaluate, random_inputs
 from akg.graph.compute.lower import lower_graph
-from akg.polyhedral.astgen import lower_to_tir
+from akg.backends.cpu.lowering import llvm_fence, stack_alloc
+from akg.polyhedral.astgen import LoweringHooks, lower_to_tir
 from akg.polyhedral.deps import compute_dependences
 from akg.polyhedral.model import build_model
 from akg.polyhedral.schedule import schedule
-from akg.target import host_cpu
+from akg.backends.cpu import host_cpu
 
 
 def _reduce(op, shape, axes, dtype="float32", **attrs):
@@ -75,7 +76,7 @@ def test_other_reductions_are_left_alone(graph):
 def test_no_vector_reductions_without_vectorisation():
     graph = _reduce("sum", (64, 1024), [1])
     pipeline = akg.compiler.Pipeline(lower_graph(graph), host_cpu(), "smart")
-    config = dataclasses.replace(pipeline.default_config(), vectorize=False)
+    config = pipeline.default_config().without("vectorize")
     func, _ = pipeline.lower(config)
     assert "_acc" not in func.script()
 
@@ -83,8 +84,8 @@ def test_no_vector_reductions_without_vectorisation():
 def test_width_and_chains_follow_the_arguments():
     model = build_model(lower_graph(_reduce("sum", (8, 256), [1])))
     tree = schedule(model, compute_dependences(model), "smart").schedule
-    scalar, _ = lower_to_tir(model, tree, reduce_bits=0)
+    scalar, _ = lower_to_tir(model, tree, hooks=LoweringHooks(reduce_bits=0))
     assert "_acc" not in scalar.script()
-    avx2, _ = lower_to_tir(model, tree, reduce_bits=256, reduce_chains=2)
+    avx2, _ = lower_to_tir(model, tree, hooks=LoweringHooks(llvm_fence, stack_alloc, reduce_bits=256, reduce_chains=2))
     assert "T.alloc_buffer((16,)" in avx2.script()  # 2 chains of 8 lanes
     assert "llvm.arithmetic.fence" in avx2.script()  # the chains are not merged back by LLVM

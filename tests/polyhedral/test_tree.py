@@ -1,7 +1,6 @@
 """Schedule-tree mapping: register rows above several passes over the same rows (layer norm,
 softmax) are distributed, one row loop per pass, and still compute the same values."""
 
-import dataclasses
 import re
 
 import numpy as np
@@ -9,7 +8,7 @@ import pytest
 
 from akg.compiler import pipeline_for
 from akg.graph import GraphBuilder, evaluate, random_inputs
-from akg.schedules.space import BandConfig
+from akg.schedules.cpu import BandConfig, bands_of, cpu_config, switches_of
 from akg.target import get_target
 
 
@@ -34,8 +33,8 @@ def _row_sum(rows=64, cols=384):
 def _build(graph, register, tile=16, fusion="smart"):
     pipeline = pipeline_for(graph, get_target("cpu"), fusion)
     config = pipeline.default_config()
-    band = config.bands[0]
-    config = dataclasses.replace(config, bands=(BandConfig(band.order, (tile,), (register,), False, False),))
+    band = bands_of(config)[0]
+    config = cpu_config(fusion, (BandConfig(band.order, (tile,), (register,), False, False),), **switches_of(config))
     kernel = pipeline.build(config)
     inputs = random_inputs(graph, 5)
     got = kernel(*inputs.values())[0]
@@ -75,9 +74,9 @@ def test_distribution_under_maximal_fusion_is_correct():
 def test_default_blocks_rows_to_half_of_l1_where_the_passes_reduce_rows():
     cpu = get_target("cpu")
     pipeline = pipeline_for(_layer_norm(4096, 1024), cpu, "smart")
-    band = pipeline.default_config().bands[0]
+    band = bands_of(pipeline.default_config())[0]
     rows = band.register[0]
     assert rows >= 2 and rows * 1024 * 4 <= cpu.l1_bytes // 2
     # a softmax's passes write rows of exponentials: per-row fusion is faster there
     softmax = pipeline_for(_softmax(4096, 1024), cpu, "smart")
-    assert softmax.bands[0].row_writers == 2 and softmax.default_config().bands[0].register == (0,)
+    assert softmax.bands[0].row_writers == 2 and bands_of(softmax.default_config())[0].register == (0,)

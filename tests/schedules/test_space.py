@@ -9,7 +9,8 @@ from akg.compiler import Pipeline
 from akg.errors import ScheduleError
 from akg.graph import GraphBuilder
 from akg.graph.compute.lower import lower_graph
-from akg.schedules.space import BandConfig, Config
+from akg.schedules.cpu import BandConfig, bands_of, cpu_config
+from akg.schedules.space import Config
 from akg.target import get_target
 
 
@@ -20,7 +21,7 @@ def _pipeline():
 
 
 def test_config_json_round_trip_and_hashable():
-    c = Config(fusion="max", bands=(BandConfig((1, 0), (8, 0), (0, 16), True),), unroll=False)
+    c = cpu_config(fusion="max", bands=(BandConfig((1, 0), (8, 0), (0, 16), True),), unroll=False)
     again = Config.from_json(c.to_json())
     assert again == c and hash(again) == hash(c)
     with pytest.raises(ScheduleError, match="not a config"):
@@ -54,13 +55,13 @@ def test_space_enumerates_lazily():
 def test_bad_configs_raise_schedule_error(band, message):
     graph, p = _pipeline()
     with pytest.raises(ScheduleError, match=message):
-        akg.build(graph, config=Config(bands=(band,)))
+        akg.build(graph, config=cpu_config(bands=(band,)))
 
 
 def test_wrong_band_count_and_illegal_order():
     graph, p = _pipeline()
     with pytest.raises(ScheduleError, match="config maps 2 bands, the schedule has 1"):
-        akg.build(graph, config=Config(bands=(BandConfig((0, 1), (0, 0), (0, 0)),) * 2))
+        akg.build(graph, config=cpu_config(bands=(BandConfig((0, 1), (0, 0), (0, 0)),) * 2))
     b = GraphBuilder("scan")  # a band whose loops cannot be interchanged
     b.output(b.sum(b.input("x", (8, 32)), axes=[1]))
     q = Pipeline(lower_graph(b.build()), get_target("cpu"))
@@ -71,6 +72,6 @@ def test_default_config_is_legal_and_vectorises_matmul():
     graph, p = _pipeline()
     config = p.default_config()
     p.space().validate(config)
-    (band,) = config.bands
+    (band,) = bands_of(config)
     assert band.sink and band.register[-1] >= get_target("cpu").vector_lanes("float32")
     assert "T.vectorized" in p.build(config).tir()

@@ -9,6 +9,7 @@ from tvm import tirx
 
 from akg.db import Status
 from akg.graph import GraphBuilder
+from akg.schedules.cpu import cpu_config
 from akg.schedules.space import Config
 from akg.target import get_target
 from akg.tuner.measure import (BuildResult, InProcessBuilder, InProcessRunner, LocalBuilder, LocalRunner,
@@ -70,7 +71,7 @@ class PlantedBuilder(InProcessBuilder):
 
 def test_faulty_candidates_fail_with_the_right_status_and_measurement_goes_on(tmp_path):
     graph = _graph()
-    configs = [Config(unroll=u, vectorize=v) for u in (True, False) for v in (True, False)] + [Config(parallel=False)]
+    configs = [cpu_config(unroll=u, vectorize=v) for u in (True, False) for v in (True, False)] + [cpu_config(parallel=False)]
     builder = PlantedBuilder({1: _crash, 2: _hang, 3: _wrong}, str(tmp_path))
     runner = LocalRunner(timeout=3.0)
     try:
@@ -87,9 +88,9 @@ def test_faulty_candidates_fail_with_the_right_status_and_measurement_goes_on(tm
 
 
 def test_illegal_configs_are_build_errors(tmp_path):
-    from akg.schedules.space import BandConfig
+    from akg.schedules.cpu import BandConfig
 
-    bad = Config(bands=(BandConfig((0, 1), (999, 0), (0, 0)),))
+    bad = cpu_config(bands=(BandConfig((0, 1), (999, 0), (0, 0)),))
     (result,) = InProcessBuilder(str(tmp_path)).build(_graph(), get_target("cpu"), [bad])
     assert result.status == Status.BUILD_ERROR and "illegal config" in result.error
 
@@ -105,7 +106,7 @@ def test_in_process_pair_measures(tmp_path):
 def test_process_pool_builder(tmp_path):
     builder = LocalBuilder(workers=2, directory=str(tmp_path))
     try:
-        results = builder.build(_graph(), get_target("cpu"), [Config(), Config(unroll=False)])
+        results = builder.build(_graph(), get_target("cpu"), [Config(), cpu_config(unroll=False)])
     finally:
         builder.close()
     assert all(r.status == Status.OK and r.artifact for r in results)

@@ -1,0 +1,53 @@
+"""The library API: `build` one kernel, `compile_model` a whole model, `tune` a model; each
+takes names or objects (a target name or Target, a database URL or Database) and turns them
+into objects once, here at the edge. Tuned configs come from the tuning database."""
+
+from __future__ import annotations
+
+from akg.compiler import build as _build
+from akg.compiler import compile_model as _compile_model
+from akg.schedules.space import Config
+from akg.target import Target, get_target
+
+
+def tuned_config(graph, target: Target, db) -> tuple[Config | None, str]:
+    """The best recorded config of this workload on this target, and where it came from."""
+    from akg.db import Database, open_database
+    from akg.graph.subgraph import workload_key
+
+    database = db if isinstance(db, Database) else open_database(db)
+    best = database.best(workload_key(graph), target.key)
+    if best is None:
+        return None, "default"
+    unit = getattr(best, "unit", "s")
+    cost = f"{best.cost * 1e6:.1f} us" if str(unit) == "s" else f"{best.cost:.0f} {unit}"
+    return Config.from_json(best.config), f"tuned ({cost} measured {best.timestamp:%Y-%m-%d})"
+
+
+def _chooser(db):
+    if db is None:
+        return None
+    from akg.db import Database, open_database
+
+    database = db if isinstance(db, Database) else open_database(db)
+    return lambda graph, target: tuned_config(graph, target, database)
+
+
+def build(subgraph, target: str | Target = "cpu", config: Config | None = None, db=None):
+    """Compile one subgraph into a Kernel: `config`, else the best record of the tuning
+    database `db` when one is given and has one, else the target's default; the kernel says
+    which."""
+    return _build(subgraph, get_target(target), config, choose=_chooser(db))
+
+
+def compile_model(graph, target: str | Target = "cpu", db=None, progress=None):
+    """A CompiledModel of a whole model, each kernel with its best tuned config from `db` when
+    there is one."""
+    return _compile_model(graph, get_target(target), choose=_chooser(db), progress=progress)
+
+
+def tune(model, target: str | Target = "cpu", trials: int = 64, db=None, **options):
+    """Tune a model's kernels, recording every measurement in the database (akg.tuner.tune)."""
+    from akg.tuner.tune import tune as _tune
+
+    return _tune(model, target=target, trials=trials, db=db, **options)

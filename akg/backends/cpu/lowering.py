@@ -1,0 +1,38 @@
+"""CPU lowering hooks: what the TIR generator emits for LLVM (reassociation fences on the
+folds of vector reductions, local buffers on the stack, vector reductions where the target
+lets float sums be reordered)."""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import tirx
+
+from akg.polyhedral.astgen import LoweringHooks
+
+STACK_BYTES = 16 * 1024
+
+
+def llvm_fence(value: tirx.PrimExpr, dtype: str) -> tirx.PrimExpr:
+    """`value`, with no reassociation across this point: LLVM's reassociation (allowed by
+    fast-math) would otherwise merge the independent accumulator chains, once it has unrolled
+    their loop, back into one serial chain."""
+    if not dtype.startswith("float"):
+        return value
+    return tirx.call_llvm_pure_intrin(dtype, "llvm.arithmetic.fence", value)
+
+
+def stack_alloc(buf: tirx.Buffer) -> tirx.Stmt:
+    """A local buffer on the stack (TVM otherwise puts buffers of 1 KiB or more on the heap,
+    where LLVM cannot keep them in registers)."""
+    nbytes = int(np.prod([int(d) for d in buf.shape])) * np.dtype(buf.dtype).itemsize
+    if nbytes <= STACK_BYTES:
+        return tirx.AllocBuffer(buf, {"disable_lower_builtin": True})
+    return tirx.AllocBuffer(buf)
+
+
+def cpu_lowering(target, config) -> LoweringHooks:
+    """Vector reductions as wide as the CPU's vectors when the config vectorises and the
+    target allows reordering float sums (`CpuTarget.fast_math_reassoc`)."""
+    reduce_bits = target.vector_bits if (config.has("vectorize") and target.fast_math_reassoc) else 0
+    return LoweringHooks(fence=llvm_fence, local_alloc=stack_alloc, reduce_bits=reduce_bits,
+                         fast_math=config.has("fast_math"))

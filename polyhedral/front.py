@@ -1,0 +1,34 @@
+"""The polyhedral front end of one program: model, dependences, isl schedule and the analysis
+of its outer bands, done once and reused for every config a target builds from it. isl's
+own failures come out as ScheduleError."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from akg.errors import ScheduleError
+from akg.polyhedral.deps import Dependences, compute_dependences
+from akg.polyhedral.model import PolyModel, build_model
+from akg.polyhedral.schedule import schedule as isl_schedule
+from akg.polyhedral.tree import BandInfo, analyze
+
+
+@dataclass
+class ScheduledProgram:
+    model: PolyModel
+    deps: Dependences
+    schedule: isl.Schedule
+    bands: list[BandInfo]
+    fallback: str | None  # why the sequential schedule was used, if it was
+
+
+def schedule_program(program, fusion: str = "smart") -> ScheduledProgram:
+    try:
+        model = build_model(program)
+        deps = compute_dependences(model)
+        result = isl_schedule(model, deps, fusion)
+        return ScheduledProgram(model, deps, result.schedule, analyze(model, result.schedule), result.fallback)
+    except isl.Error as e:
+        raise ScheduleError(f"{program.name}: polyhedral analysis failed: {e}") from e
