@@ -69,6 +69,7 @@ setup(
             "pytest>=8,<10",
             "hypothesis>=6.100",
             "pytest-timeout>=2.2",
+            "import-linter>=2.1,<3",  # the import contracts (scripts/lint_imports.py)
         ],
     },
     entry_points={"console_scripts": ["akg = akg.cli:main"]},

@@ -19,7 +19,7 @@ from akg.graph.compute.lower import Program, lower_graph
 from akg.graph.ir import Graph
 from akg.graph.subgraph import Subgraph, workload_key
 from akg.kernel import Kernel, KernelStats
-from akg.polyhedral.astgen import lower_to_tir
+from akg.polyhedral.astgen import LoweringHooks, lower_to_tir
 from akg.polyhedral.front import schedule_program
 from akg.schedules.space import Config, Space
 from akg.target import Target, get_target
@@ -76,7 +76,7 @@ class Pipeline:
         t0 = time.perf_counter()
         mapped = self.recipe.apply(config, self.model, self.schedule, self.bands, self.dtype)
         func, records = lower_to_tir(self.model, mapped, promote=self.recipe.promote(config),
-                                     name=self.program.name, hooks=self.target.lowering(config))
+                                     name=self.program.name, hooks=self.target.lowering(config) or LoweringHooks())
         self.stats.codegen_s = time.perf_counter() - t0
         return func, records
 

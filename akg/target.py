@@ -16,16 +16,12 @@ import importlib
 import logging
 import pkgutil
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, ClassVar, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import numpy as np
 
 from akg.errors import ScheduleError, UnknownTargetError
 from akg.registry import Registry
-
-if TYPE_CHECKING:  # pragma: no cover
-    from akg.polyhedral.astgen import LoweringHooks
-    from akg.schedules.recipe import Recipe
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +96,18 @@ class Target(abc.ABC):
     # --- plug-in hooks -------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def recipe(self) -> "Recipe":
-        """The mapping recipe and knob space of this kind (`schedules/<kind>.py`)."""
+    def recipe(self):
+        """The `akg.schedules.recipe.Recipe` of this kind: its mapping and knob space
+        (`schedules/<kind>.py`)."""
 
     @abc.abstractmethod
-    def backend(self) -> "Backend":
+    def backend(self) -> Backend:
         """The backend of this kind (`akg/backends/<kind>/`)."""
 
-    def lowering(self, config) -> "LoweringHooks":
-        """What the TIR generator emits for this target under `config` (plain TIR by default)."""
-        from akg.polyhedral.astgen import LoweringHooks
-
-        return LoweringHooks()
+    def lowering(self, config):
+        """The `akg.polyhedral.astgen.LoweringHooks` for this target under `config` (what the
+        TIR generator emits: fences, local allocations, vector reductions); None: plain TIR."""
+        return None
 
 
 # --- backends ----------------------------------------------------------------------------------
