@@ -1,0 +1,199 @@
+#!/usr/bin/env python
+"""akg at a base commit against akg in the working tree, in one run: for the kernel suite
+and the example models, each tree builds the default kernels (compile time per kernel) and
+compiles the whole models in its own worker process; the workers then time every kernel
+(time_evaluator) and every compiled model (Python calls) in alternating rounds, each
+reporting its best round. For refactors that must leave speed alone.
+
+    python scripts/bench/ab_trees.py --base HEAD~3 [--rounds 9] [--seconds 0.25] [--json out.json]
+
+The base tree is `git archive`d and, like the working tree, staged as one package (as
+scripts/lint_imports.py does); both workers run with this interpreter and its packages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import lint_imports  # noqa: E402  (stage)
+
+SUITE = ("matmul", "batch_matmul", "conv2d", "softmax", "layer_norm", "bias_gelu", "reduce_sum")
+MODELS = ("mlp", "resnet_block", "transformer_block")
+
+# --- the worker: one per tree, commands as JSON lines on stdin ----------------------------------
+
+WORKER = r'''
+import json, statistics, sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import kernels
+import akg
+from akg.graph.io import load_model
+from akg.graph.interpreter import random_inputs
+from akg.graph.compute.lower import lower_graph
+from akg.target import get_target
+
+def partition(graph, target):
+    try:
+        from akg.graph.pipeline import plan_model
+        return plan_model(graph, target)
+    except ImportError:
+        from akg.graph.fuse import partition as p
+        return p(graph, target=target)
+
+def compile_model(graph):
+    try:
+        from akg.api import compile_model as c
+    except ImportError:
+        from akg.runtime import compile_model as c
+    return c(graph)
+
+def module(kernel):
+    exe = kernel.executable
+    return getattr(exe, "mod", exe)
+
+target = get_target("cpu")
+graphs = {b.name: b.graph for b in kernels.suite_benches()}
+examples = sys.argv[2]
+models = {}
+for name in sys.argv[3].split(","):
+    models[name] = load_model(f"{examples}/{name}.mir")
+    seen = set()
+    for k, fk in enumerate(partition(models[name], target).kernels):
+        if fk.subgraph.workload_key not in seen:
+            seen.add(fk.subgraph.workload_key)
+            graphs[f"{name}:{fk.name.split('.')[-1]}"] = fk.subgraph.graph
+built, compiled = {}, {}
+import tvm
+dev = tvm.cpu()
+for line in sys.stdin:
+    cmd = json.loads(line)
+    out = {}
+    if cmd["op"] == "list":
+        out = {"kernels": list(graphs), "models": list(models)}
+    elif cmd["op"] == "build":
+        best = None
+        for _ in range(2):
+            t0 = time.perf_counter()
+            kernel = akg.build(graphs[cmd["name"]])
+            best = min(best or 1e9, time.perf_counter() - t0)
+        program = lower_graph(graphs[cmd["name"]])
+        inputs = random_inputs(graphs[cmd["name"]], 0)
+        args = [tvm.runtime.tensor(inputs[t.name], dev) for t in program.inputs]
+        args += [tvm.runtime.tensor(np.asarray(a), dev) for a in program.params.values()]
+        args += [tvm.runtime.tensor(np.zeros(t.shape, t.dtype), dev) for t in program.outputs]
+        mod = module(kernel)
+        mod["main"](*args)
+        t0 = time.perf_counter(); mod["main"](*args); once = time.perf_counter() - t0
+        number = max(1, int(cmd["seconds"] / max(once, 1e-6)))
+        built[cmd["name"]] = (mod.time_evaluator("main", dev, number=number, repeat=1), args)
+        out = {"build_s": best, "tir": kernel.func.script().replace(kernel.name, "kernel")}
+    elif cmd["op"] == "time_kernel":
+        evaluate, args = built[cmd["name"]]
+        out = {"s": float(evaluate(*args).mean)}
+    elif cmd["op"] == "compile_model":
+        t0 = time.perf_counter()
+        m = compile_model(models[cmd["name"]])
+        inputs = m.random_inputs(0)
+        compiled[cmd["name"]] = (m, inputs)
+        m(**inputs)
+        out = {"compile_s": time.perf_counter() - t0}
+    elif cmd["op"] == "time_model":
+        m, inputs = compiled[cmd["name"]]
+        samples, start = [], time.perf_counter()
+        while time.perf_counter() - start < cmd["seconds"] or len(samples) < 3:
+            t0 = time.perf_counter(); m(**inputs); samples.append(time.perf_counter() - t0)
+        out = {"s": statistics.median(samples)}
+    print(json.dumps(out), flush=True)
+'''
+
+
+class Worker:
+    def __init__(self, label: str, staged: Path, env_extra: dict):
+        self.label = label
+        env = {**os.environ, "PYTHONPATH": str(staged), **env_extra}
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, str(HERE), str(ROOT / "examples"), ",".join(MODELS)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=staged)
+
+    def ask(self, **cmd) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.label} worker died (exit code {self.proc.poll()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+def stage_base(rev: str, into: Path) -> Path:
+    src = into / "src"
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    staged = into / "staged"
+    old_root, lint_imports.ROOT = lint_imports.ROOT, src
+    try:
+        return lint_imports.stage(staged)
+    finally:
+        lint_imports.ROOT = old_root
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, help="git revision of the base tree")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--seconds", type=float, default=0.25)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="akg-ab-") as tmp:
+        tmp = Path(tmp)
+        base = Worker("base", stage_base(args.base, tmp / "base"), {})
+        new = Worker("new", lint_imports.stage(tmp / "new"), {})
+        workers = (base, new)
+        names = base.ask(op="list")
+        assert names == new.ask(op="list"), "the trees cut the example models into different kernels"
+        rows = {}
+        for name in names["kernels"]:
+            b, n = base.ask(op="build", name=name, seconds=args.seconds), new.ask(op="build", name=name,
+                                                                                seconds=args.seconds)
+            rows[name] = {"build_base_s": b["build_s"], "build_new_s": n["build_s"], "same_tir": b["tir"] == n["tir"]}
+            print(f"built {name}", file=sys.stderr, flush=True)
+        for name in names["models"]:
+            rows[f"model:{name}"] = {f"build_{w.label}_s": w.ask(op="compile_model", name=name)["compile_s"]
+                                     for w in workers}
+        best = {key: {w.label: float("inf") for w in workers} for key in rows}
+        for r in range(args.rounds):
+            for key in rows:
+                for w in workers if r % 2 == 0 else workers[::-1]:
+                    op, name = ("time_model", key[6:]) if key.startswith("model:") else ("time_kernel", key)
+                    best[key][w.label] = min(best[key][w.label], w.ask(op=op, name=name, seconds=args.seconds)["s"])
+            print(f"round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
+        for w in workers:
+            w.close()
+    lines = ["| workload | base ms | new ms | new / base | build base s | build new s | same TIR |",
+             "|---|---|---|---|---|---|---|"]
+    for key, row in rows.items():
+        row["base_ms"], row["new_ms"] = best[key]["base"] * 1e3, best[key]["new"] * 1e3
+        lines.append(f"| {key} | {row['base_ms']:.4f} | {row['new_ms']:.4f} | {row['new_ms'] / row['base_ms']:.3f} "
+                     f"| {row['build_base_s']:.3f} | {row['build_new_s']:.3f} | {row.get('same_tir', '-')} |")
+    print("\n".join(lines))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
