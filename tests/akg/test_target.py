@@ -1,54 +1,53 @@
+"""akg.target: targets found as plug-ins by name, capabilities and memory levels as data,
+artifacts by kind."""
+
+import numpy as np
 import pytest
 
-from akg.errors import UnknownTargetError
-from akg.schedules.cpu import default_band
-from akg.polyhedral.tree import BandInfo
-from akg.backends.cpu.target import CpuTarget, host_cpu, vector_unit
-from akg.target import get_target
+from akg.errors import ScheduleError, UnknownTargetError
+from akg.target import (BACKENDS, TARGETS, VECTOR, Artifact, MemoryLevel, get_backend, get_target,
+                        load_plugins)
 
 
-@pytest.mark.parametrize("features, triple, llvm_width, expect", [
-    (("avx", "avx2", "fma", "sse2"), "x86_64-pc-linux-gnu", 512, (256, 16)),  # Zen 3: LLVM says 512
-    (("+avx2", "+avx512f", "+sse2"), "x86_64-pc-linux-gnu", 512, (512, 32)),
-    (("sse2", "sse4.2"), "x86_64-pc-linux-gnu", 128, (128, 16)),
-    (("neon",), "aarch64-unknown-linux-gnu", 128, (128, 32)),
-    ((), "riscv64-unknown-linux-gnu", 256, (256, 16)),
-])
-def test_vector_unit_comes_from_the_features(features, triple, llvm_width, expect):
-    assert vector_unit(features, triple, llvm_width) == expect
+def test_plugins_register_the_cpu_targets_and_backend():
+    load_plugins()
+    assert {"cpu", "llvm", "cpu-generic"} <= set(TARGETS)
+    cpu = get_target("cpu")
+    assert get_target(cpu) is cpu and get_target("CPU") == cpu
+    assert cpu.backend() is get_backend(cpu.backend().artifact_kind)
+    assert cpu.backend().artifact_kind in BACKENDS
 
 
-def test_host_vector_width_agrees_with_its_features():
-    cpu = host_cpu()
-    feats = {f.lstrip("+") for f in cpu.features}
-    if "avx512f" in feats:
-        assert cpu.vector_bits == 512
-    elif "avx" in feats:
-        assert cpu.vector_bits == 256
-    assert cpu.key == f"cpu-{cpu.mcpu}-{cpu.vector_bits}b-{cpu.cores}c"
-
-
-def test_accumulator_budget_follows_the_register_file():
-    assert CpuTarget(vector_bits=512, vector_registers=32).accumulator_bytes == 16 * 64
-    assert CpuTarget(vector_bits=256, vector_registers=16).accumulator_bytes == 12 * 32
-
-
-def _matmul_band(m, n, k):
-    return BandInfo(index=0, extents=(m, n), coincident=(True, True), permutable=True,
-                    statements=("S0",), contiguity=(0, 2), inner_contiguity=1, has_inner=True,
-                    reduction_inner=True, work=m * n * k)
-
-
-def test_register_tile_fits_the_targets_registers():
-    avx512 = CpuTarget(vector_bits=512, vector_registers=32)
-    avx2 = CpuTarget(vector_bits=256, vector_registers=16)
-    for cpu, rows in ((avx512, 8), (avx2, 4)):  # AVX2: 6 would fit, 4 divides 1024
-        lanes = cpu.vector_lanes("float32")
-        band = default_band(_matmul_band(1024, 1024, 1024), lanes, 2, 4, cpu.l2_bytes, cpu.accumulator_bytes)
-        assert band.register == (rows, 2 * lanes)
-        assert band.register[0] * band.register[1] * 4 <= cpu.accumulator_bytes
-
-
-def test_unknown_target_is_typed():
-    with pytest.raises(UnknownTargetError, match="known: cpu"):
+def test_unknown_names_list_the_known():
+    with pytest.raises(UnknownTargetError, match="unknown target 'tpu9'.*cpu-generic.*llvm"):
         get_target("tpu9")
+    with pytest.raises(Exception, match="no backend for artifacts of kind for 'nope'"):
+        get_backend("nope")
+
+
+def test_capabilities_and_levels_are_data():
+    generic = get_target("cpu-generic")
+    assert generic.has(VECTOR) and generic.key == "cpu-generic-128b-2c"
+    assert [m.name for m in generic.memory] == ["global", "L2", "L1", "registers"]
+    assert generic.level("L1") == MemoryLevel("L1", 32 * 1024, 64, "core")
+    with pytest.raises(ScheduleError, match="no memory level 'UB'.*global, L2, L1, registers"):
+        generic.level("UB")
+    with pytest.raises(ScheduleError, match="needs capability 'threads', which target 'cpu-generic-128b-2c' lacks"):
+        generic.require("threads", "map(threads)")
+
+
+def test_an_artifact_round_trips_through_its_backend():
+    import akg
+    from akg.graph import GraphBuilder
+
+    b = GraphBuilder("t")
+    b.output(b.exp(b.input("x", (4, 8))))
+    kernel = akg.build(b.build(), target="cpu-generic")
+    backend = kernel.target.backend()
+    artifact = backend.export(kernel.executable)
+    assert isinstance(artifact, Artifact) and artifact.kind == backend.artifact_kind and len(artifact.data) > 1000
+    loaded = get_backend(artifact.kind).load(artifact)
+    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
+    (out,) = backend.run(loaded, [x], [((4, 8), "float32")])
+    np.testing.assert_allclose(out, np.exp(x), rtol=1e-6)
+    assert backend.measure(loaded, [backend.to_device(x), backend.empty((4, 8), "float32")], number=2, repeat=3)
