@@ -1,62 +1,18 @@
-"""Cost models that rank candidate configs: an XGBoost ranking model over loop-nest
-features (retrained as measurements arrive, warm-started from other workloads' records on
-the same target), and a random model for tests."""
+"""XgbCostModel: XGBoost with a pairwise ranking objective over loop-nest features, retrained
+as measurements arrive (and warm-started from other workloads' records on the same target)."""
 
 from __future__ import annotations
 
-import abc
 import logging
-import random
-from typing import Sequence
 
 import numpy as np
 
-from akg.registry import Registry
+from akg.tuner.cost_model.cost_model import CostModel, register_cost_model
 
 log = logging.getLogger(__name__)
 
 
-class CostModel(abc.ABC):
-    """Scores candidates: higher means expected faster."""
-
-    name = "model"
-    informative = True  # False: scores carry no information (the search then explores)
-
-    @abc.abstractmethod
-    def update(self, features: Sequence[np.ndarray], costs: Sequence[float | None],
-               groups: Sequence[str]) -> None:
-        """Add measurements: one feature vector, cost in seconds (None for a failure) and
-        workload key (measurements rank only against their own workload) each."""
-
-    @abc.abstractmethod
-    def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:
-        """Scores of candidates (of one workload)."""
-
-
-COST_MODELS: Registry[type] = Registry("cost model")
-
-
-def _register(cls):
-    COST_MODELS.register(cls.name, cls)
-    return cls
-
-
-@_register
-class RandomModel(CostModel):
-    name = "random"
-    informative = False
-
-    def __init__(self, seed: int = 0):
-        self.rng = random.Random(seed)
-
-    def update(self, features, costs, groups) -> None:
-        pass
-
-    def predict(self, features) -> np.ndarray:
-        return np.array([self.rng.random() for _ in features])
-
-
-@_register
+@register_cost_model
 class XgbCostModel(CostModel):
     """XGBoost with a pairwise ranking objective. Within each workload, a measured candidate's
     relevance is its speed relative to the workload's best (failures score 0)."""
@@ -125,9 +81,3 @@ class XgbCostModel(CostModel):
         import xgboost as xgb
 
         return self.booster.predict(xgb.DMatrix(np.stack([np.asarray(f, np.float32) for f in features])))
-
-
-def make_cost_model(name: str | CostModel, seed: int = 0) -> CostModel:
-    if isinstance(name, CostModel):
-        return name
-    return COST_MODELS.get(name)(seed=seed)
