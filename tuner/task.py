@@ -1,10 +1,13 @@
 """A tuning task: one subgraph on one target, its knob spaces (one per fusion strategy), what
-has been measured for it, and features of candidate configs."""
+has been measured for it, and features of candidate configs. The lowering made to compute a
+candidate's features is kept (the most recent `LOWERINGS_KEPT`), so that a builder compiles
+it instead of lowering the candidate again."""
 
 from __future__ import annotations
 
 import logging
 import random
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +18,8 @@ from akg.polyhedral.schedule import FUSION_STRATEGIES
 from akg.schedules.space import Config, Space
 
 log = logging.getLogger(__name__)
+
+LOWERINGS_KEPT = 128  # per task; a search round ranks about 100 candidates
 
 
 @dataclass
@@ -35,6 +40,7 @@ class TuningTask:
     _pipelines: dict = field(default_factory=dict)
     _features: dict = field(default_factory=dict)
     _spaces: dict = field(default_factory=dict)
+    _lowered: OrderedDict = field(default_factory=OrderedDict)  # config JSON -> (PrimFunc, records)
 
     def __post_init__(self):
         self.rng = random.Random(f"{self.seed}:{self.subgraph.workload_key}")
@@ -73,14 +79,23 @@ class TuningTask:
 
             try:
                 pipeline = self.pipeline(config.fusion)
-                _, records = pipeline.lower(config)
+                func, records = pipeline.lower(config)
                 cores = getattr(self.target, "cores", 1)
                 self._features[key] = np.asarray(
                     loop_nest_features(records, cores) + knob_features(pipeline, config), np.float32)
+                self._lowered[key] = (func, records)
+                while len(self._lowered) > LOWERINGS_KEPT:
+                    self._lowered.popitem(last=False)
             except AkgError as e:
                 log.debug("%s: cannot lower %s: %s", self.name, key, e)
                 self._features[key] = None
+        elif key in self._lowered:
+            self._lowered.move_to_end(key)  # ranked again: likelier to be built
         return self._features[key]
+
+    def lowered(self, config: Config) -> tuple | None:
+        """(PrimFunc, records) of a candidate if `features` lowered it lately, else None."""
+        return self._lowered.get(config.to_json())
 
     @property
     def best(self) -> Trial | None:

@@ -3,19 +3,19 @@ measurement in the tuning database as it happens.
 
 The trial budget is the total number of measured configs for the model's kernels, counting
 those already in the database: running the same tune again resumes where it stopped and,
-once the budget is spent, measures nothing. A task scheduler gives each round to the
-kernel with the largest expected gain (occurrences x best time so far, discounted by the
-trials it already had), as Ansor's task scheduler does.
+once the budget is spent, measures nothing. `TuneLoop` holds a session's parts (tasks,
+scheduler, search, cost model, builder, runner, database); each `step()` is one round: the
+scheduler picks a kernel (`akg.tuner.scheduler`), the search proposes a batch, the builder
+compiles it (reusing the lowerings the search made to rank candidates), the runner measures
+it, and each result goes into the database as it arrives.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import math
-import shutil
 import signal
 import threading
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,12 +26,16 @@ from akg.graph.ir import Graph
 from akg.graph.subgraph import Subgraph
 from akg.schedules.space import Config
 from akg.target import Target, get_target
+from akg.tuner.builder import Builder, BuildInput, LocalBuilder, Lowered
 from akg.tuner.cost_model import CostModel, make_cost_model
-from akg.tuner.measure import Builder, LocalBuilder, LocalRunner, Runner, TaskData
+from akg.tuner.runner import LocalRunner, MeasureResult, Runner, TaskData
+from akg.tuner.scheduler import TaskScheduler
 from akg.tuner.search import SearchStrategy, make_search
 from akg.tuner.task import Trial, TuningTask
 
 log = logging.getLogger(__name__)
+
+__all__ = ["KernelResult", "TaskScheduler", "TuneLoop", "TuneResult", "kernels_of", "tune"]
 
 WARM_START_LIMIT = 256  # records of other workloads used to warm-start the cost model
 
@@ -64,46 +68,99 @@ class TuneResult:
 
 
 def kernels_of(graph: Graph, target: Target | None = None) -> list[Subgraph]:
-    """The model's kernels for `target`, deduplicated by workload key with their occurrence
-    counts."""
-    try:
-        from akg.graph.fuse import partition
-    except ImportError:  # before fusion partitioning exists, the whole graph is one kernel
-        return [Subgraph(graph)]
-    parts = partition(graph, target=target)
-    subgraphs = getattr(parts, "subgraphs", parts)
+    """The model's kernels for `target` (`akg.graph.pipeline.plan_model`), deduplicated by
+    workload key with their occurrence counts."""
+    from akg.graph.pipeline import plan_model
+
     unique: dict[str, Subgraph] = {}
     counts: dict[str, int] = {}
-    for sg in subgraphs:
+    for sg in plan_model(graph, target).subgraphs:
         counts[sg.workload_key] = counts.get(sg.workload_key, 0) + 1
         unique.setdefault(sg.workload_key, sg)
     return [Subgraph(sg.graph, sg.name, counts[key]) for key, sg in unique.items()]
 
 
-class TaskScheduler:
-    """Picks the task for the next round: every task once, then the largest expected gain."""
+def tasks_of(graph: Graph, target: Target, database: Database, seed: int = 0) -> list[TuningTask]:
+    """The model's tuning tasks, each with what the database has measured for it."""
+    database.register_target(TargetInfo.of(target))
+    tasks = []
+    for sg in kernels_of(graph, target):
+        database.register_workload(Workload.of(sg))
+        task = TuningTask(sg, target, sg.occurrences, seed)
+        for rec in database.history(sg.workload_key, target.key):
+            config = Config.from_json(rec.config)
+            task.trials.append(Trial(config, str(rec.status), rec.cost))
+            task.measured.add(config.to_json())
+        tasks.append(task)
+    return tasks
 
-    def __init__(self, tasks: list[TuningTask]):
-        self.tasks = tasks
-        self.exhausted: set[int] = set()
 
-    def next(self) -> TuningTask | None:
-        live = [t for t in self.tasks if id(t) not in self.exhausted]
-        if not live:
-            return None
-        untried = [t for t in live if not t.trials]
-        if untried:
-            return untried[0]
-        return max(live, key=self.gain)
+class TuneLoop:
+    """A tuning session: `trials` measurements in all (those already in the tasks count),
+    `batch` per round; `step()` runs one round."""
 
-    @staticmethod
-    def gain(task: TuningTask) -> float:
+    def __init__(self, tasks: list[TuningTask], target: Target, database: Database, builder: Builder,
+                 runner: Runner, cost_model: CostModel, search: SearchStrategy, *, trials: int, batch: int = 16,
+                 seed: int = 0, progress: Callable | None = None, started: float | None = None):
+        self.tasks, self.target, self.database = tasks, target, database
+        self.builder, self.runner, self.cost_model, self.search = builder, runner, cost_model, search
+        self.trials, self.batch, self.progress = trials, batch, progress
+        self.scheduler = TaskScheduler(tasks)
+        self.data = {id(t): TaskData(t.subgraph.graph, seed, target.cost_unit) for t in tasks}
+        self.done = sum(len(t.trials) for t in tasks)
+        self.new = 0
+        self.curve: list[tuple[int, float, float]] = []
+        self.started = time.perf_counter() if started is None else started
+
+    def step(self) -> bool:
+        """One round for the scheduler's next task; False when the budget is spent or no
+        task has anything left to propose."""
+        if self.done >= self.trials:
+            return False
+        task = self.scheduler.next()
+        if task is None:
+            return False
+        configs = self.search.propose(task, self.cost_model, min(self.batch, self.trials - self.done))
+        if not configs:
+            self.scheduler.exhaust(task)
+            return True
         best = task.best
-        cost = best.cost if best is not None else 1.0  # a kernel that never ran is worth trying
-        return task.occurrences * cost / math.sqrt(1 + len(task.trials))
+        builds = self.builder.build(task.subgraph.graph, self.target, [candidate(task, c) for c in configs])
+        futures = self.runner.submit(self.data[id(task)], builds, best.cost if best else None)
+        results = [self._record(task, f.result()) for f in futures]
+        self.cost_model.update([r.features for r in results], [r.cost for r in results], [task.key] * len(results))
+        weighted = _weighted(self.tasks)
+        self.curve.append((self.done, time.perf_counter() - self.started,
+                           weighted if weighted is not None else float("nan")))
+        if self.progress is not None:
+            self.progress(self.done, self.trials, task, results)
+        return True
 
-    def exhaust(self, task: TuningTask) -> None:
-        self.exhausted.add(id(task))
+    def _record(self, task: TuningTask, r: MeasureResult) -> MeasureResult:
+        self.database.add(Record(task.key, self.target.key, r.config, r.status, r.cost, unit=r.unit,
+                                 error=r.error[:2000]))
+        task.trials.append(Trial(r.config, str(r.status), r.cost))
+        task.measured.add(r.config.to_json())
+        self.done += 1
+        self.new += 1
+        if r.status != Status.OK:
+            log.info("%s: %s: %s", task.name, r.status, r.error)
+        return r
+
+    def result(self, interrupted: bool = False) -> TuneResult:
+        kernels = []
+        for t in self.tasks:
+            best = t.best
+            kernels.append(KernelResult(t.name, t.key, t.occurrences, len(t.trials),
+                                        sum(1 for x in t.trials if x.status != "ok"),
+                                        best.cost if best else None, best.config if best else None))
+        return TuneResult(kernels, self.new, time.perf_counter() - self.started, interrupted, self.curve)
+
+
+def candidate(task: TuningTask, config: Config) -> BuildInput:
+    """What the builder gets for `config`: with the task's lowering of it, if it has one."""
+    lowered = task.lowered(config)
+    return BuildInput(config, Lowered.of(*lowered) if lowered is not None else None)
 
 
 def _load(model) -> Graph:
@@ -122,60 +179,22 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
          runner: Runner | None = None, progress: Callable | None = None) -> TuneResult:
     """Tune a model (Graph, Subgraph or file path) on `target` with at most `trials`
     measurements in total (those already in the database count)."""
-    t0 = time.perf_counter()
+    started = time.perf_counter()
     target = get_target(target)
-    graph = _load(model)
     database = open_database(db) if not isinstance(db, Database) else db
-    database.register_target(TargetInfo.of(target))
-    tasks = []
-    for sg in kernels_of(graph, target):
-        database.register_workload(Workload.of(sg))
-        task = TuningTask(sg, target, sg.occurrences, seed)
-        for rec in database.history(sg.workload_key, target.key):
-            config = Config.from_json(rec.config)
-            task.trials.append(Trial(config, str(rec.status), rec.cost))
-            task.measured.add(config.to_json())
-        tasks.append(task)
+    tasks = tasks_of(_load(model), target, database, seed)
     model_ = make_cost_model(cost_model, seed)
-    search_ = make_search(search)
     _warm_start(model_, database, target, tasks)
     own_builder, own_runner = builder is None, runner is None
     builder = builder or LocalBuilder()
     runner = runner or LocalRunner(timeout=timeout)
-    workdir = Path(tempfile.mkdtemp(prefix="akg-tune-"))
-    data = {id(t): TaskData(t.subgraph.graph, workdir, seed) for t in tasks}
-    scheduler = TaskScheduler(tasks)
-    done = sum(len(t.trials) for t in tasks)
-    new = 0
+    loop = TuneLoop(tasks, target, database, builder, runner, model_, make_search(search), trials=trials,
+                    batch=batch, seed=seed, progress=progress, started=started)
     interrupted = False
-    curve: list[tuple[int, float, float]] = []
     stop = _StopOnInterrupt()
     try:
-        while done < trials and not stop.requested:
-            task = scheduler.next()
-            if task is None:
-                break
-            configs = search_.propose(task, model_, min(batch, trials - done))
-            if not configs:
-                scheduler.exhaust(task)
-                continue
-            best = task.best
-            results = runner.run(data[id(task)], builder.build(task.subgraph.graph, target, configs),
-                                 best.cost if best else None)
-            for r in results:
-                record = Record(task.key, target.key, r.config, r.status, r.cost, error=r.error[:2000])
-                database.add(record)
-                task.trials.append(Trial(r.config, str(r.status), r.cost))
-                task.measured.add(r.config.to_json())
-                if r.status != Status.OK:
-                    log.info("%s: %s: %s", task.name, r.status, r.error)
-            model_.update([r.features for r in results], [r.cost for r in results], [task.key] * len(results))
-            done += len(results)
-            new += len(results)
-            weighted = _weighted(tasks)
-            curve.append((done, time.perf_counter() - t0, weighted if weighted is not None else float("nan")))
-            if progress is not None:
-                progress(done, trials, task, results)
+        while not stop.requested and loop.step():
+            pass
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -183,18 +202,11 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
         interrupted = interrupted or stop.requested
         if interrupted:
             log.warning("tuning interrupted; every measurement so far is in the database")
-        if own_builder and hasattr(builder, "close"):
+        if own_builder:
             builder.close()
-        if own_runner and hasattr(runner, "close"):
+        if own_runner:
             runner.close()
-        shutil.rmtree(workdir, ignore_errors=True)
-    kernels = []
-    for t in tasks:
-        best = t.best
-        kernels.append(KernelResult(t.name, t.key, t.occurrences, len(t.trials),
-                                    sum(1 for x in t.trials if x.status != "ok"),
-                                    best.cost if best else None, best.config if best else None))
-    return TuneResult(kernels, new, time.perf_counter() - t0, interrupted, curve)
+    return loop.result(interrupted)
 
 
 class _StopOnInterrupt:
@@ -255,8 +267,6 @@ def _warm_start(model: CostModel, database: Database, target: Target, tasks: lis
 
 
 def _task_from_db(database: Database, key: str, target: Target) -> TuningTask | None:
-    import json
-
     from akg.graph.subgraph import graph_from_canonical
 
     for w in database.workloads():

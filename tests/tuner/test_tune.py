@@ -9,19 +9,23 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
 
 import akg
 from akg.db import InMemoryDatabase, open_database
+from akg.errors import MissingRuleError
 from akg.graph import GraphBuilder
 from akg.graph.subgraph import Subgraph
 from akg.schedules.space import Config
 from akg.target import get_target
-from akg.tuner.cost_model import RandomModel, XgbCostModel
+from akg.tuner.builder import InProcessBuilder
+from akg.tuner.cost_model import COST_MODELS, CostModel, RandomModel, XgbCostModel, make_cost_model
 from akg.tuner.features import FEATURE_NAMES
-from akg.tuner.measure import InProcessBuilder, InProcessRunner
-from akg.tuner.search import EvolutionarySearch
+from akg.tuner.runner import InProcessRunner
+from akg.tuner.scheduler import TaskScheduler
+from akg.tuner.search import SEARCH_STRATEGIES, EvolutionarySearch, SearchStrategy, make_search
 from akg.tuner.task import Trial, TuningTask
-from akg.tuner.tune import TaskScheduler, tune
+from akg.tuner.tune import TuneLoop, tasks_of, tune
 
 
 def _matmul(n=64, name="mm"):
@@ -71,7 +75,8 @@ def test_tuned_config_is_used_by_build(tmp_path):
 KILL_SCRIPT = textwrap.dedent("""
     import sys
     from akg.graph import GraphBuilder
-    from akg.tuner.measure import InProcessBuilder, InProcessRunner
+    from akg.tuner.builder import InProcessBuilder
+    from akg.tuner.runner import InProcessRunner
     from akg.tuner.tune import tune
 
     if __name__ == "__main__":
@@ -190,3 +195,54 @@ def test_tuning_leaves_no_temporary_directories(tmp_path, monkeypatch):
     assert [p.name for p in scratch.iterdir()] == [os.path.basename(builder.directory)]  # the caller's
     builder.close()
     assert list(scratch.iterdir()) == []  # the tuning workdir went at the end, the builder's with close()
+
+
+class _RecordingBuilder(InProcessBuilder):
+    """Builds in this process and keeps what it was given."""
+
+    def __init__(self):
+        super().__init__()
+        self.given = []
+
+    def build(self, graph, target, candidates):
+        self.given.append(list(candidates))
+        return super().build(graph, target, candidates)
+
+
+def test_tune_loop_steps_round_by_round_and_records_each_measurement():
+    target = get_target("cpu")
+    db = InMemoryDatabase()
+    tasks = tasks_of(_matmul(), target, db)
+    builder = _RecordingBuilder()
+    rounds = []
+    loop = TuneLoop(tasks, target, db, builder, InProcessRunner(), make_cost_model("xgb"), make_search("evolutionary"),
+                    trials=20, batch=8, progress=lambda done, total, task, results: rounds.append((done, len(results))))
+    try:
+        steps = 0
+        while loop.step():
+            steps += 1
+            assert db.count(tasks[0].key, target.key) == loop.done  # in the database as soon as measured
+    finally:
+        builder.close()
+    assert steps == 3 and rounds == [(8, 8), (16, 8), (20, 4)] and loop.new == 20
+    assert not loop.step()  # the budget is spent
+    records = db.history(tasks[0].key, target.key)
+    assert len(records) == 20 and all(str(r.unit) == target.cost_unit for r in records)
+    # from the second round on the model ranks candidates; those it ranked reach the builder lowered
+    assert all(c.lowered is None for c in builder.given[0])
+    assert any(c.lowered is not None for c in builder.given[1] + builder.given[2])
+    result = loop.result()
+    assert result.new_measurements == 20 and result.kernels[0].trials == 20 and len(result.curve) == 3
+
+
+def test_registries_are_keyed_by_name_and_make_turns_names_into_objects():
+    assert set(COST_MODELS) == {"xgb", "random"} and set(SEARCH_STRATEGIES) == {"evolutionary", "random"}
+    for registry, base in ((COST_MODELS, CostModel), (SEARCH_STRATEGIES, SearchStrategy)):
+        for name, cls in registry.items():
+            assert cls.name == name and issubclass(cls, base)
+    assert isinstance(make_cost_model("random", seed=3), RandomModel)
+    assert isinstance(make_search("evolutionary"), EvolutionarySearch)
+    model = XgbCostModel()
+    assert make_cost_model(model) is model
+    with pytest.raises(MissingRuleError, match="known: evolutionary, random"):
+        make_search("annealing")

@@ -1,0 +1,67 @@
+"""Compiling one candidate (runs in a builder worker, or in the tuner's process): reuse the
+lowering the tuner sent, else lower; compile through the target's backend; export the
+executable as an Artifact; compute the candidate's features from what was built."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+
+from akg.db.record import Status
+from akg.graph.ir import Graph
+from akg.tuner.builder.builder import BuildInput, BuildResult
+
+
+@contextlib.contextmanager
+def scratch_directory(directory: str | None):
+    """Temporary files made while building (the backend's exports) go under `directory`, so
+    that whatever a killed worker leaves behind goes with the builder's directory."""
+    if directory is None:
+        yield
+        return
+    previous, tempfile.tempdir = tempfile.tempdir, directory
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+
+
+class ScratchDirectory:
+    """A builder's directory for temporary files: its own temporary one unless given,
+    removed by `close()`."""
+
+    def __init__(self, directory: str | None):
+        self._own_directory = directory is None
+        self.directory = directory or tempfile.mkdtemp(prefix="akg-build-")
+
+    def close(self) -> None:
+        if self._own_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self._own_directory = False
+
+
+def build_candidate(graph: Graph, target, candidate: BuildInput, directory: str | None = None) -> BuildResult:
+    """Build one candidate into a BuildResult (never raises for a bad candidate)."""
+    from akg.compiler import pipeline_for
+    from akg.errors import AkgError, ScheduleError
+    from akg.tuner.features import extract_features
+
+    config = candidate.config
+    t0 = time.perf_counter()
+    try:
+        with scratch_directory(directory):
+            pipeline = pipeline_for(graph, target, config.fusion)
+            lowered = candidate.lowered.load() if candidate.lowered is not None else None
+            kernel = pipeline.build(config, lowered=lowered)
+            artifact = pipeline.target.backend().export(kernel.executable)
+        feats = extract_features(pipeline, config, kernel)
+        return BuildResult(config, artifact, Status.OK, "", time.perf_counter() - t0, feats)
+    except ScheduleError as e:  # an illegal config: the search counts and skips it
+        error = f"illegal config: {e}"
+    except AkgError as e:
+        error = str(e)
+    except Exception as e:  # noqa: BLE001  (a bug while building one candidate must not stop tuning)
+        error = f"{type(e).__name__}: {e}"
+    return BuildResult(config, None, Status.BUILD_ERROR, error, time.perf_counter() - t0)

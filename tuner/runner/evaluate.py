@@ -1,0 +1,71 @@
+"""Running one built candidate (in a runner worker, or in the tuner's process): load the
+artifact through its backend, run it once and verify the outputs against the reference, then
+time it with the backend's `measure` (a candidate whose verification run alone is far slower
+than the best is recorded with that one time)."""
+
+from __future__ import annotations
+
+import io
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from akg.db.record import Status
+from akg.target import Artifact, get_backend
+from akg.tuner.runner.runner import DEFAULT_MIN_SECONDS, DEFAULT_REPEATS, SLOWDOWN_LIMIT
+
+
+@dataclass
+class TaskArrays:
+    """A task's payload, loaded: output names, kernel arguments (inputs then parameters) and
+    the reference outputs in declared precision and float64."""
+
+    names: list[str]
+    args: list[np.ndarray]
+    reference: list[np.ndarray]
+    exact: list[np.ndarray]
+
+
+def load_task(payload: bytes) -> TaskArrays:
+    with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
+        data = {k: npz[k] for k in npz.files}
+    names = [str(n) for n in data.pop("names")]
+    ins = [data[f"in{k}"] for k in range(sum(1 for n in data if n.startswith("in")))]
+    params = [data[f"param{k}"] for k in range(sum(1 for n in data if n.startswith("param")))]
+    ref = [data[f"ref{k}"] for k in range(len(names))]
+    exact = [data[f"exact{k}"] for k in range(len(names))]
+    return TaskArrays(names, ins + params, ref, exact)
+
+
+def run_artifact(artifact: Artifact, task: TaskArrays, unit: str = "s", min_seconds: float = DEFAULT_MIN_SECONDS,
+                 repeats: int = DEFAULT_REPEATS, best: float | None = None) -> tuple[Status, float | None, str]:
+    """(status, cost in `unit`, error) of one candidate. In seconds, repeats run at least
+    `min_seconds` each and the median counts; other units (simulated cycles, which do not
+    vary) take one call."""
+    from akg.verify import Reference, compare
+
+    backend = get_backend(artifact.kind)
+    executable = backend.load(artifact)
+    kernel = backend.entry(executable)
+    tensors = [backend.to_device(a) for a in task.args]
+    tensors += [backend.to_device(np.zeros(r.shape, r.dtype)) for r in task.reference]
+    t0 = time.perf_counter()
+    kernel(*tensors)
+    first = time.perf_counter() - t0
+    outs = [backend.to_numpy(t) for t in tensors[len(task.args):]]
+    problems = compare(task.names, outs, Reference(task.reference, task.exact))
+    if problems:
+        return Status.WRONG_RESULT, None, "; ".join(map(str, problems))
+    if unit != "s":
+        return Status.OK, float(statistics.median(backend.measure(executable, tensors, number=1, repeat=1))), ""
+    if best is not None and first > SLOWDOWN_LIMIT * best and first > 0.01:
+        return Status.OK, first, ""
+    t0 = time.perf_counter()
+    kernel(*tensors)
+    once = max(time.perf_counter() - t0, 1e-7)
+    if once > min_seconds:  # a long kernel: a few single runs are accurate enough
+        repeats = min(repeats, 3)
+    number = max(1, int(min_seconds / once))
+    return Status.OK, float(statistics.median(backend.measure(executable, tensors, number=number, repeat=repeats))), ""
