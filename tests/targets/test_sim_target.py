@@ -108,3 +108,24 @@ def test_a_whole_model_runs_and_saves_on_testsim(tmp_path):
     assert again.artifact_kind == "testsim-tir"
     for got, e in zip(again(**inputs), expect):
         np.testing.assert_allclose(got, e, rtol=1e-4, atol=1e-5)
+
+
+def test_the_tuner_tunes_testsim_and_keeps_its_best(tmp_path):
+    from akg.db import open_database
+    from akg.tuner.builder import InProcessBuilder
+    from akg.tuner.runner import InProcessRunner
+    from akg.tuner.tune import tune
+
+    b = GraphBuilder("t")
+    b.output(b.relu(b.add(b.input("x", (64, 16)), b.input("y", (16,)))))
+    graph = b.build()
+    db = open_database(str(tmp_path / "sim.db"))
+    result = tune(graph, target="testsim", trials=6, db=db, cost_model="random", search="random",
+                  builder=InProcessBuilder(str(tmp_path)), runner=InProcessRunner(min_seconds=0.001, repeats=1))
+    assert result.new_measurements == 6
+    (kernel,) = result.kernels
+    assert kernel.best_cost is not None and kernel.failures == 0
+    records = db.records(kernel.workload_key, get_target("testsim").key)
+    assert len(records) == 6 and {str(r.unit) for r in records} == {"s"}
+    built = akg.build(graph, target="testsim", db=db)
+    assert built.config_source.startswith("tuned") and built.config == kernel.best_config
