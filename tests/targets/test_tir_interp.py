@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tvm
 from tvm import tirx
+from tvm.tirx.buffer import buffer_data
 
 import akg
 from akg.graph import GraphBuilder, random_inputs
@@ -52,11 +53,11 @@ def _poisoned(shape, dtype):
     return np.full(shape, np.iinfo(dtype).min + 7, dtype)
 
 
-def run_interpreted(kernel, inputs: list[np.ndarray], batch: bool = True) -> list[np.ndarray]:
+def run_interpreted(kernel, inputs: list[np.ndarray], batch: bool = True, min_batch=None) -> list[np.ndarray]:
     program = kernel.program
     outs = [_poisoned(t.shape, t.dtype) for t in program.outputs]
     args = [*(np.array(a) for a in inputs), *(np.array(a) for a in program.params.values()), *outs]
-    interpret(kernel.func, args, batch=batch)
+    interpret(kernel.func, args, batch=batch, min_batch=min_batch)
     return outs
 
 
@@ -77,7 +78,8 @@ def assert_same(got: np.ndarray, want: np.ndarray, what: str, ulps: float | None
 
 def check(g, cfg=None, seed: int = 0, inputs=None, serial: bool = True, ulps: float | None = None):
     """Build `g`, then: interpreted == compiled, interpreted passes the reference check, and
-    (with `serial`) batched interpretation == serial interpretation bit for bit."""
+    (with `serial`) batched interpretation (as chosen, and wherever legal) == serial
+    interpretation bit for bit."""
     kernel = akg.build(g, target="cpu", config=cfg)
     named = inputs if inputs is not None else random_inputs(g, seed)
     args = list(named.values())
@@ -88,8 +90,10 @@ def check(g, cfg=None, seed: int = 0, inputs=None, serial: bool = True, ulps: fl
     problems = compare(g, got, Reference.of(g, named))
     assert not problems, "; ".join(map(str, problems))
     if serial:
-        for k, (a, s) in enumerate(zip(got, run_interpreted(kernel, args, batch=False))):
+        serial_outs = run_interpreted(kernel, args, batch=False)
+        for k, (a, b, s) in enumerate(zip(got, run_interpreted(kernel, args, min_batch=2), serial_outs)):
             assert_same(a, s, f"output {k} batched vs serial", 0)
+            assert_same(b, s, f"output {k} batched wherever legal vs serial", 0)
     return kernel, got
 
 
@@ -342,6 +346,7 @@ def test_fast_math_expansions_on_special_values(op):
     assert not (sign & ~np.isnan(want)).any(), x[sign]
     np.testing.assert_allclose(got[finite], want[finite], rtol=2.5e-7, atol=1.2e-38)
     assert_same(got, run_interpreted(kernel, [x], batch=False)[0], op, ulps=0)
+    assert_same(got, run_interpreted(kernel, [x], min_batch=2)[0], op, ulps=0)
     assert not compare(g, [got], Reference.of(g, {"x": x}))
 
 
@@ -390,11 +395,12 @@ def _build(params, body):
 
 
 def _both(func, exe, arrays):
-    """(interpreted batched, interpreted serial, compiled) results of running on copies of arrays."""
+    """(interpreted batched wherever legal, batched as chosen, serial, compiled) results of
+    running on copies of arrays."""
     results = []
-    for batch in (True, False):
+    for batch, least in ((True, 1), (True, None), (False, None)):
         a = [x.copy() for x in arrays]
-        interpret(func, a, batch=batch)
+        interpret(func, a, batch=batch, min_batch=least)
         results.append(a)
     tensors = [tvm.runtime.tensor(x.copy(), tvm.cpu()) for x in arrays]
     exe["main"](*tensors)
@@ -523,7 +529,7 @@ def test_tir_loop_carried_dependences_are_not_batched():
     arrays = [rng.standard_normal(n).astype(np.float32), rng.standard_normal((4, 6)).astype(np.float32)]
     _assert_all_equal(_both(func, exe, arrays))
     # only the inner loop over a row (no dependence between its iterations) may run batched
-    assert TirInterpreter(func).batched_nests == [("w",)]
+    assert TirInterpreter(func, min_batch=1).batched_nests == [("w",)]
 
 
 def test_tir_independent_nests_are_batched():
@@ -537,7 +543,56 @@ def test_tir_independent_nests_are_batched():
     func, exe = _build([a, o], body)
     arrays = [np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32), np.zeros((8, 16), np.float32)]
     _assert_all_equal(_both(func, exe, arrays))
-    assert ("i", "j") in TirInterpreter(func).batched_nests
+    assert ("i", "j") in TirInterpreter(func, min_batch=1).batched_nests
+
+
+def test_tir_float16_arithmetic_rounds_every_operation():
+    n = 64
+    x, y = tirx.decl_buffer((n,), "float16", "x"), tirx.decl_buffer((n,), "float16", "y")
+    o = tirx.decl_buffer((3, n), "float16", "o")
+    i = tirx.Var("i", "int32")
+    X, Y = tirx.BufferLoad(x, [i]), tirx.BufferLoad(y, [i])
+    body = tirx.For(i, 0, n, tirx.ForKind.SERIAL, tirx.SeqStmt([
+        tirx.BufferStore(o, X * Y + X, [0, i]), tirx.BufferStore(o, X / (Y - tirx.const(0.1, "float16")), [1, i]),
+        tirx.BufferStore(o, tirx.Cast("float16", tirx.Cast("float32", X) * tirx.const(1000.0, "float32")), [2, i])]))
+    func, exe = _build([x, y, o], body)
+    rng = np.random.default_rng(4)
+    arrays = [(rng.standard_normal(n) * 60).astype(np.float16), rng.standard_normal(n).astype(np.float16),
+              np.zeros((3, n), np.float16)]
+    _assert_all_equal(_both(func, exe, arrays))
+
+
+def test_tir_views_pragmas_and_deep_expressions():
+    b = tirx.decl_buffer((4, 6), "float32", "b")
+    flat = tirx.decl_buffer((24,), "float32", "flat", data=buffer_data(b))
+    o = tirx.decl_buffer((3, 5), "float32", "o")
+    j, k, r, c = (tirx.Var(name, "int32") for name in "jkrc")
+    deep = tirx.BufferLoad(flat, [r * 5 + c])
+    for _ in range(300):  # a 600-node expression: generated in pieces, compiled with a deeper stack
+        deep = deep * tirx.const(1.001, "float32") + tirx.const(0.5, "float32")
+    body = tirx.SeqStmt([
+        tirx.DeclBuffer(flat, data=buffer_data(b)),
+        tirx.AttrStmt(tirx.const(0, "int32"), "pragma_hint", 1, tirx.For(j, 0, 24, tirx.ForKind.SERIAL, tirx.BufferStore(
+            flat, tirx.BufferLoad(flat, [j]) * tirx.const(2.0, "float32") + tirx.Cast("float32", j), [j]))),
+        tirx.Evaluate(0),
+        # written through one view, read through the other: each iteration reads the previous one's
+        # store (serial: b[0, 0] spreads along the row), so this loop must not run batched
+        tirx.For(k, 0, 5, tirx.ForKind.SERIAL, tirx.BufferStore(
+            flat, tirx.BufferLoad(b, [_i32(0), k]), [k + 1])),
+        # the row offset is a term constant over the inner nest (floordiv of the outer variable)
+        tirx.For(r, 0, 3, tirx.ForKind.SERIAL, tirx.For(c, 0, 5, tirx.ForKind.VECTORIZED, tirx.BufferStore(
+            o, deep + tirx.BufferLoad(o, [tirx.floordiv(r * 2, 2), c]), [tirx.floordiv(r * 2, 2), c]))),
+    ])
+    func, exe = _build([b, o], body)
+    rng = np.random.default_rng(5)
+    *interp, compiled = _both(func, exe, [rng.standard_normal((4, 6)).astype(np.float32),
+                                          rng.standard_normal((3, 5)).astype(np.float32)])
+    for got in interp:
+        np.testing.assert_array_equal(got[0], compiled[0])
+        np.testing.assert_allclose(got[1], compiled[1], rtol=1e-6)  # LLVM contracts the chain into FMAs
+    np.testing.assert_array_equal(interp[0][1], interp[2][1])
+    nests = TirInterpreter(func, min_batch=1).batched_nests
+    assert ("c",) in nests and ("k",) not in nests
 
 
 def test_tir_llvm_fence_is_the_identity():

@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import math
 import struct
+import sys
 from collections import OrderedDict
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import tirx
 from tvm.tirx.buffer import buffer_data, is_buffer_var
 
@@ -47,7 +49,8 @@ __all__ = ["TirInterpreter", "compile_func", "interpret"]
 _FLOAT_TYPES = {"float16": np.float16, "float32": np.float32, "float64": np.float64}
 _INT_DTYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
 _MAX_DEPTH = 40  # expression depth per generated lambda (CPython's parser nests 200 parentheses)
-_MIN_BATCH = 8  # iterations below which a batchable loop nest runs serially (NumPy's overhead)
+_MIN_BATCH = 8  # iterations below which a batchable loop nest runs serially (NumPy's overhead)...
+_BATCH_OVERHEAD = 400  # ... plus this many over the number of TIR nodes of its body
 
 
 class _Break(Exception):
@@ -332,12 +335,13 @@ class TirInterpreter:
     """A PrimFunc compiled once into Python code; call it with the arrays (in `func.params`
     order) to run the kernel in place."""
 
-    def __init__(self, func: tirx.PrimFunc, poison: bool = True, batch: bool = True):
+    def __init__(self, func: tirx.PrimFunc, poison: bool = True, batch: bool = True, min_batch: int | None = None):
         self.func = func
         self.poison = poison
-        self.batch = batch  # run loop nests that allow it as NumPy array operations
+        self.batch = batch  # run loop nests that allow it as NumPy array operations...
+        self.min_batch = min_batch  # ... of at least this many iterations (None: a cost estimate)
         self._batch: _Batch | None = None  # the loop nest being compiled for batched execution
-        self._aliased: set[int] = set()  # buffers that share memory with another (DeclBuffer)
+        self._alias_root: dict[int, int] = {}  # buffer -> the buffer whose memory it views (DeclBuffer)
         self.batched_nests: list[tuple[str, ...]] = []  # loop variables of the nests run batched
         self._slots: dict[int, int] = {}
         self._names: list[str] = ["<mask>"]  # slot 0: the lanes a masked evaluation computes
@@ -370,9 +374,14 @@ class TirInterpreter:
                 self.params.append(("scalar", p, self._define(p)))
             else:
                 raise _unsupported(f"parameter {type(p).__name__}", p)
-        self._shape_fns = [[self._const_or_fn(d) for d in p.shape] if kind == "buffer" else None
-                           for kind, p, _ in self.params]
-        self._body = self.stmt(func.body)
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 20000))  # compiling recurses along the expression trees
+        try:
+            self._shape_fns = [[self._const_or_fn(d) for d in p.shape] if kind == "buffer" else None
+                               for kind, p, _ in self.params]
+            self._body = self.stmt(func.body)
+        finally:
+            sys.setrecursionlimit(limit)
         self._nslots = len(self._names)
 
     # --- running ---------------------------------------------------------------------------
@@ -706,13 +715,14 @@ class TirInterpreter:
         buf = s.buffer
         self._check_layout(buf)
         source = next((other for other in self._buffers.values()
-                       if tvm.ir.structural_equal(buffer_data(other), s.data)), None)
+                       if tvm_ffi.structural_equal(buffer_data(other), s.data)), None)
         if source is None:
             raise _unsupported("DeclBuffer over data that is not another buffer's", s.data)
         src_slot = self._use(source)
         slot = self._define(buf)
         self._buffers[buf.__chandle__()] = buf
-        self._aliased.update((buf.__chandle__(), source.__chandle__()))
+        root = self._alias_root.get(source.__chandle__(), source.__chandle__())
+        self._alias_root[buf.__chandle__()] = self._alias_root[source.__chandle__()] = root
         dtype = np.dtype(str(buf.dtype))
         shape_fs = [self._const_or_fn(d) for d in buf.shape]
         name = str(buf.name)
@@ -783,26 +793,53 @@ class TirInterpreter:
         finally:
             self._batch = None
         slots = [self._slots[h] for h in handles]
-        self.batched_nests.append(tuple(str(lp.loop_var.name) for lp in loops))
+        self.batched_nests.append(tuple(str(lp.loop_var.name) for lp in loops))  # (undone below if not)
         los = [self._const_or_fn(lp.min) for lp in loops]
         exts = [self._const_or_fn(lp.extent) for lp in loops]
         steps = [self._int_const(lp.step) if lp.step is not None else 1 for lp in loops]
         dtypes = [np.dtype(_dtype(lp.loop_var)[0]) for lp in loops]
-        grids: dict[tuple, np.ndarray] = {}
+        lo_consts = [self._int_const(lp.min) for lp in loops]
+        ext_consts = [self._int_const(lp.extent) for lp in loops]
+        # below this many iterations NumPy's per-call overhead costs more than serial execution
+        # (about 30 scalar operations' time per array operation)
+        least = _MIN_BATCH + _BATCH_OVERHEAD // max(1, _count_nodes(body)) if self.min_batch is None \
+            else self.min_batch
+        grids: dict[tuple, list] = {}
+
+        def lanes(counts, base):
+            grid = np.indices(counts, dtype=np.int64).reshape(len(counts), -1)
+            return [(lo + st * g).astype(dt) for g, lo, st, dt in zip(grid, base, steps, dtypes)]
+
+        if None not in lo_consts and None not in ext_consts:  # the same lanes every time
+            counts = tuple(max(0, -(-e // st)) for e, st in zip(ext_consts, steps))
+            if int(np.prod(counts)) < least:
+                self.batched_nests.pop()
+                return None
+            fixed = lanes(counts, lo_consts)
+
+            def batched_fixed(env):
+                for slot, values in zip(slots, fixed):
+                    env[slot] = values
+                run_body(env)
+            return batched_fixed
 
         def batched(env):
             counts = tuple(max(0, -(-f(env) // st)) for f, st in zip(exts, steps))
             total = 1
             for c in counts:
                 total *= c
-            if total < _MIN_BATCH:
+            if total < least:
                 serial(env)
                 return
-            grid = grids.get(counts)
-            if grid is None:
-                grid = grids[counts] = np.indices(counts, dtype=np.int64).reshape(len(counts), -1)
-            for k, (slot, lo, st, dt) in enumerate(zip(slots, los, steps, dtypes)):
-                env[slot] = (lo(env) + st * grid[k]).astype(dt)
+            base = tuple(lo(env) for lo in los)
+            key = (counts, base)
+            values = grids.get(key)
+            if values is None:
+                if len(grids) > 256:
+                    grids.clear()
+                values = grids[key] = lanes(counts, base)
+            for slot, v in zip(slots, values):
+                env[slot] = v
             run_body(env)
         return batched
 
@@ -829,8 +866,12 @@ class TirInterpreter:
         if not _collect_accesses(body, stores, loads):
             return None
         written = {b.__chandle__() for b, _ in stores}
-        if any(b.__chandle__() in self._aliased for b, _ in stores + loads):
-            return None
+        roots = self._alias_root
+        views: dict[int, set[int]] = {}  # memory written in the nest -> the buffers accessing it
+        for b, _ in stores + loads:
+            views.setdefault(roots.get(b.__chandle__(), b.__chandle__()), set()).add(b.__chandle__())
+        if any(len(views[roots.get(h, h)]) > 1 for h in written):
+            return None  # written memory also accessed through another view of it
         loop_handles = [lp.loop_var.__chandle__() for lp in loops]
         forms = {}
         for b, idx in stores + loads:
@@ -905,7 +946,7 @@ class TirInterpreter:
                 return self._affine(e.value, batch, loop_handles)
         if batch.refs(e):
             return None
-        return {}, {("expr", tvm.ir.structural_hash(e)): 1}, 0  # a term constant over the nest
+        return {}, {("expr", tvm_ffi.structural_hash(e)): 1}, 0  # a term constant over the nest
 
     def _bstmt(self, s, slots):
         """The batched form of a loop-free statement."""
@@ -930,6 +971,10 @@ class TirInterpreter:
         fs = [self.expr(i) for i in s.indices]
         value = self.expr(s.value)
         oob = self._out_of_bounds
+        if self._in_bounds(buf, list(s.indices)):
+            def bstore_in_bounds(env):
+                env[slot][tuple([f(env) for f in fs])] = value(env)
+            return bstore_in_bounds
 
         def bstore(env):
             try:
@@ -1411,12 +1456,26 @@ class TirInterpreter:
             raise _unsupported(f"a load from {name} with {len(idx)} indices for {len(buf.shape)} dims", e)
         fs = [self.expr(i) for i in idx]
         scalar = lanes == 1 and self._batch is None  # a scalar load at a vector index (a fallback)
+        if not scalar and self._in_bounds(buf, idx):  # no check needed (NumPy's fancy indexing)
+            if len(fs) == 1:
+                f0 = fs[0]
+                return lambda env: env[slot][f0(env)]
+            return lambda env: env[slot][tuple([f(env) for f in fs])]
 
         def vload(env):
             arr = env[slot]
             out = arr[_check_vector_index(tuple(f(env) for f in fs), arr.shape, name, env[0])]
             return _scalar_of(out.reshape(-1)[0], dtype) if scalar else out
         return vload
+
+    def _in_bounds(self, buf, indices) -> bool:
+        """Are these indices within the buffer's (constant) shape for every value their
+        variables can take?"""
+        for i, d in zip(indices, buf.shape):
+            lo, hi = self._range(i)
+            if not isinstance(d, tirx.IntImm) or lo is None or hi is None or lo < 0 or hi >= int(d.value):
+                return False
+        return True
 
     def _v_Ramp(self, e, dtype, lanes):
         if _dtype(e.base)[1] != 1:
@@ -1660,6 +1719,25 @@ class _Batch:
         return out
 
 
+def _count_nodes(s) -> int:
+    """TIR expression nodes in loop-free code (a tree count)."""
+    t = type(s).__name__
+    if t == "SeqStmt":
+        return sum(_count_nodes(x) for x in s.seq)
+    if t == "AttrStmt":
+        return _count_nodes(s.body)
+    if t == "IfThenElse":
+        return _count_expr(s.condition) + _count_nodes(s.then_case) + (
+            _count_nodes(s.else_case) if s.else_case is not None else 0)
+    if t == "BufferStore":
+        return 1 + _count_expr(s.value) + sum(_count_expr(i) for i in s.indices)
+    return 0
+
+
+def _count_expr(e) -> int:
+    return 1 + sum(_count_expr(c) for c in _children(e))
+
+
 def _children(e) -> tuple:
     t = type(e).__name__
     if t in ("IntImm", "FloatImm", "StringImm", "Var"):
@@ -1841,23 +1919,26 @@ def _check_vector_index(index: tuple, shape: tuple, name: str, mask) -> tuple:
 _CACHE: OrderedDict[tuple, TirInterpreter] = OrderedDict()
 
 
-def compile_func(func: tirx.PrimFunc, poison: bool = True, batch: bool = True) -> TirInterpreter:
+def compile_func(func: tirx.PrimFunc, poison: bool = True, batch: bool = True,
+                 min_batch: int | None = None) -> TirInterpreter:
     """The interpreter of `func` (compiled once per PrimFunc and settings, then cached)."""
-    key = (func.__chandle__(), poison, batch)
+    key = (func.__chandle__(), poison, batch, min_batch)
     hit = _CACHE.get(key)
     if hit is not None and hit.func.same_as(func):
         _CACHE.move_to_end(key)
         return hit
-    interp = TirInterpreter(func, poison=poison, batch=batch)
+    interp = TirInterpreter(func, poison=poison, batch=batch, min_batch=min_batch)
     _CACHE[key] = interp
     while len(_CACHE) > 64:
         _CACHE.popitem(last=False)
     return interp
 
 
-def interpret(func: tirx.PrimFunc, arrays: list[np.ndarray], poison: bool = True, batch: bool = True) -> None:
+def interpret(func: tirx.PrimFunc, arrays: list[np.ndarray], poison: bool = True, batch: bool = True,
+              min_batch: int | None = None) -> None:
     """Run `func` on `arrays` (one per parameter, in `func.params` order) in place. `poison`
     fills local buffers with NaN/garbage; `batch` runs loop nests without dependences between
-    their iterations as NumPy array operations (same results, faster); batch=False runs every
+    their iterations as NumPy array operations (the same results, faster) when they have at
+    least `min_batch` iterations (None: where that is estimated to pay); batch=False runs every
     loop serially, iteration by iteration."""
-    compile_func(func, poison, batch)(arrays)
+    compile_func(func, poison, batch, min_batch)(arrays)
