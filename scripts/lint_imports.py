@@ -22,9 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBPACKAGES = {"graph": "graph", "polyhedral": "polyhedral", "schedules": "schedules", "tuner": "tuner", "db": "db"}
 
 
-def stage(into: Path) -> Path:
-    """Copy the package's Python files into `into`/akg as one tree; returns `into`."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "migrations")
+def stage(into: Path, migrations: bool = False) -> Path:
+    """Copy the package's Python files into `into`/akg as one tree; returns `into`. The
+    database migrations (alembic scripts, not part of the layering) only with `migrations`."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", *(() if migrations else ("migrations",)))
     shutil.copytree(ROOT / "akg", into / "akg", ignore=ignore)
     for name, folder in SUBPACKAGES.items():
         shutil.copytree(ROOT / folder, into / "akg" / name, ignore=ignore)

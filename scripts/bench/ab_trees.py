@@ -1,11 +1,13 @@
 #!/usr/bin/env python
 """akg at a base commit against akg in the working tree, in one run: for the kernel suite
 and the example models, each tree builds the default kernels (compile time per kernel) and
-compiles the whole models in its own worker process; the workers then time every kernel
-(time_evaluator) and every compiled model (Python calls) in alternating rounds, each
-reporting its best round. For refactors that must leave speed alone.
+compiles the whole models in its own worker process, and each tree tunes every suite kernel
+(the same trials and seed, a fresh SQLite database each, who goes first alternating); the
+workers then time every default kernel, every tuned kernel (time_evaluator) and every
+compiled model (Python calls) in alternating rounds, each reporting its best round. For
+refactors that must leave speed alone.
 
-    python scripts/bench/ab_trees.py --base HEAD~3 [--rounds 9] [--seconds 0.25] [--json out.json]
+    python scripts/bench/ab_trees.py --base HEAD~3 [--rounds 9] [--seconds 0.25] [--tune-trials 32] [--json out.json]
 
 The base tree is `git archive`d and, like the working tree, staged as one package (as
 scripts/lint_imports.py does); both workers run with this interpreter and its packages.
@@ -76,6 +78,20 @@ for name in sys.argv[3].split(","):
 built, compiled = {}, {}
 import tvm
 dev = tvm.cpu()
+
+def timed(kernel, graph, seconds):
+    """(time_evaluator, its arguments) for a built kernel on the graph's seeded inputs."""
+    program = lower_graph(graph)
+    inputs = random_inputs(graph, 0)
+    args = [tvm.runtime.tensor(inputs[t.name], dev) for t in program.inputs]
+    args += [tvm.runtime.tensor(np.asarray(a), dev) for a in program.params.values()]
+    args += [tvm.runtime.tensor(np.zeros(t.shape, t.dtype), dev) for t in program.outputs]
+    mod = module(kernel)
+    mod["main"](*args)
+    t0 = time.perf_counter(); mod["main"](*args); once = time.perf_counter() - t0
+    number = max(1, int(seconds / max(once, 1e-6)))
+    return mod.time_evaluator("main", dev, number=number, repeat=1), args
+
 for line in sys.stdin:
     cmd = json.loads(line)
     out = {}
@@ -87,17 +103,18 @@ for line in sys.stdin:
             t0 = time.perf_counter()
             kernel = akg.build(graphs[cmd["name"]])
             best = min(best or 1e9, time.perf_counter() - t0)
-        program = lower_graph(graphs[cmd["name"]])
-        inputs = random_inputs(graphs[cmd["name"]], 0)
-        args = [tvm.runtime.tensor(inputs[t.name], dev) for t in program.inputs]
-        args += [tvm.runtime.tensor(np.asarray(a), dev) for a in program.params.values()]
-        args += [tvm.runtime.tensor(np.zeros(t.shape, t.dtype), dev) for t in program.outputs]
-        mod = module(kernel)
-        mod["main"](*args)
-        t0 = time.perf_counter(); mod["main"](*args); once = time.perf_counter() - t0
-        number = max(1, int(cmd["seconds"] / max(once, 1e-6)))
-        built[cmd["name"]] = (mod.time_evaluator("main", dev, number=number, repeat=1), args)
+        built[cmd["name"]] = timed(kernel, graphs[cmd["name"]], cmd["seconds"])
         out = {"build_s": best, "tir": kernel.func.script().replace(kernel.name, "kernel")}
+    elif cmd["op"] == "tune":
+        from akg.tuner.tune import tune
+        t0 = time.perf_counter()
+        result = tune(graphs[cmd["name"]], trials=cmd["trials"], db=cmd["db"], seed=0)
+        seconds = time.perf_counter() - t0
+        k = result.kernels[0]
+        kernel = akg.build(graphs[cmd["name"]], config=k.best_config)
+        built["tuned:" + cmd["name"]] = (timed(kernel, graphs[cmd["name"]], cmd["seconds"]))
+        out = {"tune_s": seconds, "measured": result.new_measurements, "best_cost": k.best_cost,
+               "tir": kernel.func.script().replace(kernel.name, "kernel")}
     elif cmd["op"] == "time_kernel":
         evaluate, args = built[cmd["name"]]
         out = {"s": float(evaluate(*args).mean)}
@@ -146,7 +163,7 @@ def stage_base(rev: str, into: Path) -> Path:
     staged = into / "staged"
     old_root, lint_imports.ROOT = lint_imports.ROOT, src
     try:
-        return lint_imports.stage(staged)
+        return lint_imports.stage(staged, migrations=True)
     finally:
         lint_imports.ROOT = old_root
 
@@ -156,12 +173,14 @@ def main(argv=None) -> int:
     ap.add_argument("--base", required=True, help="git revision of the base tree")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--seconds", type=float, default=0.25)
+    ap.add_argument("--tune-trials", type=int, default=32,
+                    help="tune each suite kernel this many trials in each tree (0: no tuning rows)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="akg-ab-") as tmp:
         tmp = Path(tmp)
         base = Worker("base", stage_base(args.base, tmp / "base"), {})
-        new = Worker("new", lint_imports.stage(tmp / "new"), {})
+        new = Worker("new", lint_imports.stage(tmp / "new", migrations=True), {})
         workers = (base, new)
         names = base.ask(op="list")
         assert names == new.ask(op="list"), "the trees cut the example models into different kernels"
@@ -171,6 +190,15 @@ def main(argv=None) -> int:
                                                                                 seconds=args.seconds)
             rows[name] = {"build_base_s": b["build_s"], "build_new_s": n["build_s"], "same_tir": b["tir"] == n["tir"]}
             print(f"built {name}", file=sys.stderr, flush=True)
+        for k, name in enumerate(n for n in names["kernels"] if ":" not in n and args.tune_trials):
+            tuned = {}
+            for w in workers if k % 2 == 0 else workers[::-1]:  # who tunes first alternates
+                tuned[w.label] = w.ask(op="tune", name=name, trials=args.tune_trials, seconds=args.seconds,
+                                       db=f"sqlite:///{tmp}/{w.label}-{name}.db")
+            rows[f"tuned:{name}"] = {"build_base_s": tuned["base"]["tune_s"], "build_new_s": tuned["new"]["tune_s"],
+                                     "same_tir": tuned["base"]["tir"] == tuned["new"]["tir"],
+                                     "measured": [tuned["base"]["measured"], tuned["new"]["measured"]]}
+            print(f"tuned {name}", file=sys.stderr, flush=True)
         for name in names["models"]:
             rows[f"model:{name}"] = {f"build_{w.label}_s": w.ask(op="compile_model", name=name)["compile_s"]
                                      for w in workers}
@@ -183,7 +211,9 @@ def main(argv=None) -> int:
             print(f"round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
         for w in workers:
             w.close()
-    lines = ["| workload | base ms | new ms | new / base | build base s | build new s | same TIR |",
+    # build s: one default build (best of 2); for tuned: rows the whole tune (trials measured
+    # in each tree) then the build of its best config
+    lines = ["| workload | base ms | new ms | new / base | build (tune) base s | build (tune) new s | same TIR |",
              "|---|---|---|---|---|---|---|"]
     for key, row in rows.items():
         row["base_ms"], row["new_ms"] = best[key]["base"] * 1e3, best[key]["new"] * 1e3

@@ -1,7 +1,6 @@
 """AST -> TIR: vector reductions (independent accumulator chains) for reductions over
 contiguous data, and the loops they must leave alone."""
 
-import dataclasses
 
 import numpy as np
 import pytest

@@ -16,32 +16,16 @@ from akg.graph import GraphBuilder, evaluate, random_inputs
 from akg.schedules.space import Config, Step
 from akg.target import TARGETS, get_target
 
+import kernel_suite
 import sim_target
 
 HERE = Path(__file__).parent
 
 
-def _kernel_suite():
-    """tests/akg/test_build.py, whose kernel tests are collected here again with this
-    folder's `check_kernel` (which builds for testsim)."""
-    spec = importlib.util.spec_from_file_location("kernel_suite", HERE.parent / "akg" / "test_build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# Every test of the suite that checks kernels through `check_kernel` alone (the others build
-# with CPU configs or look at CPU code on purpose).
-_SUITE = _kernel_suite()
-SUITE_TESTS = []
-for _name, _fn in vars(_SUITE).items():
-    if not _name.startswith("test_") or not callable(_fn):
-        continue
-    source = inspect.getsource(_fn)
-    if "check_kernel" in inspect.signature(getattr(_fn, "hypothesis", None) and _fn.hypothesis.inner_test
-                                           or _fn).parameters and "akg.build" not in source and ".tir()" not in source:
-        globals()[_name] = _fn
-        SUITE_TESTS.append(_name)
+# The kernel test suite, collected again here with this folder's `check_kernel` (which builds
+# for testsim).
+SUITE_TESTS = kernel_suite.suite_tests()
+globals().update(SUITE_TESTS)
 
 
 def test_the_suite_is_collected_for_testsim():

@@ -23,6 +23,7 @@ from akg.graph import GraphBuilder, random_inputs
 from akg.verify import Reference, compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernel_suite  # noqa: E402
 from tir_interp import TirInterpreter, compile_func, interpret  # noqa: E402
 
 # interpreter vs compiled kernel: a few ulps of the output's scale (LLVM contracts FMAs and may
@@ -97,6 +98,26 @@ def check(g, cfg=None, seed: int = 0, inputs=None, serial: bool = True, ulps: fl
     return kernel, got
 
 
+# --- the kernel test suite (tests/akg/test_build.py), interpreted ---------------------------------
+
+@pytest.fixture(name="check_kernel", scope="module")  # stateless: shared across hypothesis examples
+def interpreting_check_kernel():
+    """The suite's check, here: the CPU kernel interpreted == compiled == the reference, batched
+    == serial."""
+    def check_kernel(graph, kernel=None, seed: int = 0, inputs=None):
+        assert kernel is None, "the suite's kernels are built here, for the CPU"
+        return check(graph, seed=seed, inputs=inputs)[0]
+    return check_kernel
+
+
+SUITE_TESTS = {f"test_suite_{name[5:]}": fn for name, fn in kernel_suite.suite_tests().items()}
+globals().update(SUITE_TESTS)
+
+
+def test_the_suite_is_collected():
+    assert len(SUITE_TESTS) >= 15 and "test_suite_conv2d" in SUITE_TESTS
+
+
 # --- akg kernels: op families ------------------------------------------------------------------
 
 UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "relu6", "erf", "sin", "cos", "floor", "ceil",
@@ -163,32 +184,10 @@ def test_casts_and_special_values():
     check(graph(body))
 
 
-def test_layout_ops():
-    def body(b):
-        x = b.input("x", (6, 4))
-        b.output(b.broadcast_to(b.input("s", (3, 1)), shape=[2, 3, 4]),
-                 b.reshape(x, shape=[2, 3, 4]), b.reshape(x, shape=[4, 6]),
-                 b.transpose(b.input("t", (2, 3, 4)), perm=[2, 0, 1]),
-                 b.squeeze(b.input("q", (2, 1, 4))), b.expand_dims(x, axis=1),
-                 b.slice(x, begin=[1, 1], end=[5, 4]),
-                 b.strided_slice(x, begin=[5, 0], end=[-7, 4], strides=[-2, 3]),
-                 b.concat(x, b.input("c", (6, 1)), axis=1), *b.split(x, sizes=[1, 2, 3]),
-                 b.pad(x, before=[1, 0], after=[2, 3], value=1.5))
-    check(graph(body))
-
-
 def test_transpose_pad_chain():
     def body(b):
         t = b.transpose(b.exp(b.input("x", (5, 8, 13))), perm=[2, 0, 1])
         b.output(b.reshape(t, shape=[-1]), b.pad(t, before=[1, 1, 1], after=[0, 2, 0]))
-    check(graph(body))
-
-
-@pytest.mark.parametrize("op", ["sum", "mean", "max", "min", "prod"])
-def test_reductions(op):
-    def body(b):
-        b.output(b.op(op, b.input("x", (4, 5, 6)), axes=[0, 2], keepdims=True),
-                 b.op(op, b.input("y", (4, 5))), b.op(op, b.input("z", (3, 7)), axes=[-1]))
     check(graph(body))
 
 
@@ -203,15 +202,6 @@ def test_arg_reductions():
     check(graph(lambda b: b.output(b.argmax(b.input("x", (4, 7)), axis=1),
                                    b.argmin(b.input("y", (4, 7)), axis=0, keepdims=True),
                                    b.argmax(b.input("z", (3, 200)), axis=1))))
-
-
-def test_matmul_family():
-    def body(b):
-        b.output(b.matmul(b.input("a", (7, 5)), b.input("b", (6, 5)), transpose_b=True),
-                 b.matmul(b.input("c", (5, 7)), b.input("d", (5, 3)), transpose_a=True),
-                 b.batch_matmul(b.input("e", (2, 3, 7, 5)), b.input("f", (3, 5, 4))),
-                 b.dense(b.input("x", (4, 6)), b.input("w", (5, 6)), b.input("bias", (5,))))
-    check(graph(body))
 
 
 def test_matmul_default_schedule():
@@ -250,50 +240,12 @@ def test_fusion_strategies(fusion):
     check(graph(body), config(fusion=fusion))
 
 
-@pytest.mark.parametrize("strides, padding, dilation, groups", [
-    ([1, 1], [1, 1], [1, 1], 1), ([2, 1], [1, 2, 0, 1], [1, 2], 2), ([1, 1], [1, 1], [1, 1], 4)])
-def test_conv2d(strides, padding, dilation, groups):
-    def body(b):
-        x = b.input("x", (2, 4, 9, 9))
-        w = b.input("w", (8, 4 // groups, 3, 3))
-        b.output(b.conv2d(x, w, strides=strides, padding=padding, dilation=dilation, groups=groups))
-    check(graph(body))
-
-
 def test_conv_bn_relu():
     def body(b):
         y = b.conv2d(b.input("x", (1, 3, 10, 10)), b.input("w", (4, 3, 3, 3)), strides=[2, 2], padding=[1, 1])
         y = b.batch_norm(y, b.input("g", (4,)), b.input("bt", (4,)), b.input("m", (4,)),
                          b.add(b.abs(b.input("v", (4,))), 0.1))
         b.output(b.relu(y))
-    check(graph(body))
-
-
-def test_pooling():
-    def body(b):
-        x = b.input("x", (1, 2, 7, 7))
-        b.output(b.max_pool2d(x, kernel=[3, 3], strides=[2, 2], padding=[1, 1], ceil_mode=True),
-                 b.avg_pool2d(x, kernel=[3, 3], strides=[2, 2], padding=[1, 1], count_include_pad=False),
-                 b.avg_pool2d(x, kernel=[2, 2]), b.global_avg_pool2d(x))
-    check(graph(body))
-
-
-def test_gather_and_one_hot():
-    def body(b):
-        b.output(b.gather(b.input("t", (10, 4)), b.input("i", (3, 2), "int32")),
-                 b.gather(b.input("u", (4, 10)), b.input("j", (5,), "int64"), axis=1),
-                 b.one_hot(b.input("h", (5,), "int32"), depth=4, axis=0))
-    check(graph(body))
-
-
-def test_composites():
-    def body(b):
-        x = b.input("x", (4, 6))
-        b.output(b.softmax(x, axis=0), b.log_softmax(x),
-                 b.layer_norm(x, b.input("g", (6,)), b.input("bt", (6,))),
-                 b.cross_entropy(x, b.input("l", (4,), "int32")),
-                 b.batch_norm(b.input("y", (2, 3, 4, 4)), b.input("bg", (3,)), b.input("bb", (3,)),
-                              b.input("bm", (3,)), b.abs(b.input("bv", (3,)))), b.dropout(x))
     check(graph(body))
 
 
@@ -348,14 +300,6 @@ def test_fast_math_expansions_on_special_values(op):
     assert_same(got, run_interpreted(kernel, [x], batch=False)[0], op, ulps=0)
     assert_same(got, run_interpreted(kernel, [x], min_batch=2)[0], op, ulps=0)
     assert not compare(g, [got], Reference.of(g, {"x": x}))
-
-
-def test_shared_fast_math_subexpression_in_a_vector_loop():
-    def body(b):
-        x, v, s = b.input("x", (3, 4)), b.input("v", (4, 1, 1)), b.input("s", (4, 1, 1))
-        b.output(b.add(b.mul(x, b.mul(s, b.exp(v))), b.mul(s, b.exp(v))),
-                 b.add(b.mul(x, b.mul(s, b.rsqrt(b.abs(v)))), b.mul(s, b.rsqrt(b.abs(v)))))
-    check(graph(body))
 
 
 def test_interpreter_speed():
