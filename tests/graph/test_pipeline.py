@@ -3,7 +3,6 @@ partition, options (the target, fusion limits) reaching the passes that use them
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,10 +15,6 @@ from akg.graph.io import load_mir
 from akg.graph.layout import pack_weights
 from akg.graph.pipeline import GRAPH_PASSES, PASSES, GraphPass, PlanOptions, plan_model
 from akg.graph.simplify import simplify
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-needs_examples = pytest.mark.skipif(not (EXAMPLES / "mlp.npz").is_file(),
-                                    reason="run scripts/make_examples.py for the examples' weights")
 
 
 class PanelTarget:
@@ -91,10 +86,9 @@ def test_limits_reach_fusion():
         emit_partition(partition(g, limits=FusionLimits(max_ops=1)))
 
 
-@needs_examples
 @pytest.mark.parametrize("name", ["mlp", "resnet_block"])
-def test_plan_model_equals_partition_on_an_example(name):
-    g = load_mir(EXAMPLES / f"{name}.mir")
+def test_plan_model_equals_partition_on_an_example(name, examples_dir):
+    g = load_mir(examples_dir / f"{name}.mir")
     for target in (None, PanelTarget(8)):
         planned, parted = plan_model(g, target), partition(g, target=target)
         assert planned.graph == parted.graph
@@ -104,9 +98,8 @@ def test_plan_model_equals_partition_on_an_example(name):
         assert planned.cuts == parted.cuts
 
 
-@needs_examples
-def test_the_target_decides_the_panels():
-    g = load_mir(EXAMPLES / "mlp.mir")
+def test_the_target_decides_the_panels(examples_dir):
+    g = load_mir(examples_dir / "mlp.mir")
     target = PanelTarget(8)
     panels = {v.name: v.shape for v in plan_model(g, target).graph.constants if v.name.endswith(".panels")}
     assert panels["fc1.weight.panels"] == (256 // 8, 784, 8)
