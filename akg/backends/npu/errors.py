@@ -1,0 +1,44 @@
+"""Typed errors of the NPU model. Each names the instruction (its listing line) that breaks
+the rule. They are compile errors: a program that breaks a rule of the machine is a fault of
+the code generator, except a tiling too big for a buffer, which is an illegal config that the
+tuner counts and skips (`NpuCapacityError` is also a `ScheduleError`)."""
+
+from __future__ import annotations
+
+from akg.errors import CompileError, ScheduleError
+
+
+class NpuSimError(CompileError):
+    """A program breaks a rule of the NPU machine model."""
+
+
+class NpuProgramError(NpuSimError):
+    """A malformed instruction or program: unknown op, wrong scope or dtype, undefined loop
+    variable, inconsistent shapes."""
+
+
+class NpuCapacityError(NpuSimError, ScheduleError):
+    """The buffers of a scope need more bytes than the scope has."""
+
+
+class NpuAlignmentError(NpuSimError):
+    """A buffer or operand address (or stride) is not aligned as its scope requires."""
+
+
+class NpuPathError(NpuSimError):
+    """A DMA between two scopes that no engine connects (or that the spec gives no rate)."""
+
+
+class NpuBoundsError(NpuSimError):
+    """An instruction touches elements outside its buffer."""
+
+
+class NpuRaceError(NpuSimError):
+    """Two accesses to one buffer region on different pipes, at least one a write, that no
+    flag or barrier orders; the message names both instructions. Also two blocks of the
+    kernel touching the same global memory, one of them writing."""
+
+
+class NpuSyncError(NpuSimError):
+    """Flags used inconsistently: a wait with no set before it (the machine would hang), or
+    flags still set when the kernel ends."""
