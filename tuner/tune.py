@@ -12,6 +12,7 @@ it, and each result goes into the database as it arrives.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 __all__ = ["KernelResult", "TaskScheduler", "TuneLoop", "TuneResult", "kernels_of", "tune"]
 
 WARM_START_LIMIT = 256  # records of other workloads used to warm-start the cost model
+ERROR_CHARS = 2000  # of a failed candidate's error text kept in its record (a crash report's top)
 
 
 @dataclass
@@ -58,6 +60,7 @@ class TuneResult:
     seconds: float
     interrupted: bool = False
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (trial, seconds, weighted best)
+    stopped_by: int | None = None  # the signal that stopped tuning (SIGINT, SIGTERM), if one did
 
     @property
     def weighted_cost(self) -> float | None:
@@ -101,10 +104,12 @@ class TuneLoop:
 
     def __init__(self, tasks: list[TuningTask], target: Target, database: Database, builder: Builder,
                  runner: Runner, cost_model: CostModel, search: SearchStrategy, *, trials: int, batch: int = 16,
-                 seed: int = 0, progress: Callable | None = None, started: float | None = None):
+                 seed: int = 0, progress: Callable | None = None, started: float | None = None,
+                 writing: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
         self.tasks, self.target, self.database = tasks, target, database
         self.builder, self.runner, self.cost_model, self.search = builder, runner, cost_model, search
         self.trials, self.batch, self.progress = trials, batch, progress
+        self.writing = writing  # wraps each database write (an immediate stop waits for it)
         self.scheduler = TaskScheduler(tasks)
         self.data = {id(t): TaskData(t.subgraph.graph, seed, target.cost_unit) for t in tasks}
         self.done = sum(len(t.trials) for t in tasks)
@@ -137,14 +142,15 @@ class TuneLoop:
         return True
 
     def _record(self, task: TuningTask, r: MeasureResult) -> MeasureResult:
-        self.database.add(Record(task.key, self.target.key, r.config, r.status, r.cost, unit=r.unit,
-                                 error=r.error[:2000]))
-        task.trials.append(Trial(r.config, str(r.status), r.cost))
-        task.measured.add(r.config.to_json())
-        self.done += 1
-        self.new += 1
+        with self.writing():
+            self.database.add(Record(task.key, self.target.key, r.config, r.status, r.cost, unit=r.unit,
+                                     error=r.error[:ERROR_CHARS]))
+            task.trials.append(Trial(r.config, str(r.status), r.cost))
+            task.measured.add(r.config.to_json())
+            self.done += 1
+            self.new += 1
         if r.status != Status.OK:
-            log.info("%s: %s: %s", task.name, r.status, r.error)
+            log.info("%s: %s: %s", task.name, r.status, r.error.splitlines()[0] if r.error else "")
         return r
 
     def result(self, interrupted: bool = False) -> TuneResult:
@@ -192,43 +198,79 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
                     batch=batch, seed=seed, progress=progress, started=started)
     interrupted = False
     stop = _StopOnInterrupt()
+    loop.writing = stop.writing
     try:
         while not stop.requested and loop.step():
             pass
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        stop.restore()
+        stop.closing = True  # more signals while the workers are stopped change nothing
         interrupted = interrupted or stop.requested
         if interrupted:
             log.warning("tuning interrupted; every measurement so far is in the database")
-        if own_builder:
-            builder.close()
-        if own_runner:
-            runner.close()
-    return loop.result(interrupted)
+        try:
+            if own_builder:
+                builder.close()
+        finally:
+            if own_runner:
+                runner.close()
+            stop.restore()
+    result = loop.result(interrupted)
+    result.stopped_by = stop.signum if interrupted else None
+    return result
 
 
 class _StopOnInterrupt:
     """The first Ctrl-C asks the tuning loop to stop after the round in flight (so nothing
-    half-measured is lost and no worker is killed mid-write); a second one interrupts at once."""
+    half-measured is lost and no worker is killed mid-write); a second one, or a SIGTERM,
+    stops at once (KeyboardInterrupt) — though never in the middle of writing a record
+    (`writing`): then it stops right after that write. Either way every record written so
+    far is in the database."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.requested = False
-        self._previous = None
+        self.signum: int | None = None  # what stopped tuning
+        self._previous: dict = {}
+        self._writing = 0
+        self._pending = False
+        self.closing = False
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
 
     def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
+        if self.closing:
+            return
+        first = not self.requested
         self.requested = True
-        log.warning("stopping after the current round (Ctrl-C again to stop now)")
+        self.signum = signum
+        if signum == signal.SIGINT and first:
+            log.warning("stopping after the current round (Ctrl-C again to stop now)")
+            return
+        if self._writing:
+            self._pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def writing(self):
+        """A record being written: an immediate stop waits until it is written."""
+        self._writing += 1
+        try:
+            yield
+        finally:
+            self._writing -= 1
+            if not self._writing and self._pending:
+                self._pending = False
+                raise KeyboardInterrupt
 
     def restore(self) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous = {}
 
 
 def _weighted(tasks: list[TuningTask]) -> float | None:

@@ -1,132 +1,212 @@
-"""LocalRunner: candidates run one at a time in a separate worker process, fed by a thread of
-the tuner's process so that `submit` returns at once. A crash (the worker dies) is a
-run_error, a candidate over the time limit is killed and is a timeout; either way a fresh
-worker takes over."""
+"""LocalRunner: candidates run one at a time in a separate worker process (`akg.tuner.worker`:
+it dies with the tuner), fed by a thread of the tuner's process so that `submit` returns at
+once. Whatever goes wrong with the worker is a failed result, never an exception: a crash
+(the worker dies, or its pipe breaks, also before it read the request) is a run_error whose
+error text holds what the worker printed (a native stack dump), a candidate over the time
+limit is killed and is a timeout; either way a fresh worker takes over.
+
+The limit is shortened to max(1 s, 300 x the best so far) once a best is known; a candidate
+that runs out of that shortened limit is measured once more with the full limit before it
+counts as a timeout, since a loaded host can slow a good candidate past it."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import logging
+import queue
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Sequence
 
 from akg.db.record import Status
 from akg.tuner.builder.builder import BuildResult
-from akg.tuner.builder.local import ignore_interrupts
-from akg.tuner.runner.evaluate import load_task, run_artifact
 from akg.tuner.runner.runner import (DEFAULT_MIN_SECONDS, DEFAULT_REPEATS, MIN_TIMEOUT, SLOWDOWN_LIMIT, BestSoFar,
                                      MeasureResult, Runner, TaskData, done)
+from akg.tuner.worker import Worker, WorkerDied, WorkerError
+
+log = logging.getLogger(__name__)
 
 TASKS_KEPT = 8  # task payloads a worker keeps loaded
-STARTUP_SECONDS = 30.0  # the first candidate of a worker also pays its start-up (importing TVM)
+WORKER_MODULES = ("akg.verify", "akg.tuner.runner.local", "akg.target:load_plugins")
+
+_tasks: OrderedDict = OrderedDict()  # in a worker: task key -> TaskArrays
 
 
-def runner_worker(conn, min_seconds: float, repeats: int) -> None:
-    """The worker's loop: (task key, payload or None if sent before, unit, artifact, best)
-    in, (status, cost, error) out; None or a closed pipe ends it."""
-    ignore_interrupts()
-    tasks: OrderedDict = OrderedDict()
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message is None:
-            return
-        key, payload, unit, artifact, best = message
-        try:
-            if payload is not None:
-                tasks[key] = load_task(payload)
-                while len(tasks) > TASKS_KEPT:
-                    tasks.popitem(last=False)
-            conn.send(run_artifact(artifact, tasks[key], unit, min_seconds, repeats, best))
-        except Exception as e:  # noqa: BLE001
-            conn.send((Status.RUN_ERROR, None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+def measure_request(key: str, payload: bytes | None, unit: str, artifact, best: float | None, min_seconds: float,
+                    repeats: int):
+    """In the worker: (status, cost, error) of one candidate; `payload` None: the task was
+    sent before."""
+    from akg.target import load_plugins
+    from akg.tuner.runner.evaluate import load_task, run_artifact
+
+    load_plugins()
+    if payload is not None:
+        _tasks[key] = load_task(payload)
+        while len(_tasks) > TASKS_KEPT:
+            _tasks.popitem(last=False)
+    try:
+        task = _tasks[key]
+    except KeyError:
+        return Status.RUN_ERROR, None, "the runner worker lost the task's inputs"
+    try:
+        return run_artifact(artifact, task, unit, min_seconds, repeats, best)
+    except Exception as e:  # noqa: BLE001
+        first = str(e).splitlines()[0] if str(e) else ""
+        return Status.RUN_ERROR, None, f"{type(e).__name__}: {first}"
 
 
 class LocalRunner(Runner):
     """Measures in one worker process, each candidate limited to `timeout` seconds (less when
-    far slower than the best would already show)."""
+    far slower than the best would already show; see the module's note)."""
 
     def __init__(self, timeout: float = 10.0, min_seconds: float = DEFAULT_MIN_SECONDS,
                  repeats: int = DEFAULT_REPEATS):
         self.timeout, self.min_seconds, self.repeats = timeout, min_seconds, repeats
-        self._proc = None
-        self._conn = None
-        self._fresh = True
+        self._worker: Worker | None = None
+        self._using: Worker | None = None  # the worker the feeder thread is talking to
         self._sent: set[str] = set()  # task payloads the current worker has
         self._lock = threading.Lock()
-        self._feeder: ThreadPoolExecutor | None = None
+        self._closed = False
+        self._queue: queue.Queue | None = None
+        self._feeder: threading.Thread | None = None
+
+    # --- the tuner's side ------------------------------------------------------------------
 
     def submit(self, task: TaskData, builds: Sequence[BuildResult],
                best: float | None = None) -> list[Future[MeasureResult]]:
-        if self._feeder is None:
-            self._feeder = ThreadPoolExecutor(1, thread_name_prefix="akg-runner")
+        if self._feeder is None or not self._feeder.is_alive():
+            # a daemon thread: a tuner stopped at once does not wait for it at exit
+            self._queue = queue.Queue()
+            self._closed = False
+            self._feeder = threading.Thread(target=self._feed, args=(self._queue,), daemon=True,
+                                            name="akg-runner")
+            self._feeder.start()
         batch = BestSoFar(best)
-        return [self._feeder.submit(self._measure, task, b, batch) if b.status == Status.OK
-                else done(MeasureResult.unbuilt(b, task.unit)) for b in builds]
+        out = []
+        for b in builds:
+            if b.status != Status.OK:
+                out.append(done(MeasureResult.unbuilt(b, task.unit)))
+                continue
+            future: Future[MeasureResult] = Future()
+            self._queue.put((future, task, b, batch))
+            out.append(future)
+        return out
+
+    def _feed(self, requests: queue.Queue) -> None:
+        while True:
+            item = requests.get()
+            if item is None:
+                return
+            future, task, build, batch = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(self._measure(task, build, batch))
+            except BaseException as e:  # noqa: BLE001  (handed to whoever waits on the future)
+                future.set_exception(e)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._queue is not None:
+            while True:  # cancel what has not started
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+            self._queue.put(None)
+            self._queue = None
+        self._feeder = None
+        with self._lock:
+            worker, self._worker = self._worker, None
+            if worker is None:
+                return
+            in_use = worker is self._using
+        if in_use:  # the feeder thread waits on it: wake it up, it releases the worker
+            worker.stop()
+        else:
+            worker.close()
+
+    # --- the feeder thread's side ----------------------------------------------------------
 
     def _measure(self, task: TaskData, build: BuildResult, best: BestSoFar) -> MeasureResult:
-        conn = self._worker()
         t0 = time.perf_counter()
-        payload = None if task.key in self._sent else task.payload
-        self._sent.add(task.key)
-        conn.send((task.key, payload, task.unit, build.artifact, best.value))
         limit = self.timeout
         if best.value is not None and task.unit == "s":  # far slower than the best is hopeless (timing takes ~10 runs)
             limit = min(self.timeout, max(MIN_TIMEOUT, 10 * SLOWDOWN_LIMIT * best.value))
-        if conn.poll(limit + (STARTUP_SECONDS if self._fresh else 0.0)):
-            try:
-                status, cost, error = conn.recv()
-            except EOFError:  # the worker died: a segfault or abort in the kernel
-                status, cost, error = Status.RUN_ERROR, None, f"the kernel crashed the runner ({self._exit()})"
-                self._kill()
-        else:
-            status, cost, error = Status.TIMEOUT, None, f"no result within {limit:.0f}s"
-            self._kill()
-        self._fresh = False
+        status, cost, error = self._attempt(task, build, best.value, limit)
+        if status == Status.TIMEOUT and limit < self.timeout and not self._closed:
+            # a loaded host can push a good candidate past the shortened limit: no verdict yet
+            log.info("%s: no result within the shortened limit of %.1fs; measuring again with %gs",
+                     task.graph.name, limit, self.timeout)
+            status, cost, error = self._attempt(task, build, best.value, self.timeout)
+            if status == Status.TIMEOUT:
+                error = f"{error} (and within {limit:.1f}s before)"
         result = MeasureResult(build.config, Status(status), cost, task.unit, error, build.seconds,
                                time.perf_counter() - t0, build.features)
         best.update(result)
         return result
 
-    def _exit(self) -> str:
-        proc = self._proc
-        if proc is None:
-            return "no worker"
-        proc.join(2)
-        return f"exit code {proc.exitcode}"
+    def _attempt(self, task: TaskData, build: BuildResult, best: float | None, limit: float):
+        """(status, cost, error) of one run of the candidate in the worker."""
+        try:
+            return self._attempt_in_worker(task, build, best, limit)
+        finally:
+            with self._lock:
+                self._using = None
 
-    def _worker(self):
+    def _attempt_in_worker(self, task: TaskData, build: BuildResult, best: float | None, limit: float):
+        try:
+            worker = self._ready_worker()
+        except WorkerDied as e:
+            if self._closed:
+                return Status.RUN_ERROR, None, "the runner was closed"
+            log.warning("%s: the runner's worker failed to start (%s)", task.graph.name, e.cause)
+            return Status.RUN_ERROR, None, e.describe("the runner's worker failed to start")
+        if worker is None:
+            return Status.RUN_ERROR, None, "the runner was closed"
+        try:
+            payload = None if task.key in self._sent else task.payload
+            worker.send(measure_request, task.key, payload, task.unit, build.artifact, best, self.min_seconds,
+                        self.repeats)
+            self._sent.add(task.key)
+            if not worker.poll(limit):
+                self._retire(worker)
+                return Status.TIMEOUT, None, f"no result within {limit:.1f}s"
+            status, cost, error = worker.receive()
+            return status, cost, error
+        except WorkerDied as e:
+            self._retire(worker)
+            if self._closed:
+                return Status.RUN_ERROR, None, "the runner was closed"
+            log.warning("%s: a candidate crashed the runner (%s); the crash report is in its record",
+                        task.graph.name, e.cause)
+            return Status.RUN_ERROR, None, e.describe("the kernel crashed the runner")
+        except WorkerError as e:
+            return Status.RUN_ERROR, None, str(e)
+
+    def _ready_worker(self) -> Worker | None:
         with self._lock:
-            if self._proc is None or not self._proc.is_alive():
-                self._fresh = True
+            if self._closed:
+                return None
+            if self._worker is None or not self._worker.alive():
+                if self._worker is not None:
+                    self._worker.kill()
+                self._worker = Worker("runner", WORKER_MODULES)
                 self._sent.clear()
-                ctx = mp.get_context("spawn")
-                parent, child = ctx.Pipe()
-                self._proc = ctx.Process(target=runner_worker, args=(child, self.min_seconds, self.repeats),
-                                         daemon=True)
-                self._proc.start()
-                child.close()
-                self._conn = parent
-            return self._conn
+            worker = self._using = self._worker
+        worker.wait_ready()
+        return worker
 
-    def _kill(self) -> None:
+    def _retire(self, worker: Worker) -> None:
+        """Kill a worker that crashed or hung; start its successor now, so that its start-up
+        overlaps what the tuner does next."""
+        worker.kill()
         with self._lock:
-            if self._proc is not None:
-                self._proc.kill()
-                self._proc.join(5)
-            self._proc = self._conn = None
-
-    def close(self) -> None:
-        if self._feeder is not None:
-            self._feeder.shutdown(wait=False, cancel_futures=True)
-            self._feeder = None
-        if self._conn is not None:
-            try:
-                self._conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-        self._kill()
+            if self._worker is worker:
+                self._worker = None
+                self._sent.clear()
+                if not self._closed:
+                    self._worker = Worker("runner", WORKER_MODULES)
