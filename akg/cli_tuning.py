@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-console = Console(highlight=False)
+from akg.cli import SEED, Finite, cli, console, make_parent, print_table, writable
+from akg.errors import AkgError
 
 DB_HELP = "Tuning database: an SQLAlchemy URL or an SQLite file path (default: $AKG_DB, else ~/.cache/akg/tuning.db)."
 
@@ -20,50 +21,162 @@ def _seconds(cost: float | None) -> str:
     return f"{cost * 1e6:.1f} us" if cost < 1e-3 else f"{cost * 1e3:.3f} ms"
 
 
+def _speedup(default: float | None, best: float | None) -> str:
+    if default is None or best is None or best <= 0:
+        return "-"
+    return f"{default / best:.2f}x"
+
+
+def default_trial(task) -> tuple[str, float | None]:
+    """How the target's default config of a tuning task fared: ("ok", cost), ("failed",
+    None) or ("unmeasured", None). The default is the config `akg compile` uses untuned."""
+    try:
+        default = task.default_config().to_json()
+    except AkgError:
+        return "unmeasured", None
+    for t in task.trials:
+        if t.config.to_json() == default:
+            return ("ok", t.cost) if t.status == "ok" and t.cost is not None else ("failed", None)
+    return "unmeasured", None
+
+
+def _versus_default(state: str, default: float | None, best: float | None) -> str:
+    if state == "ok":
+        return f"{_speedup(default, best)} over the default ({_seconds(default)})"
+    return "default config failed" if state == "failed" else "default not measured yet"
+
+
+def database_name(database, db_url: str | None) -> str:
+    """The database a command uses, as a user would name it (URL without password)."""
+    import os
+
+    name = getattr(database, "url", None) or repr(database)
+    if db_url:
+        return name
+    return name + (" (from $AKG_DB)" if os.environ.get("AKG_DB") else " (the default)")
+
+
 @click.command("tune")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--target", default="cpu", show_default=True)
-@click.option("--trials", default=64, show_default=True,
+@click.option("--trials", default=64, show_default=True, type=click.IntRange(min=1),
               help="Measurements in total for the model's kernels, counting those already in the database.")
 @click.option("--db", "db_url", default=None, help=DB_HELP)
-@click.option("--timeout", default=10.0, show_default=True, help="Seconds a candidate may run.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--timeout", default=10.0, show_default=True, type=Finite(0.0, min_open=True),
+              help="Seconds a candidate may run (> 0).")
+@click.option("--seed", default=0, show_default=True, type=SEED)
 @click.option("--cost-model", default="xgb", show_default=True, help="xgb or random.")
 @click.option("--search", default="evolutionary", show_default=True, help="evolutionary or random.")
-@click.option("--batch", default=16, show_default=True, help="Candidates measured per round.")
+@click.option("--batch", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Candidates measured per round.")
 def tune_cmd(model: Path, target: str, trials: int, db_url: str | None, timeout: float, seed: int,
              cost_model: str, search: str, batch: int) -> None:
-    """Tune every kernel of a model (or one kernel file); resumable, Ctrl-C stops cleanly."""
+    """Tune every kernel of a model (or one kernel file); resumable, Ctrl-C stops cleanly.
+    Without a terminal (a CI log, `| tee`) it prints one line per round instead of a bar."""
+    import time
+
     from akg.db import open_database
     from akg.target import get_target
     from akg.tuner.tune import tune
 
     target_ = get_target(target)
     database = open_database(db_url)
+    where = database_name(database, db_url)
+    tasks: dict[str, object] = {}  # workload key -> the tuner's task, as progress reports them
     failures = 0
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console) as bar:
-        task_id = bar.add_task(f"tuning {model.name}", total=trials, status="starting")
+    started = time.perf_counter()
+
+    def describe(done, total, task, results) -> str:
+        nonlocal failures
+        tasks[task.key] = task
+        failed = sum(1 for r in results if str(r.status) != "ok")
+        failures += failed
+        best = task.best
+        state, default = default_trial(task)
+        return (f"{task.name}: +{len(results)} measured ({failed} failed), best "
+                f"{_seconds(best.cost if best else None)}, "
+                f"{_versus_default(state, default, best.cost if best else None)}; {failures} failures in all")
+
+    if console.is_terminal:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[status]}"), TimeElapsedColumn(), console=console) as bar:
+            task_id = bar.add_task(f"tuning {model.name}", total=trials, status="starting")
+
+            def progress(done, total, task, results):
+                bar.update(task_id, completed=done, status=describe(done, total, task, results))
+
+            result = tune(model, target=target_, trials=trials, db=database, timeout=timeout, seed=seed,
+                          cost_model=cost_model, search=search, batch=batch, progress=progress)
+    else:
+        click.echo(f"tuning {model.name} on {target_}: {trials} trials in all, batches of {batch}; database {where}")
+        sys.stdout.flush()
 
         def progress(done, total, task, results):
-            nonlocal failures
-            failures += sum(1 for r in results if str(r.status) != "ok")
-            best = task.best
-            bar.update(task_id, completed=done,
-                       status=f"{task.name}: best {_seconds(best.cost if best else None)}, failures {failures}")
+            click.echo(f"[{done}/{total} {time.perf_counter() - started:.0f}s] {describe(done, total, task, results)}")
+            sys.stdout.flush()  # a killed run keeps every line so far
 
         result = tune(model, target=target_, trials=trials, db=database, timeout=timeout, seed=seed,
                       cost_model=cost_model, search=search, batch=batch, progress=progress)
-    table = Table(title=f"{model.name} on {target_}")
-    for col in ("kernel", "x", "trials", "failed", "best"):
+    _summary(model, target_, database, where, result, tasks)
+    if result.interrupted:
+        click.echo("interrupted: every measurement so far is saved; run the same command to resume")
+        raise SystemExit(130)
+
+
+def _summary(model: Path, target, database, where: str, result, tasks: dict) -> None:
+    """The kernels' table with default and tuned times, the model's speed-up, the database."""
+    defaults = _default_costs(model, target, database, result, tasks)
+    table = Table(title=f"{model.name} on {target}")
+    for col in ("kernel", "x", "trials", "failed", "default", "best", "speed-up"):
         table.add_column(col)
     for k in result.kernels:
-        table.add_row(k.name, str(k.occurrences), str(k.trials), str(k.failures), _seconds(k.best_cost))
-    console.print(table)
-    console.print(f"{result.new_measurements} new measurements in {result.seconds:.0f}s")
-    if result.interrupted:
-        console.print("interrupted: every measurement so far is saved; run the same command to resume")
-        raise SystemExit(130)
+        state, default = defaults[k.workload_key]
+        shown = _seconds(default) if state == "ok" else ("failed" if state == "failed" else "not measured")
+        table.add_row(k.name, str(k.occurrences), str(k.trials), str(k.failures), shown, _seconds(k.best_cost),
+                      _speedup(default, k.best_cost))
+    print_table(table)
+    untuned = [k.name for k in result.kernels if k.best_cost is None]
+    no_default = [k.name for k in result.kernels if k.best_cost is not None and defaults[k.workload_key][0] != "ok"]
+    tuned = result.weighted_cost
+    if untuned:
+        click.echo(f"model: {len(untuned)} of {len(result.kernels)} kernel(s) have no measured time yet "
+                   f"({', '.join(untuned)}), so the model has no speed-up figure yet: raise --trials")
+    elif no_default:
+        click.echo(f"model: {_seconds(tuned)} per run tuned (kernel times x occurrences); the default config of "
+                   f"{', '.join(no_default)} was not measured or failed, so the speed-up over the defaults is unknown")
+    else:
+        default = sum(k.occurrences * defaults[k.workload_key][1] for k in result.kernels)
+        click.echo(f"model: {_seconds(tuned)} per run tuned vs {_seconds(default)} with the default configs: "
+                   f"{_speedup(default, tuned)} faster (kernel times x occurrences)")
+    click.echo(f"{result.new_measurements} new measurements in {result.seconds:.0f}s; database: {where}")
+
+
+def _default_costs(model: Path, target, database, result, tasks: dict) -> dict[str, tuple[str, float | None]]:
+    """For each kernel of `result`, how its default config fared: from the tuner's tasks seen
+    in this run, else from the database's records (kernels this run did not touch)."""
+    out = {k.workload_key: default_trial(tasks[k.workload_key]) for k in result.kernels if k.workload_key in tasks}
+    missing = [k for k in result.kernels if k.workload_key not in out]
+    if not missing:
+        return out
+    from akg.graph.io import load_model
+    from akg.schedules.space import Config
+    from akg.tuner.task import Trial, TuningTask
+    from akg.tuner.tune import kernels_of
+
+    try:
+        subgraphs = {sg.workload_key: sg for sg in kernels_of(load_model(model), target)}
+    except AkgError:
+        subgraphs = {}
+    for k in missing:
+        sg = subgraphs.get(k.workload_key)
+        if sg is None:
+            out[k.workload_key] = ("unmeasured", None)
+            continue
+        task = TuningTask(sg, target)
+        task.trials = [Trial(Config.from_json(r.config), str(r.status), r.cost)
+                       for r in database.history(k.workload_key, target.key)]
+        out[k.workload_key] = default_trial(task)
+    return out
 
 
 @click.group("db")
@@ -78,16 +191,23 @@ def db_ls(db_url: str | None) -> None:
     from akg.db import open_database
 
     database = open_database(db_url)
-    table = Table()
+    table = Table(title=f"tuning database {database_name(database, db_url)}")
     for col in ("workload", "name", "target", "records", "best"):
         table.add_column(col)
+    rows = 0
     for w in database.workloads():
         for t in database.targets():
             n = database.count(w.key, t.key)
             if n:
                 best = database.best(w.key, t.key)
                 table.add_row(w.key, w.name, t.key, str(n), _seconds(best.cost if best else None))
-    console.print(table)
+                rows += 1
+    click.echo(f"database: {database_name(database, db_url)}")
+    if rows:
+        table.title = None
+        print_table(table)
+    else:
+        click.echo("no records")
 
 
 @db_group.command("best")
@@ -118,7 +238,10 @@ def db_export(path: Path, db_url: str | None) -> None:
     """Write every record as JSON lines."""
     from akg.db import open_database
 
-    console.print(f"exported {open_database(db_url).export_jsonl(path)} records to {path}")
+    writable(path)
+    database = open_database(db_url)
+    make_parent(path)
+    click.echo(f"exported {database.export_jsonl(path)} records from {database_name(database, db_url)} to {path}")
 
 
 @db_group.command("import")
@@ -131,7 +254,12 @@ def db_import(path: Path, db_url: str | None) -> None:
 
     if not path.exists():
         raise DatabaseError(f"{path}: no such file")
-    console.print(f"imported {open_database(db_url).import_jsonl(path)} new records from {path}")
+    database = open_database(db_url)
+    click.echo(f"imported {database.import_jsonl(path)} new records from {path} into {database_name(database, db_url)}")
 
 
 COMMANDS = (tune_cmd, db_group)
+
+for _command in COMMANDS:  # when this module was imported before akg.cli (see akg.cli._register_commands)
+    if _command.name not in cli.commands:
+        cli.add_command(_command)

@@ -50,6 +50,20 @@ class InputDataError(InputError):
     """Arrays given to run a graph or kernel do not match its inputs."""
 
 
+class OutputPathError(InputError):
+    """An output path (`--output`, `-o`) that cannot be written; raised before any work."""
+
+
+class ResourceError(InputError):
+    """The input needs more memory or nesting than this machine or Python allows (a MemoryError
+    or RecursionError that no earlier check caught)."""
+
+
+class TooLargeError(InputError):
+    """A model's tensors need more memory than this machine has (checked before allocating),
+    or more elements than an array can index."""
+
+
 # --- unsupported things -----------------------------------------------------------------
 
 

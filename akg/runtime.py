@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,11 +14,15 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from akg.errors import ImportFormatError, InputDataError
+from akg.errors import ImportFormatError, InputDataError, InputError
 
 PACK_FORMAT = "akgpack"
 PACK_VERSION = 2  # 2: kernels are artifacts of the kind the manifest names
 V1_ARTIFACT_KIND = "cpu-llvm-so"  # version 1 packs held only the CPU backend's shared libraries
+# The model's own graph, kept in the pack (optional, any version) so that a pack's outputs can
+# be checked against the reference interpreter (`akg run PACK --check`) without the model file.
+REFERENCE_GRAPH = "reference/model.mir"
+REFERENCE_WEIGHTS = "reference/weights.npz"
 
 
 @dataclass(frozen=True)
@@ -114,8 +119,10 @@ class CompiledModel:
     stats: dict = field(default_factory=dict)
     index_bounds: dict[str, int] = field(default_factory=dict)  # index inputs: exclusive upper bound
     artifact_kind: str = V1_ARTIFACT_KIND  # the backend that runs the kernels (`akg.target.BACKENDS`)
+    reference: object = field(default=None, repr=False)  # the model's Graph, saved with the pack if set
     _slots: list | None = field(default=None, repr=False)
     _device_constants: dict | None = field(default=None, repr=False)
+    _pack: Path | None = field(default=None, repr=False)  # the .akgpack this was loaded from
 
     def random_inputs(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Deterministic random inputs (index inputs within their bounds)."""
@@ -164,6 +171,7 @@ class CompiledModel:
         env = dict(self._device_constants)
         env.update({name: backend.to_device(np.ascontiguousarray(a) if a.ndim else a) for name, a in values.items()})
         if self._slots is None:
+            self._require_memory()
             self._slots = [backend.empty((max(n, 1),), "uint8") for n in self.plan.slot_bytes]
         for call in self.calls:
             kernel = self.kernels[call.kernel]
@@ -176,17 +184,62 @@ class CompiledModel:
                     env[name] = backend.empty(spec.shape, spec.dtype)
                 outs.append(env[name])
             if call.device_params is None:
-                call.device_params = [backend.to_device(np.ascontiguousarray(p)) for p in call.params]
+                call.device_params = [backend.to_device(np.ascontiguousarray(p) if np.ndim(p) else np.asarray(p))
+                                      for p in call.params]
             if kernel.entry is None:
                 kernel.entry = backend.entry(kernel.executable)
             kernel.entry(*(env[n] for n in call.inputs), *call.device_params, *outs)
         return [backend.to_numpy(env[s.name]) for s in self.outputs]
 
+    def _require_memory(self) -> None:
+        """TooLargeError before the first call allocates anything this machine cannot hold
+        (a pack compiled on a bigger machine): the memory plan's slots, the outputs outside it,
+        the weights."""
+        from akg.graph.memory import require_memory
+
+        given = {s.name for s in self.inputs} | set(self.constants)
+        outside = sum(math.prod(s.shape) * np.dtype(s.dtype).itemsize
+                      for name, s in self.specs.items() if name not in self.plan.slot_of and name not in given)
+        weights = sum(int(a.nbytes) for a in self.constants.values())
+        require_memory(self.plan.peak_bytes + outside + weights, f"model '{self.name}'", "to run")
+
     # --- artifact -------------------------------------------------------------------------
 
+    def reference_graph(self):
+        """The model's graph kept with this model (`reference`, or read from the pack it was
+        loaded from), for checking its outputs with the reference interpreter; InputError
+        saying why when there is none."""
+        if self.reference is not None:
+            return self.reference
+        if self._pack is None:
+            raise InputError(f"compiled model {self.name} holds no reference graph (set its `reference` "
+                             f"to the model's Graph)")
+        self.reference = _read_reference(self._pack)
+        return self.reference
+
+    def has_reference(self) -> bool:
+        if self.reference is not None:
+            return True
+        if self._pack is None:
+            return False
+        try:
+            with zipfile.ZipFile(self._pack) as z:
+                return REFERENCE_GRAPH in z.namelist()
+        except (OSError, zipfile.BadZipFile):
+            return False
+
     def save(self, path: str | Path) -> Path:
-        """Write a self-contained .akgpack (zip): manifest, kernel libraries, weights."""
+        """Write a self-contained .akgpack (zip): manifest, kernel libraries, weights, and the
+        model's graph when `reference` is set (or this model was loaded from a pack with one)."""
+        from akg.graph.io import emit_mir
+
         path = Path(path)
+        ref_text, ref_weights, ref_missing = None, {}, None
+        if self.has_reference():
+            try:
+                ref_text, ref_weights = emit_mir(self.reference_graph(), weights_file=Path(REFERENCE_WEIGHTS).name)
+            except Exception as e:  # noqa: BLE001  (the copy is optional: the pack still runs without it)
+                ref_missing = f"its model's graph could not be written as .mir ({type(e).__name__}: {e})"
         manifest = {
             "format": PACK_FORMAT, "version": PACK_VERSION, "name": self.name,
             "inputs": [_spec_json(s) for s in self.inputs], "outputs": [_spec_json(s) for s in self.outputs],
@@ -200,6 +253,10 @@ class CompiledModel:
             "index_bounds": self.index_bounds,
             "artifact_kind": self.artifact_kind,
         }
+        if ref_text is not None:
+            manifest["reference"] = {"graph": REFERENCE_GRAPH, "weights": REFERENCE_WEIGHTS if ref_weights else None}
+        elif ref_missing is not None:
+            manifest["reference"] = {"missing": ref_missing}
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
             z.writestr("manifest.json", json.dumps(manifest, indent=1))
             backend = self.backend
@@ -210,6 +267,10 @@ class CompiledModel:
                     z.writestr(f"params/{i}.npz", _npz({f"p{j}": np.asarray(p) for j, p in enumerate(c.params)}))
             if self.constants:
                 z.writestr("constants.npz", _npz(self.constants))
+            if ref_text is not None:
+                z.writestr(REFERENCE_GRAPH, ref_text)
+                if ref_weights:
+                    z.writestr(REFERENCE_WEIGHTS, _npz(ref_weights))
         return path
 
     @classmethod
@@ -248,9 +309,40 @@ class CompiledModel:
                     constants = {k: npz[k] for k in npz.files}
         specs = {s["name"]: _spec(s) for s in manifest["specs"]}
         plan = MemoryPlan(manifest["plan"]["slot_of"], manifest["plan"]["slot_bytes"], manifest["plan"]["naive_bytes"])
-        return cls(manifest["name"], [_spec(s) for s in manifest["inputs"]], [_spec(s) for s in manifest["outputs"]],
-                   specs, calls, kernels, constants, plan, manifest.get("stats", {}),
-                   manifest.get("index_bounds", {}), kind)
+        model = cls(manifest["name"], [_spec(s) for s in manifest["inputs"]], [_spec(s) for s in manifest["outputs"]],
+                    specs, calls, kernels, constants, plan, manifest.get("stats", {}),
+                    manifest.get("index_bounds", {}), kind)
+        model._pack = path
+        return model
+
+
+def _read_reference(path: Path):
+    """The model graph kept in an .akgpack (REFERENCE_GRAPH), or InputError saying why not."""
+    from akg.errors import AkgError
+    from akg.graph.io import parse_mir
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            if REFERENCE_GRAPH not in names:
+                try:
+                    missing = json.loads(z.read("manifest.json")).get("reference", {}).get("missing")
+                except (KeyError, ValueError, AttributeError):
+                    missing = None
+                raise InputError(f"{path}: the pack carries no copy of its model's graph ("
+                                 + (missing or "it was written by `akg compile --no-reference`, by an older "
+                                    "akg, or from the Python API without setting `reference`") + ")")
+            text = z.read(REFERENCE_GRAPH).decode()
+            weights = {}
+            if REFERENCE_WEIGHTS in names:
+                with np.load(io.BytesIO(z.read(REFERENCE_WEIGHTS)), allow_pickle=False) as npz:
+                    weights = {k: npz[k] for k in npz.files}
+    except (OSError, zipfile.BadZipFile, UnicodeDecodeError, ValueError) as e:
+        raise ImportFormatError(f"{path}: cannot read the pack's reference graph: {e}") from None
+    try:
+        return parse_mir(text, f"{path}:{REFERENCE_GRAPH}", weights=weights)
+    except AkgError as e:
+        raise ImportFormatError(f"{path}: the pack's reference graph is unreadable: {e}") from None
 
 
 def check_index_bounds(name: str, a: np.ndarray, bound: int | None) -> None:

@@ -71,3 +71,115 @@ def compare(graph: Graph | Sequence[str], outputs: Sequence[np.ndarray], referen
             worst = float(np.nanmax(np.where(ok, 0.0, error))) if (~ok).any() else 0.0
             bad.append(Mismatch(name, int((~ok).sum()), ok.size, worst))
     return bad
+
+
+# --- the check of `akg run --check`: per-output verdicts with explicit tolerances ---------------
+
+# Defaults of `--rtol` / `--atol` by output dtype. An element passes when
+#   |got - ref| <= atol + rtol * |ref| + REFERENCE_SLACK * |ref_declared - ref|
+# (ref: the reference interpreter in float64; ref_declared: the reference in the declared
+# precision, whose own error stands for how ill-conditioned the element is), or when got and
+# the declared-precision reference are the same non-finite value (both NaN, both +inf or both
+# -inf). A NaN or infinity on one side only always fails. Integer and bool outputs must match
+# exactly.
+DEFAULT_RTOL = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-4, "float64": 1e-9}
+DEFAULT_ATOL = {"float16": 1e-3, "bfloat16": 1e-2, "float32": 1e-5, "float64": 1e-12}
+
+
+def default_tolerance(dtype: str) -> tuple[float, float]:
+    """(rtol, atol) of `--check` for an output of `dtype` (exact for non-float dtypes)."""
+    return DEFAULT_RTOL.get(str(dtype), 1e-4), DEFAULT_ATOL.get(str(dtype), 1e-5)
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """The verdict on one output: how many elements differ, the largest error among finite
+    elements, and the NaNs on each side (a NaN the reference has too is not an error, but
+    it is reported: those elements say nothing, and the inputs may be outside the model's
+    domain)."""
+
+    output: str
+    dtype: str
+    total: int
+    bad: int
+    max_error: float  # largest |got - ref|: inf if a NaN/inf is on one side only (0.0 if no elements)
+    rtol: float
+    atol: float
+    nan_only_got: int = 0  # NaN (or inf) in the output where the reference is finite or differs
+    nan_only_ref: int = 0  # NaN (or inf) in the reference where the output is finite or differs
+    nan_both: int = 0  # NaN in both
+    shape_mismatch: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.bad == 0 and not self.shape_mismatch
+
+    def __str__(self) -> str:
+        verdict = "pass" if self.ok else "FAIL"
+        if self.shape_mismatch:
+            return f"%{self.output}: FAIL: {self.shape_mismatch}"
+        floating = self.dtype.startswith(("float", "bfloat"))
+        parts = [f"{self.bad} of {self.total} elements differ"] if self.bad else []
+        if self.nan_only_got:
+            parts.append(f"{self.nan_only_got} NaN/inf where the reference is finite or differs")
+        if self.nan_only_ref:
+            parts.append(f"{self.nan_only_ref} NaN/inf in the reference only")
+        if floating:
+            parts.append(f"max error {self.max_error:.3g}")
+        tol = f" (rtol {self.rtol:g}, atol {self.atol:g})" if floating else " (exact)"
+        if not parts:
+            parts.append("all equal")
+        if self.nan_both:
+            parts.append(f"{self.nan_both} of {self.total} NaN in both (not checked: the reference is NaN there too)")
+        return f"%{self.output}: {verdict}: " + ", ".join(parts) + tol
+
+
+def nan_aware_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """The largest |got - ref|, where a NaN or infinity on one side only (or infinities of
+    opposite signs) is an infinite error and NaN against NaN is none; 0.0 for no elements."""
+    g = np.asarray(got, np.float64)
+    r = np.asarray(ref, np.float64)
+    if g.size == 0:
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        same_nonfinite = (np.isnan(g) & np.isnan(r)) | ((g == r) & ~np.isfinite(r))
+        error = np.where(same_nonfinite, 0.0, np.abs(g - r))
+    error = np.where(np.isnan(error), np.inf, error)
+    return float(error.max())
+
+
+def check_outputs(names: Sequence[str], outputs: Sequence[np.ndarray], reference: Reference,
+                  rtol: float | None = None, atol: float | None = None) -> list[OutputCheck]:
+    """One OutputCheck per output (see DEFAULT_RTOL for the rule); `rtol`/`atol` None take
+    the defaults of each output's dtype."""
+    checks = []
+    for name, got, ref, exact in zip(names, outputs, reference.declared, reference.exact):
+        got, ref, exact = np.asarray(got), np.asarray(ref), np.asarray(exact)
+        dtype = str(ref.dtype)
+        d_rtol, d_atol = default_tolerance(dtype)
+        rt = d_rtol if rtol is None else rtol
+        at = d_atol if atol is None else atol
+        if got.shape != ref.shape or got.dtype != ref.dtype:
+            checks.append(OutputCheck(name, dtype, ref.size, ref.size, float("inf"), rt, at,
+                                      shape_mismatch=f"got {got.dtype}{list(got.shape)}, "
+                                                     f"the reference is {ref.dtype}{list(ref.shape)}"))
+            continue
+        if ref.dtype.kind != "f":
+            wrong = got != ref
+            checks.append(OutputCheck(name, dtype, ref.size, int(wrong.sum()),
+                                      float(wrong.any()), 0.0, 0.0))
+            continue
+        g, r, e = got.astype(np.float64), ref.astype(np.float64), exact.astype(np.float64)
+        g_fin, r_fin = np.isfinite(g), np.isfinite(r)
+        e = np.where(np.isfinite(e), e, r)  # where float64 overflows, compare with the declared one
+        both = g_fin & r_fin
+        with np.errstate(invalid="ignore", over="ignore"):
+            error = np.where(both, np.abs(g - e), 0.0)
+            allowed = at + rt * np.abs(e) + REFERENCE_SLACK * np.abs(r - e)
+            same_nonfinite = (np.isnan(g) & np.isnan(r)) | ((g == r) & ~r_fin)
+        ok = (both & (error <= allowed)) | same_nonfinite
+        nan_only_got, nan_only_ref = int((~g_fin & ~same_nonfinite).sum()), int((~r_fin & g_fin).sum())
+        worst = float("inf") if nan_only_got or nan_only_ref else (float(error.max()) if error.size else 0.0)
+        checks.append(OutputCheck(name, dtype, ref.size, int((~ok).sum()), worst, rt, at, nan_only_got=nan_only_got,
+                                  nan_only_ref=nan_only_ref, nan_both=int((np.isnan(g) & np.isnan(r)).sum())))
+    return checks

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from akg.graph.interpreter import bind_inputs, evaluate
 from akg.graph.ir import Graph, Node, Value
+from akg.graph.layout import derived_names
 from akg.graph.ops import CONV, LINALG, POOL, REDUCE
 from akg.graph.subgraph import Subgraph
 
@@ -382,38 +384,88 @@ class _Partitioner:
 # --- text ---------------------------------------------------------------------------------------
 
 
-def emit_partition(p: Partition) -> str:
-    """A readable listing: each kernel, its ops, inputs, outputs and the cuts into it."""
+_NAME = re.compile(r"%([A-Za-z0-9_.]*[A-Za-z0-9_])")  # a value name in a listing
+
+
+def emit_partition(p: Partition, model=None) -> str:
+    """A readable listing: each kernel, its ops, inputs, outputs and the cuts into it. Given
+    `model` (the user's graph the partition was planned from), in the user's names: values the
+    layout pass derived from a weight (its panels and their relayout views) are shown as that
+    weight, their relayout ops are not listed, and the parts of expanded composite ops are
+    said to be whose."""
     g = p.graph
-    n_ops = sum(len(k.nodes) for k in p.kernels)
-    lines = [f"fusion of @{g.name}: {len(p.kernels)} kernel(s) from {n_ops} basic op(s)"]
+    derived = derived_names(g, model) if model is not None else {}
+    user_types = {v.name: v.type for v in model.values} if model is not None else {}
     types = {v.name: v.type for v in g.values}
-    writer = {name: i for i, k in enumerate(p.kernels) for name in k.outputs}
+
+    def name(n: str) -> str:
+        return derived.get(n, n)
+
+    def typ(n: str) -> str:
+        return str(user_types[derived[n]]) if n in derived else str(types[n])
+
+    def rename(text: str) -> str:
+        return _NAME.sub(lambda m: "%" + name(m.group(1)), text)
+
+    def visible(nodes):
+        return [n for n in nodes if not all(v.name in derived for v in n.outputs)]
+
+    def unique(names):
+        return list(dict.fromkeys(names))
+
+    n_ops = sum(len(k.nodes) for k in p.kernels)
+    hidden = n_ops - sum(len(visible(k.nodes)) for k in p.kernels)
+    lines = [f"fusion of @{g.name}: {len(p.kernels)} kernel(s) from {n_ops} basic op(s)"
+             + (f", {hidden} of them reading weights stored as panels (not listed)" if hidden else "")]
+    writer = {n: i for i, k in enumerate(p.kernels) for n in k.outputs}
     readers: dict[str, list[int]] = {}
     for i, k in enumerate(p.kernels):
-        for name in k.inputs:
-            readers.setdefault(name, []).append(i)
+        for n in k.inputs:
+            readers.setdefault(n, []).append(i)
     graph_outputs = {v.name for v in g.outputs}
     for i, k in enumerate(p.kernels):
-        lines.append(f"k{i} {k.name}  ({len(k.nodes)} ops)")
-        lines.append("  ops:    " + ", ".join(f"%{n.outputs[0].name}={n.op}" for n in k.nodes))
+        ops = visible(k.nodes)
+        lines.append(f"k{i} {k.name}  ({len(ops)} ops)")
+        lines.append("  ops:    " + (", ".join(f"%{n.outputs[0].name}={n.op}" for n in ops) or "none"))
 
-        def source(name: str) -> str:
-            return f" <- k{writer[name]}" if name in writer else " (graph input)"
+        def source(n: str) -> str:
+            return f" <- k{writer[n]}" if n in writer else " (graph input)"
 
-        def sinks(name: str) -> str:
-            to = [f"k{j}" for j in readers.get(name, [])] + (["graph output"] if name in graph_outputs else [])
+        def sinks(n: str) -> str:
+            to = [f"k{j}" for j in readers.get(n, [])] + (["graph output"] if n in graph_outputs else [])
             return f" -> {', '.join(to)}" if to else " (unused)"
 
-        lines.append("  in:     " + (", ".join(f"%{n}: {types[n]}{source(n)}" for n in k.inputs) or "none"))
-        consts = k.subgraph.graph.constants
+        ins = unique(f"%{name(n)}: {typ(n)}{source(n)}" for n in k.inputs)
+        lines.append("  in:     " + (", ".join(ins) or "none"))
+        consts = []
+        for v in k.subgraph.graph.constants:
+            if v.name in derived:
+                consts.append(f"%{name(v.name)}: {typ(v.name)} (stored as panels {v.type})")
+            else:
+                consts.append(f"%{v.name}: {v.type}")
         if consts:
-            lines.append("  consts: " + ", ".join(f"%{v.name}: {v.type}" for v in consts))
-        lines.append("  out:    " + ", ".join(f"%{n}: {types[n]}{sinks(n)}" for n in k.outputs))
+            lines.append("  consts: " + ", ".join(unique(consts)))
+        lines.append("  out:    " + ", ".join(unique(f"%{name(n)}: {typ(n)}{sinks(n)}" for n in k.outputs)))
         for cut in p.cuts:
             if cut.consumer == i:
-                lines.append(f"  cut:    {cut}")
+                lines.append(f"  cut:    {rename(str(cut))}")
     direct = [v for v in g.outputs if v.name not in writer]
     if direct:
-        lines.append("graph outputs written by no kernel: " + ", ".join(f"%{v.name}" for v in direct))
+        lines.append("graph outputs written by no kernel: " + ", ".join(f"%{name(v.name)}" for v in direct))
+    if model is None:
+        return "\n".join(lines) + "\n"
+    # values of expanded composite ops are named after the user's op: say whose they are
+    producer = {v.name: n.op for n in model.nodes for v in n.outputs}
+    parts: dict[str, None] = {}
+    for k in p.kernels:
+        for n in [*(v.name for node in k.nodes for v in node.outputs), *(v.name for v in k.subgraph.graph.constants)]:
+            if n in user_types or n in derived:
+                continue
+            head = n
+            while "." in head and head not in producer:
+                head = head.rsplit(".", 1)[0]
+            if head in producer:
+                parts[head] = None
+    if parts:
+        lines.append("expanded: " + ", ".join(f"%{h}.* are parts of %{h} = {producer[h]}" for h in parts))
     return "\n".join(lines) + "\n"

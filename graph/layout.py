@@ -73,6 +73,20 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
     return dce(rw.finish("pack_weights"))
 
 
+# The values pack_weights derives from a constant matmul weight %W: the weight stored as panels
+# and the transpose and reshape that read it back as [K, N] (".t": from a transposed weight).
+DERIVED_SUFFIXES = tuple(f"{t}{tail}" for t in ("", ".t") for tail in (".panels", ".panels.kmajor", ".kn"))
+
+
+def derived_names(planned, model) -> dict[str, str]:
+    """Names of values in `planned` that pack_weights derived from a constant of `model` (the
+    user's graph), mapped to that constant's name; names the user wrote are not included."""
+    own = {v.name for v in model.values}
+    present = {v.name for v in planned.values}
+    return {v.name + sfx: v.name for v in model.constants for sfx in DERIVED_SUFFIXES
+            if v.name + sfx in present and v.name + sfx not in own}
+
+
 def _emit_panels(rw: _Rewriter, w: Value, weight: np.ndarray, transposed: bool, k: int, n: int,
                  panel: int) -> Value:
     """Add the panel constant and the transpose + reshape that read it as `[K, N]`."""

@@ -20,6 +20,7 @@ from akg.graph.expand import expand
 from akg.graph.fuse import FusionLimits, Partition, fuse
 from akg.graph.ir import Graph
 from akg.graph.layout import pack_weights
+from akg.graph.memory import check_model_memory
 from akg.graph.simplify import simplify
 from akg.registry import Registry
 
@@ -81,11 +82,13 @@ for _p in PASSES:
 def plan_model(graph: Graph, target=None, *, passes: Sequence[str | GraphPass] | None = None,
                limits: FusionLimits = FusionLimits()) -> Partition:
     """Run `graph` through `passes` (default `PASSES`; names or GraphPass values, in order,
-    ending with "fuse") for `target`, and return the Partition of its kernels."""
+    ending with "fuse") for `target`, and return the Partition of its kernels. TooLargeError
+    first when the model's inputs, weights, outputs and largest tensor do not fit in memory."""
     steps = PASSES if passes is None else tuple(GRAPH_PASSES.get(p) if isinstance(p, str) else p
                                                 for p in passes)
     if not steps or steps[-1].name != "fuse":
         raise ValueError(f"a plan ends with the 'fuse' pass, got {[p.name for p in steps]}")
+    check_model_memory(graph)  # a model that cannot run here stops now, not when allocating
     options = PlanOptions(target, limits)
     result: Any = graph
     for step in steps:

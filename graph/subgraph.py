@@ -10,6 +10,8 @@ from functools import cached_property
 import numpy as np
 
 from akg.graph.ir import Graph
+from akg.graph.memory import require_memory
+from akg.graph.types import TensorType, is_uniform
 
 # Constants of at most this many elements, or repeating one value, are compiled into the
 # kernel (so their values are part of the workload); larger ones are kernel arguments.
@@ -17,7 +19,9 @@ INLINE_CONSTANT_LIMIT = 1
 
 
 def _inlined(a: np.ndarray) -> bool:
-    return a.size <= INLINE_CONSTANT_LIMIT or bool((a == a.flat[0]).all())
+    """What lower_graph folds into the expressions (akg.graph.compute.lower: one repeated
+    value, NaN included), so that the key holds the values the kernel is compiled with."""
+    return a.size <= INLINE_CONSTANT_LIMIT or is_uniform(a)
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,6 +84,7 @@ def graph_from_canonical(form: dict, name: str = "workload") -> Graph:
     b = GraphBuilder(name)
     values = [b.input(f"in{k}", shape, dtype) for k, (shape, dtype) in enumerate(form["inputs"])]
     for k, (shape, dtype, data) in enumerate(form["constants"]):
+        require_memory(TensorType(shape, dtype).nbytes, f"constant {TensorType(shape, dtype)} of workload '{name}'")
         if data == "None":
             array = (np.arange(int(np.prod(shape)), dtype=np.int64) % 7 + 1).reshape(shape).astype(dtype)
         else:

@@ -18,6 +18,7 @@ from akg.errors import InputError, InvalidGraphError
 from akg.graph.autodiff import VjpEmitter, _builder_over, _resolve, grad, rebuilt, trainable_params
 from akg.graph.interpreter import evaluate
 from akg.graph.ir import Graph, Value
+from akg.graph.memory import require_values
 from akg.graph.types import is_float
 from akg.registry import Registry
 
@@ -177,6 +178,8 @@ def state_names(step: Graph) -> list[str]:
 def initial_state(model: Graph, step: Graph) -> dict[str, np.ndarray]:
     """Parameters as the model holds them, zero optimizer state."""
     weights = {v.name: a for v, a in model.constants.items()}
+    require_values([v for v in step.inputs if v.name in state_names(step)], f"training step '{step.name}'",
+                   "for its state")
     out = {}
     for v in step.inputs:
         if v.name not in state_names(step):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -24,6 +25,10 @@ _SHORT = {
 _LONG = {short: long for long, short in _SHORT.items()}
 DTYPES = tuple(_SHORT)
 FLOAT_DTYPES = ("float16", "float32", "float64")
+# The most elements a shape may have (and so the largest dimension): what a signed 64-bit
+# index reaches, and NumPy's limit. Whether the memory is there is checked where arrays are
+# made (akg.graph.memory).
+MAX_ELEMENTS = 2**63 - 1
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
 
 
@@ -67,8 +72,15 @@ class TensorType:
         shape = tuple(shape)
         for d in shape:
             if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
-                raise ShapeError(f"bad dimension {d!r} in shape {shape}")
-        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+                raise ShapeError(f"bad dimension {d!r} in shape {list(shape)}")
+        shape = tuple(int(d) for d in shape)
+        size = math.prod(shape)
+        if size > MAX_ELEMENTS or max(shape, default=0) > MAX_ELEMENTS:
+            big = max(shape)
+            what = (f"dimension {_count(big)} is larger" if big > MAX_ELEMENTS
+                    else f"its {_count(size)} elements are more")
+            raise ShapeError(f"shape {_shape_text(shape)}: {what} than an array can index (2^63-1)")
+        object.__setattr__(self, "shape", shape)
         try:
             object.__setattr__(self, "dtype", canonical_dtype(dtype))
         except ValueError as e:
@@ -80,7 +92,7 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # exact: a Python int
 
     @property
     def nbytes(self) -> int:
@@ -98,6 +110,29 @@ class TensorType:
     @staticmethod
     def of(array: np.ndarray) -> "TensorType":
         return TensorType(array.shape, array.dtype)
+
+
+def _count(n: int) -> str:
+    """A large count readably: exact up to 20 digits, else its power of ten."""
+    digits = len(str(n)) if n < 10**4000 else 4000
+    return str(n) if digits <= 20 else f"about 10^{digits - 1}"
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    text = f"[{','.join(map(str, shape))}]"
+    return text if len(text) <= 80 else text[:60] + "...]"
+
+
+def is_uniform(a: np.ndarray) -> bool:
+    """Every element equal to the first (NaN equal to NaN); true for empty arrays and scalars."""
+    a = np.asarray(a)
+    if a.size <= 1:
+        return True
+    first = a.flat[0]
+    same = a == first
+    if a.dtype.kind in "fc" and first != first:  # NaN: equal to the other NaNs
+        same = np.isnan(a)
+    return bool(same.all())
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:

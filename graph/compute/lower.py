@@ -13,6 +13,7 @@ from akg.graph.compute.expr import (Call, ComputeOp, Expr, Load, Reduce, Select,
 from akg.graph.expand import expand
 from akg.graph.ir import Graph, Value
 from akg.graph.ops import COMPUTES, ComputeCtx
+from akg.graph.types import is_uniform
 
 
 @dataclass
@@ -70,8 +71,9 @@ def loads_of(op: ComputeOp) -> list[Load]:
 
 
 def _uniform(a: np.ndarray) -> bool:
-    """A constant that repeats one value is folded into the expressions, not a parameter."""
-    return a.size == 0 or bool((a == a.flat[0]).all())
+    """A constant that repeats one value (NaN included: a NaN scalar is one) is folded into the
+    expressions, not a parameter."""
+    return is_uniform(a)
 
 
 def kernel_params(graph: Graph) -> list[np.ndarray]:

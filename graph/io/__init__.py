@@ -10,7 +10,7 @@ from typing import Any
 from akg.errors import ImportFormatError
 from akg.graph.io.importer import FRONTENDS, Frontend, SuffixTable, frontend_for, frontend_for_suffix  # noqa: F401
 from akg.graph.io.mir import emit_mir, load_mir, parse_mir, save_mir  # noqa: F401
-from akg.graph.io.akg_json import load_akg_json, parse_akg_json  # noqa: F401
+from akg.graph.io.akg_json import load_akg_json, loads_akg_json, parse_akg_json  # noqa: F401
 from akg.graph.io.mindir import load_mindir, parse_mindir  # noqa: F401
 from akg.graph.ir import Graph
 

@@ -37,8 +37,8 @@ import numpy as np
 
 from akg.errors import ImportFormatError
 from akg.graph.io.importer import (
-    Frontend, ImportFail, Importer, OpContext, OpTable, graph_name_of, read_model_file, register_frontend,
-    same_data, sanitize_name, unique_name,
+    Frontend, ImportFail, Importer, OpContext, OpTable, brief, graph_name_of, read_model_file,
+    register_frontend, same_data, sanitize_name, unique_name,
 )
 from akg.graph.ir import Graph, Value
 from akg.graph.types import TensorType, canonical_dtype
@@ -88,7 +88,7 @@ class _Arg:
 
 def _dtype(value: Any, where: str) -> str:
     if not isinstance(value, str):
-        raise ImportFail(f"{where}: data_type must be a string, got {value!r}")
+        raise ImportFail(f"{where}: data_type must be a string, got {brief(value)}")
     try:
         return canonical_dtype(_DTYPE_ALIASES.get(value, value))
     except ValueError:
@@ -103,11 +103,11 @@ def _desc(d: Any, where: str) -> _Desc:
             raise ImportFail(f"{where}: missing key '{key}'")
     name, shape = d["tensor_name"], d["shape"]
     if not isinstance(name, str) or not name:
-        raise ImportFail(f"{where}: tensor_name must be a non-empty string, got {name!r}")
+        raise ImportFail(f"{where}: tensor_name must be a non-empty string, got {brief(name)}")
     if not isinstance(shape, list) or any(
         isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in shape
     ):
-        raise ImportFail(f"{where} ({name}): shape must be a list of non-negative integers, got {shape!r}")
+        raise ImportFail(f"{where} ({name}): shape must be a list of non-negative integers, got {brief(shape)}")
     fmt = d.get("format")
     return _Desc(name, tuple(shape), _dtype(d["data_type"], f"{where} ({name})"),
                  fmt if isinstance(fmt, str) else None, "value" in d, d.get("value"))
@@ -135,7 +135,7 @@ def _attrs(op: dict, where: str) -> dict[str, Any]:
     out = {}
     for a in raw:
         if not isinstance(a, dict) or not isinstance(a.get("name"), str):
-            raise ImportFail(f"{where}: each attr needs a 'name', got {a!r}")
+            raise ImportFail(f"{where}: each attr needs a 'name', got {brief(a)}")
         out[a["name"]] = a.get("value")
     return out
 
@@ -158,6 +158,7 @@ class AkgJsonImporter(Importer):
         self.primary: list[tuple[Value, str]] = []  # op results and the tensor_name they carry
         self.inplace: dict[str, Value] = {}  # assigned tensor_name -> value written
         self.defined: set[str] = set()  # tensor names defined so far (inputs, op results)
+        self.current = -1  # the index of the op being converted
 
     # --- values -------------------------------------------------------------------------------
 
@@ -173,15 +174,19 @@ class AkgJsonImporter(Importer):
             array = np.asarray(value, dtype=np.float64 if isinstance(value, float) else None)
             if array.dtype == object or array.dtype.kind not in "biuf":
                 raise ValueError
-            array = array.astype(d.dtype)
+            with np.errstate(all="ignore"):
+                converted = array.astype(d.dtype)
+            if np.dtype(d.dtype).kind in "biu" and not np.array_equal(converted, array):
+                raise ValueError  # NaN, a fraction or a value out of range for an integer type
+            array = converted
         except (TypeError, ValueError, OverflowError):
-            raise ImportFail(f"{where} ({d.name}): constant value {value!r} is not a number "
+            raise ImportFail(f"{where} ({d.name}): constant value {brief(value)} is not a number "
                         f"or list of numbers of type {d.dtype}") from None
         size = math.prod(d.shape)
         if array.size == size:
             return array.reshape(d.shape)
-        if array.size == 1:
-            return np.full(d.shape, array.reshape(()), dtype=d.dtype)
+        if array.size == 1:  # a fill: made when the constant becomes a graph constant
+            return np.broadcast_to(array.reshape(()), d.type.shape)
         raise ImportFail(f"{where} ({d.name}): constant with {array.size} values does not fill "
                     f"shape {list(d.shape)}")
 
@@ -190,8 +195,7 @@ class AkgJsonImporter(Importer):
             data = self.const_data(d, where)
             return _Arg(self.const(data, d.name), d, d.format, data)
         if d.name not in self.env:
-            raise ImportFail(f"{where}: tensor '{d.name}' is used before it is defined "
-                        "(not a kernel input, nor the output of an earlier op)")
+            raise ImportFail(f"{where}: {_undefined(self.desc.get('op_desc'), self.current, d.name)}")
         v, fmt = self.env[d.name]
         if v.dtype != d.dtype:
             raise ImportFail(f"{where}: tensor '{d.name}' is {v.type} but is used as {d.dtype}")
@@ -282,6 +286,7 @@ class AkgJsonImporter(Importer):
     # --- one op -------------------------------------------------------------------------------
 
     def convert(self, k: int, op: Any) -> None:
+        self.current = k
         where = f"op_desc[{k}]"
         if not isinstance(op, dict):
             raise ImportFail(f"{where}: expected an op object, got {type(op).__name__}")
@@ -311,6 +316,77 @@ class AkgJsonImporter(Importer):
         self.primary.append((v, out.name))
 
 
+def _op_tensors(op: Any) -> tuple[list[str], list[str]]:
+    """(tensor names an op reads, tensor names it writes) from a raw op, skipping whatever is
+    malformed (this only explains an error found elsewhere)."""
+    def names(descs: Any, skip_values: bool) -> list[str]:
+        out = []
+        for group in descs if isinstance(descs, list) else []:
+            for d in group if isinstance(group, list) else [group]:
+                if isinstance(d, dict) and isinstance(d.get("tensor_name"), str) \
+                        and not (skip_values and "value" in d):
+                    out.append(d["tensor_name"])
+        return out
+
+    if not isinstance(op, dict):
+        return [], []
+    return names(op.get("input_desc"), True), names(op.get("output_desc"), False)
+
+
+def _op_label(ops: list, k: int) -> str:
+    name = ops[k].get("name") if isinstance(ops[k], dict) else None
+    return f"op_desc[{k}] ({name})" if isinstance(name, str) else f"op_desc[{k}]"
+
+
+def _undefined(ops: Any, k: int, tensor: str) -> str:
+    """Why op k may not read `tensor`: the ops form a cycle through it (named op by op), a later
+    op computes it, or nothing does."""
+    ops = ops if isinstance(ops, list) else []
+    reads, writer = [], {}
+    for j, op in enumerate(ops):
+        ins, outs = _op_tensors(op)
+        reads.append(ins)
+        for t in outs:
+            writer.setdefault(t, j)
+    j = writer.get(tensor)
+    if j is None or not 0 <= k < len(ops):
+        return (f"tensor '{tensor}' is used before it is defined (not a kernel input, nor the "
+                "output of any op)")
+    # breadth-first from the writer of `tensor` back through what it reads, looking for op k
+    came_from: dict[int, tuple[int, str] | None] = {j: None}
+    queue, found = [j], k == j
+    while queue and not found:
+        nxt = []
+        for a in queue:
+            for t in reads[a]:
+                b = writer.get(t)
+                if b is None or b in came_from:
+                    continue
+                came_from[b] = (a, t)
+                if b == k:
+                    found = True
+                    break
+                nxt.append(b)
+            if found:
+                break
+        queue = nxt
+    if not found:
+        return (f"tensor '{tensor}' is used before it is defined: {_op_label(ops, j)} computes it "
+                "later (ops must come in dependency order)")
+    if k == j:
+        return f"the ops form a cycle: {_op_label(ops, k)} reads '{tensor}', its own output"
+    edges = []  # (reader, tensor, writer) from j's read back to op k's output
+    b = k
+    while came_from[b] is not None:
+        reader, t = came_from[b]
+        edges.append((reader, t, b))
+        b = reader
+    text = f"the ops form a cycle: {_op_label(ops, k)} reads '{tensor}' from {_op_label(ops, j)}"
+    for _reader, t, writer in reversed(edges):  # each reader is the writer named just before
+        text += f", which reads '{t}' from {_op_label(ops, writer)}"
+    return text
+
+
 class AkgJsonOpContext(OpContext):
     """What a converter sees: the op's attributes, resolved inputs (`_Arg`s) and declared
     output `out`, whose tensor name names the results."""
@@ -334,7 +410,7 @@ class AkgJsonOpContext(OpContext):
             return (value,)
         if isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in value):
             return tuple(value)
-        raise self.fail(f"attribute '{names[0]}' must be an integer or a list of integers, got {value!r}")
+        raise self.fail(f"attribute '{names[0]}' must be an integer or a list of integers, got {brief(value)}")
 
     def out_dtype(self, *names: str) -> str:
         """The dtype named by an attribute (dst_type), else the declared output dtype."""
@@ -458,7 +534,7 @@ def _expand_dims(c: AkgJsonOpContext) -> Value:
     c.expect(1)
     axis = c.int_list("axis")
     if axis is None or len(axis) != 1:
-        raise c.fail(f"attribute 'axis' must be one integer, got {c.attr('axis')!r}")
+        raise c.fail(f"attribute 'axis' must be one integer, got {brief(c.attr('axis'))}")
     return c.emit("expand_dims", [c.v(0)], axis=axis[0])
 
 
@@ -475,7 +551,7 @@ def _reduction(akg: str, op: str) -> None:
         axes = c.int_list("axis")
         keep = c.attr("keep_dims", default=False)
         if not isinstance(keep, bool):
-            raise c.fail(f"attribute 'keep_dims' must be true or false, got {keep!r}")
+            raise c.fail(f"attribute 'keep_dims' must be true or false, got {brief(keep)}")
         return c.emit(op, [c.v(0)], axes=axes or None, keepdims=keep)  # [] / None: all axes
 
     AKG_OPS.add(akg, f"{op}(axes=axis ([] or none: all), keepdims=keep_dims)", convert)
@@ -500,7 +576,7 @@ def _matmul(c: AkgJsonOpContext) -> Value:
     ta = c.attr("transpose_a", "transpose_x1", default=False)
     tb = c.attr("transpose_b", "transpose_x2", default=False)
     if not isinstance(ta, bool) or not isinstance(tb, bool):
-        raise c.fail(f"transpose flags must be true or false, got {ta!r}, {tb!r}")
+        raise c.fail(f"transpose flags must be true or false, got {brief(ta)}, {brief(tb)}")
     dst = c.out_dtype("dst_type")
     acc = "float32" if a.dtype == "float16" else a.dtype
     if acc != a.dtype:
@@ -568,7 +644,7 @@ def _one_hot(c: AkgJsonOpContext) -> Value:
             raise c.unsupported(f"{what} must be a scalar constant (a 'value' in the file)")
     depth, axis = c.attr("depth"), c.attr("axis", default=-1)
     if not isinstance(depth, int) or not isinstance(axis, int):
-        raise c.fail(f"attributes depth and axis must be integers, got {depth!r}, {axis!r}")
+        raise c.fail(f"attributes depth and axis must be integers, got {brief(depth)}, {brief(axis)}")
     on, off = (float(c.args[i].const.reshape(())) for i in (1, 2))
     return c.emit("one_hot", [c.v(0)], depth=depth, axis=axis, on_value=on, off_value=off,
                   dtype=c.out.dtype)
@@ -609,7 +685,7 @@ def _unpad(c: AkgJsonOpContext) -> Value:
     c.expect(1)
     x, tail = c.v(0), c.int_list("tail")
     if tail is None or len(tail) != x.type.rank:
-        raise c.fail(f"attribute 'tail' needs one entry per axis of {x.type}, got {tail!r}")
+        raise c.fail(f"attribute 'tail' needs one entry per axis of {x.type}, got {brief(tail)}")
     return c.emit("slice", [x], begin=(0,) * x.type.rank,
                   end=tuple(d - t for d, t in zip(x.shape, tail)))
 
@@ -661,16 +737,51 @@ def parse_akg_json(desc: Any, name: str = "<akg_json>") -> Graph:
     return AkgJsonImporter(desc, name, graph_name).import_graph()
 
 
-def load_akg_json(path: str | Path) -> Graph:
-    """Read an AKG composite-kernel `.info` / `.json` file into a Graph."""
-    path = Path(path)
-    text = read_model_file(path, text=True)
+def loads_akg_json(text: str, name: str = "<akg_json>") -> Graph:
+    """Turn the text of a composite-JSON file into a Graph; `name` is the file (for errors)."""
     try:
         desc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ImportFormatError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: "
-                                f"{e.msg}") from None
-    return parse_akg_json(desc, str(path))
+        raise ImportFormatError(f"{name}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    except RecursionError:  # the json module nests by recursion
+        raise ImportFormatError(f"{name}: invalid JSON: {_nesting(text)}") from None
+    except ValueError as e:  # an integer too long for Python to convert
+        reason = "a number with more than 4300 digits" if "digits" in str(e) else str(e)
+        raise ImportFormatError(f"{name}: invalid JSON: {reason}") from None
+    return parse_akg_json(desc, name)
+
+
+def _nesting(text: str) -> str:
+    """Where a JSON text nests deepest: 'lists and objects nested 100000 deep at line 3 column 9'."""
+    depth = deepest = 0
+    at = 0
+    in_string = escaped = False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest, at = depth, i
+        elif ch in "]}":
+            depth -= 1
+    line = text.count("\n", 0, at) + 1
+    col = at - (text.rfind("\n", 0, at) + 1) + 1
+    return f"lists and objects nested {deepest} deep (at line {line} column {col}), deeper than akg reads"
+
+
+def load_akg_json(path: str | Path) -> Graph:
+    """Read an AKG composite-kernel `.info` / `.json` file into a Graph."""
+    path = Path(path)
+    return loads_akg_json(read_model_file(path, text=True), str(path))
 
 
 register_frontend(Frontend(

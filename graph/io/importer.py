@@ -19,9 +19,12 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from akg.errors import AkgError, ImportFormatError, InvalidGraphError, UnsupportedError, UnsupportedOpError
+from akg.errors import (AkgError, ImportFormatError, InvalidGraphError, TooLargeError, UnsupportedError,
+                        UnsupportedOpError)
 from akg.graph.builder import GraphBuilder
 from akg.graph.ir import Graph, Value
+from akg.graph.memory import require_values
+from akg.graph.ops.registry import brief  # noqa: F401 - importers' messages use it
 from akg.graph.types import TensorType
 from akg.registry import Registry
 
@@ -155,6 +158,8 @@ class Importer:
         except MALFORMED as e:
             raise ImportFormatError(f"{self.file}: malformed {self.format_name} "
                                     f"({type(e).__name__}: {e})") from None
+        except MemoryError:  # what the memory checks did not foresee
+            raise TooLargeError(f"{self.file}: out of memory while importing the {self.format_name}") from None
 
     def unsupported_error(self, op: str, reason: str) -> UnsupportedOpError:
         err = UnsupportedOpError(op, reason=reason)
@@ -192,7 +197,9 @@ class Importer:
     def const(self, data: Any, name: str) -> Value:
         """A graph constant named `name`; the same name and data give the same constant."""
         data = np.asarray(data)
-        data = data if data.flags.c_contiguous else data.copy()  # keeps 0-d arrays 0-d
+        if not data.flags.c_contiguous:  # a broadcast fill, say: made only if it fits
+            require_values([TensorType(data.shape, data.dtype.name)], f"constant '{name}' {TensorType.of(data)}")
+            data = data.copy()  # keeps 0-d arrays 0-d
         limit = self.const_compare_limit
         key = (name, data.dtype.str, data.shape,
                data.tobytes() if limit is None or data.size <= limit else None)

@@ -28,6 +28,7 @@ PRIMITIVE_FUNCTION ones (MatMul, BatchNorm, Reshape, ...) take them as extra Con
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from akg.errors import ImportFormatError, UnsupportedError
-from akg.graph.io.importer import Frontend, ImportFail, Importer, graph_name_of, read_model_file, register_frontend
+from akg.graph.io.importer import (Frontend, ImportFail, Importer, brief, graph_name_of, read_model_file,
+                                   register_frontend)
 from akg.graph.io.mindir_ops import MINDIR_OPS, MONAD, MindirOpContext, _Const, _describe, _flatten, _Missing
 from akg.graph.ir import Graph, Value
 from akg.graph.types import TensorType
@@ -92,6 +94,10 @@ def _external(ext, where: str, base_dir: Path | None) -> bytes:
     path = base_dir / ext.location
     try:
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if ext.offset < 0 or ext.offset > size or (ext.HasField("length") and not
+                                                       0 <= ext.length <= size - ext.offset):
+                raise ImportFail(f"{where}: external data {path} is shorter than offset + length")
             f.seek(ext.offset)
             raw = f.read(ext.length) if ext.HasField("length") else f.read()
     except OSError as e:
@@ -367,7 +373,7 @@ class MindirImporter(Importer):
             if isinstance(i, np.ndarray) and i.ndim == 0:
                 i = i.item()
             if not isinstance(i, int) or not -len(args[0]) <= i < len(args[0]):
-                raise ImportFail(f"{where}: index {i!r} out of range for a tuple of {len(args[0])}")
+                raise ImportFail(f"{where}: index {brief(i)} out of range for a tuple of {len(args[0])}")
             return args[0][i]
         mapping = self.mapping(op, where)
         declared = None
@@ -393,6 +399,28 @@ def _is_model_proto(obj: Any) -> bool:
     return getattr(getattr(obj, "DESCRIPTOR", None), "full_name", None) == "mind_ir.ModelProto"
 
 
+def _non_text_field(model) -> str | None:
+    """The path of a string field that holds bytes rather than UTF-8 text (protobuf hands those
+    back as bytes), or None; walked with a stack, not recursion."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    stack = [(model, "model")]
+    while stack:
+        message, path = stack.pop()
+        for field, value in message.ListFields():
+            where = f"{path}.{field.name}"
+            repeated = (field.is_repeated if hasattr(field, "is_repeated")  # protobuf >= 6
+                        else field.label == FieldDescriptor.LABEL_REPEATED)
+            items = list(value) if repeated else [value]
+            if field.type == FieldDescriptor.TYPE_STRING:
+                for i, item in enumerate(items):
+                    if not isinstance(item, str):
+                        return f"{where}[{i}]" if repeated else where
+            elif field.type == FieldDescriptor.TYPE_MESSAGE:
+                stack.extend((item, f"{where}[{i}]" if repeated else where) for i, item in enumerate(items))
+    return None
+
+
 def parse_mindir(data: bytes | Any, name: str = "<mindir>", base_dir: str | Path | None = None) -> Graph:
     """Turn the bytes of a `.mindir` file (or a parsed ModelProto) into a Graph; `name` is the
     file (for errors and the graph's name), `base_dir` the folder external weight files are
@@ -411,6 +439,10 @@ def parse_mindir(data: bytes | Any, name: str = "<mindir>", base_dir: str | Path
         except (DecodeError, RuntimeError, ValueError) as e:
             raise ImportFormatError(f"{name}: not a MindIR model, or a truncated one: the protobuf "
                                     f"does not parse ({e})") from None
+    bad = _non_text_field(model)
+    if bad is not None:
+        raise ImportFormatError(f"{name}: malformed MindIR: {bad} holds bytes that are not UTF-8 text "
+                                "(a damaged file?)")
     graph_name = graph_name_of(name, "<mindir>", "mindir")
     base = Path(base_dir) if base_dir is not None else None
     return MindirImporter(model, pb, name, base, graph_name).import_graph()

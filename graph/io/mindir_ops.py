@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from akg.graph.io.importer import OpContext, OpTable
+from akg.graph.io.importer import OpContext, OpTable, brief
 from akg.graph.ir import Value
 from akg.graph.types import TensorType, is_float
 
@@ -60,7 +60,7 @@ def _describe(item: Any) -> str:
         return f"tensor {item.type}"
     if isinstance(item, _Const):
         v = item.value
-        return f"constant {v.dtype}{list(v.shape)}" if isinstance(v, np.ndarray) else f"constant {v!r}"
+        return f"constant {v.dtype}{list(v.shape)}" if isinstance(v, np.ndarray) else f"constant {brief(v)}"
     if isinstance(item, tuple):
         return f"tuple of {len(item)}"
     if isinstance(item, _Missing):
@@ -118,7 +118,7 @@ class MindirOpContext(OpContext):
     def int_(self, index: int | None, *names: str, default: Any = _REQUIRED) -> int:
         value = _scalar(self.setting(index, *names, default=default))
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise self.fail(f"setting '{names[0]}' must be an integer, got {value!r}")
+            raise self.fail(f"setting '{names[0]}' must be an integer, got {brief(value)}")
         return int(value)
 
     def ints(self, index: int | None, *names: str, default: Any = _REQUIRED) -> tuple[int, ...] | None:
@@ -133,25 +133,25 @@ class MindirOpContext(OpContext):
         if isinstance(value, (tuple, list)) and all(
                 isinstance(_scalar(x), (int, np.integer)) and not isinstance(_scalar(x), bool) for x in value):
             return tuple(int(_scalar(x)) for x in value)
-        raise self.fail(f"setting '{names[0]}' must be integers, got {value!r}")
+        raise self.fail(f"setting '{names[0]}' must be integers, got {brief(value)}")
 
     def bool_(self, index: int | None, *names: str, default: Any = _REQUIRED) -> bool:
         value = _scalar(self.setting(index, *names, default=default))
         if not isinstance(value, (bool, np.bool_, int, np.integer)):
-            raise self.fail(f"setting '{names[0]}' must be true or false, got {value!r}")
+            raise self.fail(f"setting '{names[0]}' must be true or false, got {brief(value)}")
         return bool(value)
 
     def float_(self, index: int | None, *names: str, default: Any = _REQUIRED) -> float:
         value = _scalar(self.setting(index, *names, default=default))
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise self.fail(f"setting '{names[0]}' must be a number, got {value!r}")
+            raise self.fail(f"setting '{names[0]}' must be a number, got {brief(value)}")
         return float(value)
 
     def format(self, index: int | None) -> str:
         value = _scalar(self.setting(index, "format", "data_format", default="NCHW"))
         fmt = _FORMATS.get(value) if isinstance(value, int) else str(value).upper()
         if fmt not in ("NCHW", "NHWC"):
-            raise self.unsupported(f"data format {value!r} is not modelled (NCHW and NHWC are)")
+            raise self.unsupported(f"data format {brief(value)} is not modelled (NCHW and NHWC are)")
         return fmt
 
     # --- the result ---------------------------------------------------------------------------
@@ -367,7 +367,7 @@ def _pad_mode(c: MindirOpContext, index: int | None) -> str:
     value = _scalar(c.setting(index, "pad_mode", default="valid"))
     mode = _PAD_MODES.get(value) if isinstance(value, int) else str(value).lower()
     if mode not in ("pad", "same", "valid"):
-        raise c.unsupported(f"pad_mode {value!r} is not modelled (pad, same and valid are)")
+        raise c.unsupported(f"pad_mode {brief(value)} is not modelled (pad, same and valid are)")
     return mode
 
 
@@ -383,7 +383,7 @@ def _same_pads(size: int, k: int, s: int, d: int = 1) -> tuple[int, int]:
 def _conv2d(c: MindirOpContext) -> Value:
     c.expect(2)
     if c.setting(None, "mode", default=1) != 1:
-        raise c.unsupported(f"mode {c.setting(None, 'mode')!r} (only 1, cross-correlation, is)")
+        raise c.unsupported(f"mode {brief(c.setting(None, 'mode'))} (only 1, cross-correlation, is)")
     fmt = c.format(None)
     x, w = _operands(c, 2, True)
     if x.type.rank != 4 or w.type.rank != 4:
@@ -638,9 +638,9 @@ def _pad(c: MindirOpContext) -> Value:
     try:
         flat = [int(p) for p in np.asarray(pairs, dtype=np.int64).reshape(-1)]
     except (TypeError, ValueError):
-        raise c.fail(f"paddings must be (before, after) pairs of integers, got {pairs!r}") from None
+        raise c.fail(f"paddings must be (before, after) pairs of integers, got {brief(pairs)}") from None
     if len(flat) != 2 * c.v(0).type.rank:
-        raise c.fail(f"paddings must be one (before, after) pair per axis, got {pairs!r}")
+        raise c.fail(f"paddings must be one (before, after) pair per axis, got {brief(pairs)}")
     return c.emit("pad", [c.v(0)], before=flat[0::2], after=flat[1::2])
 
 
@@ -659,8 +659,8 @@ def _one_hot(c: MindirOpContext) -> Value:
 def _fill_like(c: MindirOpContext) -> Value:
     c.expect(1)
     x = c.v(0)
-    fill = np.zeros if c.op == "ZerosLike" else np.ones
-    return c.const(fill(x.shape), x.dtype, "fill")
+    value = c.const(0 if c.op == "ZerosLike" else 1, x.dtype, "fill")
+    return value if x.type.rank == 0 else c.emit("broadcast_to", [value], shape=x.shape)
 
 
 @MINDIR_OPS.register_op("Shape", "the static shape, as a constant tuple")

@@ -13,10 +13,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from akg.errors import AkgError, MirParseError, WeightsError
+from akg.errors import AkgError, MirParseError, ShapeError, TooLargeError, WeightsError
 from akg.graph.io.importer import Frontend, register_frontend
 from akg.graph.ir import Graph, Node, Value, set_text_printer
-from akg.graph.types import TensorType, canonical_dtype, short_dtype
+from akg.graph.memory import require_values
+from akg.graph.types import MAX_ELEMENTS, TensorType, canonical_dtype, short_dtype
 
 # --- lexer --------------------------------------------------------------------------------------
 
@@ -154,13 +155,20 @@ class _Parser:
         dims = []
         while not self.at("]"):
             d = self.expect_kind("number", "a dimension")
-            if not re.fullmatch(r"\d+", d.text):
+            if not re.fullmatch(r"\+?\d+", d.text):
                 raise self.error(f"dimension must be a non-negative integer, got {d.text}", d)
-            dims.append(int(d.text))
+            digits = d.text.lstrip("+").lstrip("0")
+            if len(digits) > 19 or int(digits or "0") > MAX_ELEMENTS:
+                raise self.error(f"dimension {d.text if len(d.text) <= 30 else d.text[:20] + '...'} "
+                                 "is larger than an array can index (2^63-1)", d)
+            dims.append(int(digits or "0"))
             if not self.at("]"):
                 self.expect(",", "between dimensions")
         self.next()
-        return TensorType(dims, dtype)
+        try:
+            return TensorType(dims, dtype)
+        except ShapeError as e:
+            raise self.error(str(e), tok) from None
 
     def statement(self) -> _Statement:
         first = self.expect_kind("value", "a statement starting with %name")
@@ -214,30 +222,64 @@ class _Parser:
         return _Statement(first, names, op, args, attrs, types)
 
     def literal(self) -> Any:
+        """A number, string, true/false/none or a [list] of literals, nested to any depth
+        (an explicit stack, not recursion)."""
+        stack: list[tuple[Token, list]] = []  # open lists: '[' token, items so far
+        while True:
+            tok = self.tok
+            if tok.kind == "eof" and stack:
+                raise self.unclosed(stack[-1][0])
+            if self.at("["):
+                self.next()
+                stack.append((tok, []))
+                if not self.at("]"):
+                    continue
+                value: Any = stack.pop()[1]
+                self.next()
+            else:
+                value = self.scalar()
+            while stack:  # the value is an item of the innermost open list
+                stack[-1][1].append(value)
+                if self.at(","):
+                    self.next()
+                    if not self.at("]"):  # a trailing comma is allowed: [1, 2,]
+                        break
+                elif not self.at("]"):
+                    if self.tok.kind == "eof":
+                        raise self.unclosed(stack[-1][0])
+                    raise self.error(f"expected ',' between list items or ']', found {self.describe(self.tok)}")
+                self.next()
+                value = stack.pop()[1]
+            else:
+                return value
+
+    def unclosed(self, bracket: Token) -> MirParseError:
+        return self.error("this '[' is not closed before the end of the file", bracket)
+
+    def scalar(self) -> Any:
         tok = self.tok
         if tok.kind == "number":
             self.next()
-            return _number(tok.text)
+            try:
+                return _number(tok.text)
+            except ValueError as e:
+                raise self.error(str(e), tok) from None
         if tok.kind == "string":
             self.next()
             return _unquote(tok.text)
         if tok.kind == "ident" and tok.text in ("true", "false", "none"):
             self.next()
             return {"true": True, "false": False, "none": None}[tok.text]
-        if self.at("["):
-            self.next()
-            items = []
-            while not self.at("]"):
-                items.append(self.literal())
-                if not self.at("]"):
-                    self.expect(",", "between list items")
-            self.next()
-            return items
         raise self.error(f"expected a value (number, string, true/false, none or [list]), found {self.describe(tok)}")
+
+
+_MAX_DIGITS = 4000  # Python refuses to turn longer digit strings into ints
 
 
 def _number(text: str) -> int | float:
     if re.fullmatch(r"[-+]?\d+", text):
+        if len(text) > _MAX_DIGITS:
+            raise ValueError(f"integer with {len(text)} digits is too long")
         return int(text)
     return float(text)
 
@@ -250,17 +292,44 @@ def _quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def _literal_shape(value: Any, t: TensorType) -> tuple[int, ...]:
+    """The shape of a nested-list literal, level by level (no recursion, so any depth is
+    fine); ValueError for ragged lists or nesting deeper than the type's rank."""
+    shape: list[int] = []
+    level = [value]
+    while isinstance(level[0], list):
+        n = len(level[0])
+        if any(not isinstance(x, list) or len(x) != n for x in level):
+            raise ValueError(f"ragged list literal: the items at depth {len(shape) + 1} are not "
+                             "all lists of one length")
+        if len(shape) >= max(t.rank, 1):
+            raise ValueError(f"literal is nested deeper than the rank {t.rank} of {t}")
+        shape.append(n)
+        level = [y for x in level for y in x]
+        if not level:
+            break
+    if any(isinstance(x, list) for x in level):
+        raise ValueError(f"ragged list literal: lists and values mixed at depth {len(shape) + 1}")
+    return tuple(shape)
+
+
 def _const_array(value: Any, t: TensorType) -> np.ndarray:
-    """A literal (scalar fill or nested list of the declared shape) as an array of type t."""
+    """A literal (scalar fill or nested list of the declared shape) as an array of type t;
+    TooLargeError before allocating one that does not fit in memory."""
+    shape = _literal_shape(value, t)
+    if shape != () and shape != t.shape:
+        raise ValueError(f"literal has shape {list(shape)}, the type says {list(t.shape)}")
+    require_values([t], f"constant {t}")
     array = np.asarray(value, dtype=object)
-    if array.shape != () and array.shape != t.shape:
+    if array.shape != shape:  # cannot happen for a regular nesting: numpy saw it otherwise
         raise ValueError(f"literal has shape {list(array.shape)}, the type says {list(t.shape)}")
     kinds = {type(x) for x in array.flat}
     allowed = {"f": {int, float}, "b": {bool}}.get(np.dtype(t.dtype).kind, {int})
     if not kinds <= allowed:
         names = ", ".join(sorted(k.__name__ for k in kinds - allowed))
         raise ValueError(f"{names} values do not fit {short_dtype(t.dtype)}")
-    out = np.asarray(array.tolist(), dtype=t.dtype)
+    with np.errstate(over="ignore"):  # a float literal beyond the dtype's range is inf
+        out = np.asarray(array.tolist(), dtype=t.dtype)
     if np.dtype(t.dtype).kind in "iu" and not np.array_equal(out, array.astype(np.int64)):
         raise ValueError(f"values out of range for {short_dtype(t.dtype)}")
     return np.broadcast_to(out, t.shape).copy()
@@ -316,6 +385,8 @@ def parse_mir(text: str, filename: str = "<string>", *,
             lit_tok, lit = st.const
             try:
                 array = _const_array(lit, v.type)
+            except TooLargeError as e:
+                raise located(e, st.token) from None
             except (ValueError, TypeError, OverflowError) as e:
                 raise p.error(f"bad constant for {st.token.text}: {e}", lit_tok) from None
         constants[v] = array

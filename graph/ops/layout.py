@@ -3,6 +3,8 @@ slice, strided_slice, concat, split, pad, dilate."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from akg.errors import AttrError, ShapeError
@@ -40,7 +42,7 @@ def reshape_target(size: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     """Resolve one -1 in a reshape target; ShapeError if the sizes do not agree."""
     if sum(d == -1 for d in shape) > 1 or any(d < -1 for d in shape):
         raise ShapeError(f"reshape target {list(shape)} may hold at most one -1 and no other negatives")
-    known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+    known = math.prod([d for d in shape if d != -1])
     if -1 in shape:
         if known == 0 or size % known:
             raise ShapeError(f"cannot reshape {size} elements into {list(shape)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -24,9 +25,21 @@ COMPOSITE = "composite"  # expanded into basic ops before kernel generation
 KINDS = (ELEMWISE, LAYOUT, REDUCE, LINALG, CONV, POOL, INDEX, COMPOSITE)
 
 REQUIRED = object()  # default of an attribute that must be given
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # int attributes: what NumPy and the kernels index with
 
 # Attribute kinds and how a parsed/user value is turned into the canonical stored value.
 ATTR_KINDS = ("int", "float", "bool", "str", "ints", "floats", "dtype")
+
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxlist, _BRIEF.maxtuple, _BRIEF.maxdict = 3, 12, 12, 8
+_BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong = 60, 60, 40
+
+
+def brief(value: Any) -> str:
+    """repr for messages, shortened to a few items and three levels of nesting: a value from a
+    damaged file may be huge or nested deep (where repr itself would recurse too far)."""
+    return _BRIEF.repr(value)
 
 
 @dataclass(frozen=True)
@@ -53,7 +66,7 @@ class Attr:
 
         def bad(expected: str) -> AttrError:
             return AttrError(
-                f"op '{op}': attribute '{self.name}' expects {expected}, got {value!r}"
+                f"op '{op}': attribute '{self.name}' expects {expected}, got {brief(value)}"
             )
 
         if value is None:
@@ -65,12 +78,17 @@ class Attr:
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
                 raise bad("an integer")
             out: Any = int(value)
+            if not _INT64_MIN <= out <= _INT64_MAX:
+                raise bad("an integer of at most 64 bits")
         elif kind == "float":
             if isinstance(value, (bool, np.bool_)) or not isinstance(
                 value, (int, float, np.integer, np.floating)
             ):
                 raise bad("a number")
-            out = float(value)
+            try:
+                out = float(value)
+            except OverflowError:
+                raise bad("a number within the float64 range") from None
         elif kind == "bool":
             if not isinstance(value, (bool, np.bool_)):
                 raise bad("true or false")
@@ -95,13 +113,18 @@ class Attr:
             ):
                 raise bad("a list of integers")
             out = tuple(int(v) for v in value)
+            if any(not _INT64_MIN <= v <= _INT64_MAX for v in out):
+                raise bad("integers of at most 64 bits")
         else:  # floats
             if not isinstance(value, (list, tuple)) or any(
                 isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number))
                 for v in value
             ):
                 raise bad("a list of numbers")
-            out = tuple(float(v) for v in value)
+            try:
+                out = tuple(float(v) for v in value)
+            except OverflowError:
+                raise bad("numbers within the float64 range") from None
         if self.choices is not None and out not in self.choices:
             raise AttrError(
                 f"op '{op}': attribute '{self.name}' must be one of "

@@ -5,7 +5,7 @@ artifacts run without recompiling."""
 import numpy as np
 import pytest
 
-from akg.errors import ImportFormatError, InputDataError
+from akg.errors import ImportFormatError, InputDataError, TooLargeError
 from akg.graph import GraphBuilder, random_inputs
 from akg.graph.io import load_mir
 from akg.api import compile_model
@@ -116,3 +116,24 @@ def test_mindir_fixtures_compile_and_match_mindspore(name, corpus):
         want = data[f"output_{i}"]
         scale = float(np.abs(want).max())
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(scale, 1.0))
+
+
+def test_a_pack_too_big_for_this_machine_stops_before_allocating(tmp_path, transformer, monkeypatch):
+    path = transformer[1].save(tmp_path / "t.akgpack")
+    loaded = CompiledModel.load(path)
+    inputs = loaded.random_inputs(0)
+    monkeypatch.setenv("AKG_MEMORY_LIMIT", "1K")
+    with pytest.raises(TooLargeError, match=r"model '.*' needs .* to run"):
+        loaded(**inputs)
+    monkeypatch.delenv("AKG_MEMORY_LIMIT")
+    assert all(np.isfinite(o).all() for o in loaded(**inputs))
+
+
+def test_zero_dimensional_weights_stay_zero_dimensional():
+    b = GraphBuilder("scalar_weight")
+    x = b.input("x", (4, 3))
+    w = b.const(np.array(np.nan, np.float32), name="w")
+    b.output(b.add(x, w), b.mul(x, b.const(np.array(2.5, np.float32), name="s")))
+    g = b.build()
+    got = compile_model(g)(x=np.ones((4, 3), np.float32))
+    assert np.isnan(got[0]).all() and np.allclose(got[1], 2.5)
