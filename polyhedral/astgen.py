@@ -54,13 +54,16 @@ class LoweringHooks:
     marks a value across which floating-point arithmetic must not be reassociated (the folds
     of a vector reduction's chains); `local_alloc` allocates a local buffer; `reduce_bits`
     (0: none) is the vector width of vector reductions, with `reduce_chains` accumulators;
-    `fast_math` uses the vectorisable float32 expansions of exp/erf/tanh/sigmoid."""
+    `fast_math` uses the vectorisable float32 expansions of exp/erf/tanh/sigmoid;
+    `keep_marks` lists prefixes of mark names kept in the TIR as `AttrStmt(name, "akg.mark")`
+    around the code below the mark (for a backend that maps marked regions itself)."""
 
     fence: Callable[[tirx.PrimExpr, str], tirx.PrimExpr] | None = None
     local_alloc: Callable[[tirx.Buffer], tirx.Stmt] | None = None
     reduce_bits: int = 0
     reduce_chains: int = 4
     fast_math: bool = True
+    keep_marks: tuple[str, ...] = ()
 
 
 @dataclass
@@ -263,6 +266,8 @@ class TirLowering:
             return self.stmt(inner, kind=name)
         if name.startswith((MARK_PROMOTE + ".", MARK_PACK + ".")):
             return self._promoted(node, inner)
+        if self.hooks.keep_marks and name.startswith(self.hooks.keep_marks):
+            return tirx.AttrStmt(name, "akg.mark", tirx.const(0, "int32"), self.stmt(inner))
         return self.stmt(inner)
 
     def _for(self, node: isl.AstNode, kind: str | None) -> tirx.Stmt:

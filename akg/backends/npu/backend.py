@@ -1,0 +1,1224 @@
+"""The NPU backend: the TIR that the shared lowering makes of a mapped schedule (tile loops,
+the outer parallel loop, `npu.tile` regions marked by the recipe) translated into an
+`isa.Program`, and that program run and timed by the simulator ("npu-sim").
+
+Translation (`translate`):
+- the outermost parallel loop becomes the program's blocks (one AI core each);
+- serial loops outside a tile region become `Loop`s (the innermost one, under double
+  buffering, a loop over pairs of tiles with every DMA'd buffer in two ping-pong halves);
+- a tile region keeps every tensor it touches in UB: its box (per dim, the span its accesses
+  reach for one iteration of the loops around the region) is a UB buffer (last dim padded to
+  a 32-byte block), brought in by a GM->UB DMA where the region reads before it writes, and
+  written back by a UB->GM DMA where it writes a kernel output (or an intermediate another
+  region reads, kept in a GM workspace); intermediates used in one region only live in UB;
+- each statement's loop nest becomes vector instructions along the loop its destination is
+  contiguous in (merged with outer loops where every operand stays contiguous; repeats of
+  256 bytes, the tail by mask), operands invariant along it as broadcasts, the other loops as
+  `Loop`s; a statement whose destination is invariant along its innermost loop is a
+  reduction: its source computed into a temporary, folded across repeats
+  (`reduce_*_across`), the tail by mask, then within the repeat (`reduce_*`) and combined
+  with the accumulator;
+- `set_flag`/`wait_flag` pairs are inserted exactly where a buffer written or read on one
+  pipe is next touched on another (`insert_syncs`): within an iteration, and across
+  iterations of a loop with flags set before the loop and waited for after it.
+
+What it cannot map yet raises `CompileError` naming the statement and the reason."""
+
+from __future__ import annotations
+
+import pickle
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from akg.errors import CompileError
+from akg.target import Artifact, Backend
+
+ARTIFACT_KIND = "npu-sim"
+NPU_DTYPES = ("float16", "float32", "int32")
+
+
+class NpuMappingError(CompileError):
+    """A kernel (statement) the NPU backend cannot map yet."""
+
+
+# --- affine index expressions --------------------------------------------------------------------
+
+
+def _affine(e, where: str) -> tuple[dict, int]:
+    """TIR integer expression -> ({Var: coeff}, const)."""
+    from tvm import tirx
+
+    if isinstance(e, tirx.IntImm):
+        return {}, int(e.value)
+    if isinstance(e, tirx.Var):
+        return {e: 1}, 0
+    if isinstance(e, (tirx.Add, tirx.Sub)):
+        (ca, ka), (cb, kb) = _affine(e.a, where), _affine(e.b, where)
+        sign = 1 if isinstance(e, tirx.Add) else -1
+        out = dict(ca)
+        for v, c in cb.items():
+            out[v] = out.get(v, 0) + sign * c
+        return {v: c for v, c in out.items() if c}, ka + sign * kb
+    if isinstance(e, tirx.Mul):
+        (ca, ka), (cb, kb) = _affine(e.a, where), _affine(e.b, where)
+        if ca and cb:
+            raise NpuMappingError(f"{where}: index {e} is not affine")
+        if ca:
+            return {v: c * kb for v, c in ca.items() if c * kb}, ka * kb
+        return {v: c * ka for v, c in cb.items() if c * ka}, ka * kb
+    raise NpuMappingError(f"{where}: index {e} is not affine in the loops (not supported yet)")
+
+
+# --- the parsed TIR ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Nest:
+    """One statement with the loops (var, extent) of the region around it, outermost first."""
+
+    store: object
+    loops: list
+
+
+@dataclass
+class Serial:
+    """A region loop that cannot be distributed over its statements."""
+
+    var: object
+    extent: int
+    items: list
+
+
+@dataclass
+class Region:
+    name: str
+    items: list
+
+
+@dataclass
+class TopLoop:
+    var: object
+    extent: int
+    parallel: bool
+    items: list
+
+
+def _extent(loop, where: str) -> int:
+    from tvm import tirx
+
+    if not isinstance(loop.min, tirx.IntImm) or int(loop.min.value) != 0 or not isinstance(loop.extent, tirx.IntImm):
+        raise NpuMappingError(f"{where}: loop {loop.loop_var} has a bound that is not constant (a partial tile); "
+                              f"NPU tiles must divide their loops")
+    return int(loop.extent.value)
+
+
+def _seq(stmt) -> list:
+    from tvm import tirx
+
+    if isinstance(stmt, tirx.SeqStmt):
+        return list(stmt.seq)
+    return [stmt]
+
+
+def _parse_top(stmt, name: str) -> list:
+    from tvm import tirx
+
+    out = []
+    for s in _seq(stmt):
+        if isinstance(s, tirx.AllocBuffer) or (isinstance(s, tirx.Evaluate)):
+            continue
+        if isinstance(s, tirx.For):
+            out.append(TopLoop(s.loop_var, _extent(s, name), s.kind == tirx.ForKind.PARALLEL,
+                               _parse_top(s.body, name)))
+        elif isinstance(s, tirx.AttrStmt) and s.attr_key == "akg.mark" and str(s.node).startswith("npu.tile"):
+            out.append(Region(str(s.node), _parse_region(s.body, [], name)))
+        elif isinstance(s, tirx.AttrStmt):
+            out.extend(_parse_top(s.body, name))
+        else:
+            raise NpuMappingError(f"{name}: statement outside the tiled regions (not supported yet): {s}")
+    return out
+
+
+def _parse_region(stmt, loops: list, name: str, parallel: bool = False) -> list:
+    """Distribute parallel loops over their statements; a serial loop with several statements
+    below becomes a `Serial` item."""
+    from tvm import tirx
+
+    out = []
+    for s in _seq(stmt):
+        if isinstance(s, tirx.AttrStmt) and s.attr_key == "akg.mark":
+            out.extend(_parse_region(s.body, loops, name, parallel=str(s.node).startswith("npu.par")))
+        elif isinstance(s, tirx.For):
+            ext = _extent(s, name)
+            if parallel or _single_statement(s.body):
+                out.extend(_parse_region(s.body, loops + [(s.loop_var, ext)], name))
+            else:
+                out.append(Serial(s.loop_var, ext, _parse_region(s.body, [], name)))
+        elif isinstance(s, tirx.BufferStore):
+            out.append(Nest(s, list(loops)))
+        elif isinstance(s, (tirx.AllocBuffer, tirx.Evaluate)):
+            continue
+        elif isinstance(s, tirx.IfThenElse):
+            raise NpuMappingError(f"{name}: a guarded statement (if {s.condition}) is not supported yet")
+        else:
+            raise NpuMappingError(f"{name}: {type(s).__name__} in a tile region is not supported yet")
+        parallel = False
+    return out
+
+
+def _single_statement(stmt) -> bool:
+    from tvm import tirx
+
+    items = _seq(stmt)
+    if len(items) != 1:
+        return False
+    s = items[0]
+    if isinstance(s, tirx.For):
+        return _single_statement(s.body)
+    if isinstance(s, tirx.AttrStmt):
+        return _single_statement(s.body)
+    return isinstance(s, tirx.BufferStore)
+
+
+def _is_load(e) -> bool:
+    return type(e).__name__ == "TensorLoad"
+
+
+def _buf(access):
+    """The buffer a load (`source`) or a store (`buffer`) accesses."""
+    return access.source if _is_load(access) else access.buffer
+
+
+def _dt(e) -> str:
+    return str(e.ty.dtype)
+
+
+def _nests(items) -> list:
+    for it in items:
+        if isinstance(it, Nest):
+            yield it
+        elif isinstance(it, Serial):
+            yield from _nests(it.items)
+
+
+def _loads(expr) -> list:
+
+    found = []
+
+    def visit(e):
+        t = type(e).__name__
+        if t == "TensorLoad":
+            found.append(e)
+            return
+        if t == "Call":
+            for a in e.args:
+                visit(a)
+            return
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            if hasattr(e, name):
+                visit(getattr(e, name))
+
+    visit(expr)
+    return found
+
+
+# --- syncs -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Unit:
+    """An instruction (or a compound loop) as the sync pass sees it: per pipe, the buffer
+    slots read and written. A slot is (buffer, half): half None is the whole buffer, "j" the
+    current ping-pong half."""
+
+    item: object
+    parts: dict  # pipe -> (reads: set, writes: set)
+
+
+def _conflict(a, b, carried: bool) -> int:
+    """0: none; 1: conflict at distance 1 (or within an iteration); 2: only at distance 2
+    (both accesses in the same ping-pong half)."""
+    (ra, wa), (rb, wb) = a, b
+    best = 0
+    for x, y in [(wa, rb), (wa, wb), (ra, wb)]:
+        for (bx, hx) in x:
+            for (by, hy) in y:
+                if bx != by:
+                    continue
+                if not carried or hx is None or hy is None:
+                    return 1
+                best = 2
+    return best
+
+
+class SyncPass:
+    def __init__(self):
+        from akg.backends.npu import isa
+
+        self.isa = isa
+
+    def units(self, items) -> list[Unit]:
+        out = []
+        for it in items:
+            if isinstance(it, tuple) and it[0] == "acc":  # an instruction with its access record
+                _, instr, reads, writes = it
+                out.append(Unit(instr, {_pipe_of(instr): (set(reads), set(writes))}))
+            elif isinstance(it, Compound):
+                out.append(Unit(it, it.parts))
+            else:
+                raise AssertionError(it)
+        return out
+
+    def body(self, items, carried: int = 0) -> tuple[list, list, list]:
+        """Syncs for one sequence of items; returns (body, before, after): instructions of
+        the body with flags, and the flags to set before and wait for after a loop around it
+        (`carried`: 0 straight code, 1 a loop, 2 a double-buffered loop over halves)."""
+        isa = self.isa
+        units = self.units(items)
+        sets_after = defaultdict(list)
+        waits_before = defaultdict(list)
+        know = defaultdict(lambda: defaultdict(lambda: -1))  # pipe -> pipe -> unit index
+        snapshot = []
+        for n, u in enumerate(units):
+            for P, acc in u.parts.items():
+                need = {}
+                for m in range(n):
+                    for Q, acc2 in units[m].parts.items():
+                        if Q != P and _conflict(acc, acc2, False):
+                            need[Q] = max(need.get(Q, -1), m)
+                for Q, m in sorted(need.items()):
+                    if know[P][Q] < m:
+                        sets_after[m].append(isa.SetFlag(Q, P, 0))
+                        waits_before[n].append(isa.WaitFlag(Q, P, 0))
+                        know[P][Q] = m
+            snapshot.append({P: dict(know[P]) for P in u.parts})
+        before, after = [], []
+        if carried:
+            # across iterations: a pipe that has not waited for Q yet in this iteration needs
+            # Q's conflicting work of the previous iteration (or the one before, for halves)
+            needs = {}  # (Q, P, distance) -> [first n, last m]
+            for n, u in enumerate(units):
+                for P, acc in u.parts.items():
+                    for m, u2 in enumerate(units):
+                        for Q, acc2 in u2.parts.items():
+                            if Q == P:
+                                continue
+                            d = _conflict(acc, acc2, carried == 2)
+                            if not d or snapshot[n][P].get(Q, -1) >= 0:
+                                continue
+                            key = (Q, P, d)
+                            first, last = needs.get(key, (n, m))
+                            needs[key] = (min(first, n), max(last, m))
+            for (Q, P, d), (n, m) in sorted(needs.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]), kv[0][2])):
+                if d == 1:
+                    fid = 1
+                    sets_after[m].append(isa.SetFlag(Q, P, fid))
+                    waits_before[n].insert(0, isa.WaitFlag(Q, P, fid))
+                    before.append(isa.SetFlag(Q, P, fid))
+                    after.append(isa.WaitFlag(Q, P, fid))
+                else:
+                    fid = isa.var(HALF) + 2
+                    sets_after[m].append(isa.SetFlag(Q, P, fid))
+                    waits_before[n].insert(0, isa.WaitFlag(Q, P, fid))
+                    before += [isa.SetFlag(Q, P, 2), isa.SetFlag(Q, P, 3)]
+                    after += [isa.WaitFlag(Q, P, 2), isa.WaitFlag(Q, P, 3)]
+        out = []
+        for n, u in enumerate(units):
+            out.extend(waits_before[n])
+            out.extend(u.item.instrs if isinstance(u.item, Compound) else [u.item])
+            out.extend(sets_after[n])
+        return out, before, after
+
+
+def _pipe_of(instr):
+    """The pipe of an instruction, or of the one-pipe body of a loop around instructions."""
+    from akg.backends.npu import isa
+
+    if isinstance(instr, isa.Loop):
+        pipes = {_pipe_of(x) for x in instr.body}
+        if len(pipes) != 1:
+            raise AssertionError(f"loop over several pipes as one record: {instr}")
+        return pipes.pop()
+    return instr.pipe
+
+
+@dataclass
+class Compound:
+    """Instructions (a loop with its flags) the outer sync pass treats as one unit per pipe."""
+
+    instrs: list
+    parts: dict
+
+
+def _compound(items_with_acc: list, instrs: list) -> Compound:
+    parts: dict = {}
+    for it in items_with_acc:
+        if isinstance(it, Compound):
+            src = it.parts.items()
+        else:
+            _, instr, reads, writes = it
+            src = [(_pipe_of(instr), (set(reads), set(writes)))]
+        for P, (r, w) in src:
+            pr, pw = parts.setdefault(P, (set(), set()))
+            pr |= {(b, None) for b, _h in r}
+            pw |= {(b, None) for b, _h in w}
+    return Compound(instrs, parts)
+
+
+HALF = "j"
+
+
+# --- translation -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Local:
+    """A tensor's UB buffer in one region: its box in the tensor, its padded layout."""
+
+    name: str  # tensor buffer name
+    dtype: str
+    lo: list  # per dim: ({Var: coeff}, const) of the box's first element
+    sizes: list
+    strides: list  # UB element strides per dim
+    buffer: object = None
+    halves: bool = False
+    slot_elems: int = 0
+
+
+class Translator:
+    def __init__(self, func, spec, name: str, double_buffer: bool):
+        from akg.backends.npu import isa
+
+        self.isa, self.spec, self.func, self.name = isa, spec, func, name
+        self.double_buffer = double_buffer
+        self.params = {}  # tir buffer name -> isa GM buffer
+        self.param_order = []
+        self.tir_params = []
+        self.ub_offset = 0
+        self.buffers = []
+        self.var_names = {}  # tir Var -> isa name
+        self.blocks = 1
+        self.block_var = None
+        self.counter = 0
+        self.region_users = defaultdict(set)
+        self.workspaces = []
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def fresh(self, base: str) -> str:
+        self.counter += 1
+        return f"{base}{self.counter}"
+
+    def _ident(self, name: str) -> str:
+        import re
+
+        out = re.sub(r"\W", "_", name)
+        return out if out and not out[0].isdigit() else f"t{out}"
+
+    def alloc(self, name: str, shape, dtype: str):
+        isa = self.isa
+        align = self.spec.ub_alignment
+        offset = -(-self.ub_offset // align) * align
+        buf = isa.Buffer(isa.Scope.UB, self.fresh(self._ident(name) + "_ub"), tuple(shape), dtype, offset)
+        self.ub_offset = offset + buf.nbytes
+        self.buffers.append(buf)
+        return buf
+
+    def iaff(self, coeffs: dict, const: int):
+        """An isa Affine of a TIR affine form over the outer loops and the block."""
+        isa = self.isa
+        out = isa.Affine(const)
+        for v, c in coeffs.items():
+            if self.block_var is not None and v.same_as(self.block_var):
+                out = out + isa.BLOCK * c
+            elif v in self.var_names:
+                name = self.var_names[v]
+                if isinstance(name, _Combined):
+                    out = out + isa.var(name.name) * (c * name.factor) + isa.var(HALF) * c
+                else:
+                    out = out + isa.var(name) * c
+            else:
+                raise NpuMappingError(f"{self.name}: loop {v} is not an outer loop here")
+        return out
+
+    # --- entry ----------------------------------------------------------------------------------
+
+    def translate(self):
+        isa = self.isa
+        func = self.func
+        for p in func.params:
+            buf = p
+            if buf.dtype not in NPU_DTYPES:
+                raise NpuMappingError(f"{self.name}: tensor '{buf.name}' is {buf.dtype}; the NPU computes in "
+                                      f"{', '.join(NPU_DTYPES)} (not supported yet)")
+            gm = isa.Buffer(isa.Scope.GM, self._ident(buf.name), tuple(int(s) for s in buf.shape) or (1,), str(buf.dtype))
+            self.params[buf.name] = gm
+            self.param_order.append(gm)
+        top = _parse_top(func.body, self.name)
+        for region in self._regions(top):
+            for nest in _nests(region.items):
+                for b in [nest.store.buffer, *(l.source for l in _loads(nest.store.value))]:
+                    self.region_users[b.name].add(id(region))
+        body = self._top(top, outer_parallel=True)
+        params = tuple(self.param_order) + tuple(self.workspaces)
+        return isa.Program(self._ident(self.name), params, tuple(self.buffers), tuple(body), blocks=self.blocks)
+
+    def _regions(self, items):
+        for it in items:
+            if isinstance(it, Region):
+                yield it
+            elif isinstance(it, TopLoop):
+                yield from self._regions(it.items)
+
+    def _gm(self, tir_buffer):
+        """The GM buffer of a tensor (a parameter, or a workspace for an intermediate that
+        several regions share)."""
+        isa = self.isa
+        name = tir_buffer.name
+        if name not in self.params:
+            if tir_buffer.dtype not in NPU_DTYPES:
+                raise NpuMappingError(f"{self.name}: tensor '{name}' is {tir_buffer.dtype} (not supported yet)")
+            gm = isa.Buffer(isa.Scope.GM, self._ident(name) + "_ws", tuple(int(s) for s in tir_buffer.shape) or (1,),
+                            str(tir_buffer.dtype))
+            self.params[name] = gm
+            self.workspaces.append(gm)
+        return self.params[name]
+
+    def _top(self, items, outer_parallel: bool) -> list:
+        """Top-level items -> instructions with syncs."""
+        seq = []
+        for it in items:
+            if isinstance(it, TopLoop) and it.parallel and outer_parallel and self.block_var is None:
+                if len(items) > 1:
+                    raise NpuMappingError(f"{self.name}: a core split next to other loop nests is not supported")
+                self.block_var, self.blocks = it.var, it.extent
+                return self._top(it.items, outer_parallel=False)
+            if isinstance(it, TopLoop):
+                seq.append(self._loop(it))
+            else:
+                seq.extend(self._region(it, None))
+        body, _b, _a = SyncPass().body(seq)
+        return body
+
+    def _loop(self, it: TopLoop):
+        """A serial tile loop (double-buffered when it is the innermost one around a region
+        and the config asks for it) -> a Compound."""
+        isa = self.isa
+        name = self.fresh("i")
+        regions_only = all(isinstance(x, Region) for x in it.items)
+        halves = regions_only and it.extent >= 2 and it.extent % 2 == 0 and \
+            all(x.name.rsplit(".", 1)[-1] == "2" for x in it.items)
+        if halves:
+            pairs, odd = divmod(it.extent, 2)
+            inner = []
+            _ivar, _jvar = isa.var(name), isa.var(HALF)
+            self.var_names[it.var] = _Combined(name, 2)
+            for r in it.items:
+                inner.extend(self._region(r, HALF))
+            body, before, after = SyncPass().body(inner, carried=2)
+            loop = isa.Loop(name, pairs, (isa.Loop(HALF, 2, tuple(body)),))
+            instrs = [*before, loop, *after]
+            parts_src = [x for x in inner]
+            comp = _compound(parts_src, instrs)
+            if odd:
+                raise NpuMappingError(f"{self.name}: an odd number of tiles ({it.extent}) under double buffering")
+            return comp
+        self.var_names[it.var] = name
+        inner = []
+        for x in it.items:
+            if isinstance(x, TopLoop):
+                inner.append(self._loop(x))
+            else:
+                inner.extend(self._region(x, None))
+        body, before, after = SyncPass().body(inner, carried=1)
+        return _compound(inner, [*before, isa.Loop(name, it.extent, tuple(body)), *after])
+
+    # --- a tile region --------------------------------------------------------------------------
+
+    def _region(self, region: Region, half: str | None) -> list:
+        """The DMAs and vector instructions of one tile region, each with its accesses."""
+        where = f"{self.name} ({region.name})"
+        nests = list(_nests(region.items))
+        locals_: dict[str, Local] = {}
+        first_access: dict[str, str] = {}
+        tir_bufs = {}
+        for nest in nests:
+            accesses = [(l, "r") for l in _loads(nest.store.value)] + [(nest.store, "w")]
+            for acc, kind in accesses:
+                b = _buf(acc)
+                tir_bufs[b.name] = b
+                first_access.setdefault(b.name, kind)
+                self._extend_box(locals_, b, acc.indices, nest.loops, where)
+        written = {n.store.buffer.name for n in nests}
+        read = {l.source.name for n in nests for l in _loads(n.store.value)}
+        outputs = {b.name for b in self.func.params}
+        pre, post = [], []
+        for name, loc in locals_.items():
+            b = tir_bufs[name]
+            shared = name in outputs or len(self.region_users[name]) > 1
+            gm_backed = shared or name in self.params
+            copy_in = gm_backed and name in read and first_access[name] == "r"
+            copy_out = gm_backed and name in written and (name in outputs or len(self.region_users[name]) > 1)
+            loc.halves = half is not None and (copy_in or copy_out)
+            int(np.prod(loc.sizes)) if loc.sizes else 1
+            padded = self._layout(loc)
+            if loc.halves:
+                loc.slot_elems = -(-padded // self._block(loc.dtype)) * self._block(loc.dtype)
+                loc.buffer = self.alloc(name, (2, loc.slot_elems), loc.dtype)
+            else:
+                loc.buffer = self.alloc(name, (padded,), loc.dtype)
+            if copy_in:
+                pre.extend(self._dma(loc, self._gm(b), into=True, half=half))
+            if copy_out:
+                post.extend(self._dma(loc, self._gm(b), into=False, half=half))
+        comp = _Compute(self, locals_, half, where)
+        body = comp.items(region.items)
+        return pre + body + post
+
+    def _block(self, dtype: str) -> int:
+        return self.spec.block_elements(np.dtype(dtype).itemsize)
+
+    def _extend_box(self, locals_, buf, indices, loops, where):
+        inner = {v for v, _ in loops}
+        ext = {v: e for v, e in loops}
+        lo, hi, outer = [], [], []
+        for d, idx in enumerate(indices):
+            coeffs, const = _affine(idx, where)
+            out = {v: c for v, c in coeffs.items() if v not in inner}
+            mn = const + sum(min(0, c * (ext[v] - 1)) for v, c in coeffs.items() if v in inner)
+            mx = const + sum(max(0, c * (ext[v] - 1)) for v, c in coeffs.items() if v in inner)
+            lo.append(mn)
+            hi.append(mx)
+            outer.append(out)
+        loc = locals_.get(buf.name)
+        if loc is None:
+            locals_[buf.name] = Local(buf.name, str(buf.dtype), [(o, l) for o, l in zip(outer, lo)],
+                                      [h - l + 1 for h, l in zip(hi, lo)], [])
+            return
+        for d in range(len(indices)):
+            o, l0 = loc.lo[d]
+            if not _same_coeffs(o, outer[d]):
+                raise NpuMappingError(f"{where}: the accesses of '{buf.name}' move differently with the outer "
+                                      f"loops (not supported yet)")
+            h0 = l0 + loc.sizes[d] - 1
+            nl, nh = min(l0, lo[d]), max(h0, hi[d])
+            loc.lo[d] = (o, nl)
+            loc.sizes[d] = nh - nl + 1
+
+    def _layout(self, loc: Local) -> int:
+        """Row-major strides of the box with the last dim padded to a 32-byte block; the
+        buffer's elements."""
+        sizes = list(loc.sizes) or [1]
+        block = self._block(loc.dtype)
+        last = sizes[-1] if len(sizes) == 1 or all(s == 1 for s in sizes[:-1]) else -(-sizes[-1] // block) * block
+        strides, acc = [], 1
+        for d in reversed(range(len(sizes))):
+            strides.append(acc)
+            acc *= last if d == len(sizes) - 1 else sizes[d]
+        loc.strides = list(reversed(strides))
+        return max(acc, 1)
+
+    def _dma(self, loc: Local, gm, into: bool, half):
+        """GM <-> UB copies of a box: dims merged where both sides are contiguous, at most 3
+        per DMA (outer dims as a loop)."""
+        isa = self.isa
+        gstrides = list(isa.contiguous_strides(gm.shape)) if gm.shape else [1]
+        dims = [(n, gs, ls) for n, gs, ls in zip(loc.sizes, gstrides, loc.strides) if n > 1]
+        merged = []
+        for n, gs, ls in dims:
+            if merged and merged[-1][1] == gs * n and merged[-1][2] == ls * n:
+                pn, _pg, _pl = merged[-1]
+                merged[-1] = (pn * n, gs, ls)
+            else:
+                merged.append((n, gs, ls))
+        if not merged:
+            merged = [(1, 1, 1)]
+        gbase = isa.Affine()
+        for (o, l), gs in zip(loc.lo, gstrides):
+            gbase = gbase + self.iaff(o, l) * gs
+        lbase = isa.Affine()
+        if loc.halves:
+            lbase = isa.var(half) * loc.slot_elems
+        loops = []
+        while len(merged) > 3:
+            n, gs, ls = merged.pop(0)
+            v = self.fresh("d")
+            loops.append((v, n))
+            gbase = gbase + isa.var(v) * gs
+            lbase = lbase + isa.var(v) * ls
+        shape = tuple(n for n, _, _ in merged)
+        gsd = tuple(g for _, g, _ in merged)
+        lsd = tuple(l for _, _, l in merged)
+        ub = loc.buffer.ref(lbase)
+        g = gm.ref(gbase)
+        slot = (loc.buffer.name, HALF if loc.halves else None)
+        if into:
+            instr = isa.Dma(g, ub, shape, gsd, lsd)
+            rec = ("acc", instr, [(gm.name, None)], [slot])
+        else:
+            instr = isa.Dma(ub, g, shape, lsd, gsd)
+            rec = ("acc", instr, [slot], [(gm.name, None)])
+        for v, n in reversed(loops):
+            instr = isa.Loop(v, n, (instr,))
+            rec = ("acc", instr, rec[2], rec[3])
+        return [rec]
+
+
+def _key(load) -> tuple:
+    return (load.source.name, tuple(str(i) for i in load.indices))
+
+
+class _Combined:
+    """A tile loop split into pairs of tiles: tile = 2 * i + j."""
+
+    def __init__(self, name: str, factor: int):
+        self.name, self.factor = name, factor
+
+
+def _same_coeffs(a: dict, b: dict) -> bool:
+    if len(a) != len(b):
+        return False
+    for v, c in a.items():
+        if not any(v.same_as(w) and c == d for w, d in b.items()):
+            return False
+    return True
+
+
+# --- statements -> vector instructions ----------------------------------------------------------------
+
+
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
+_UNARY_CALLS = {"tirx.exp": "exp", "tirx.log": "ln", "tirx.sqrt": "sqrt", "tirx.rsqrt": "rsqrt", "tirx.fabs": "abs"}
+_REDUCE = {"Add": "sum", "Max": "max", "Min": "min"}
+
+
+@dataclass
+class Opd:
+    """A vector operand: a number, or a buffer address with its coefficient along the vector
+    loop (1: contiguous, 0: broadcast) and along the other loops."""
+
+    kind: str  # "num" | "ref"
+    dtype: str
+    value: float = 0.0
+    buffer: object = None
+    base: object = None  # isa Affine over the outer loops (the region's own loops excluded)
+    coeffs: dict = field(default_factory=dict)  # region loop Var -> element coefficient
+    slot: tuple = None
+
+
+class _Compute:
+    def __init__(self, tr: Translator, locals_: dict, half, where: str):
+        self.tr, self.isa, self.spec = tr, tr.isa, tr.spec
+        self.locals, self.half, self.where = locals_, half, where
+        self.temps = defaultdict(list)
+        self.loop_names = {}
+
+    def items(self, items) -> list:
+        out = []
+        for it in items:
+            if isinstance(it, Nest):
+                out.extend(self.nest(it))
+            else:
+                name = self.tr.fresh("s")
+                self.loop_names[it.var] = name
+                inner = self.items(it.items)
+                body, before, after = SyncPass().body(inner, carried=1)
+                out.append(_compound(inner, [*before, self.isa.Loop(name, it.extent, tuple(body)), *after]))
+        return out
+
+    # operands
+
+    def operand(self, load, loops) -> Opd:
+        isa = self.isa
+        loc = self.locals[_buf(load).name]
+        where = self.where
+        base = isa.Affine()
+        coeffs: dict = {}
+        inner = {v for v, _ in loops}
+        for d, idx in enumerate(load.indices):
+            c, k = _affine(idx, where)
+            stride = loc.strides[d]
+            base = base + (k - loc.lo[d][1]) * stride
+            for v, cv in c.items():
+                if v in inner:
+                    coeffs[v] = coeffs.get(v, 0) + cv * stride
+                elif v in self.loop_names:
+                    base = base + isa.var(self.loop_names[v]) * (cv * stride)
+        if loc.halves:
+            base = base + isa.var(self.half) * loc.slot_elems
+        return Opd("ref", loc.dtype, buffer=loc.buffer, base=base, coeffs={v: c for v, c in coeffs.items() if c},
+                   slot=(loc.buffer.name, HALF if loc.halves else None))
+
+    def temp(self, dtype: str, k: int, elems: int):
+        pool = self.temps[dtype]
+        while len(pool) <= k:
+            pool.append(None)
+        if pool[k] is None or pool[k].size < elems:
+            pool[k] = self.tr.alloc(f"tmp_{dtype}_{k}", (max(elems, self._lanes(dtype)),), dtype)
+        return pool[k]
+
+    def _lanes(self, dtype: str) -> int:
+        return self.spec.lanes(np.dtype(dtype).itemsize)
+
+    # one statement
+
+    def nest(self, nest: Nest) -> list:
+
+        store = nest.store
+        where = f"{self.where}: statement `{store.buffer.name}[...] = ...`"
+        dst = self.operand(store, nest.loops)
+        loops = list(nest.loops)
+        value = store.value
+        # a reduction: dst = dst op f(...) with dst invariant along a loop
+        red = None
+        name = type(value).__name__
+        if name in _REDUCE and loops:
+            for a, b in ((value.a, value.b), (value.b, value.a)):
+                if _is_load(a) and a.source.same_as(store.buffer) and \
+                        all(_affine(x, where) == _affine(y, where) for x, y in zip(a.indices, store.indices)):
+                    red = (_REDUCE[name], b)
+                    break
+        loads = [self.operand(l, loops) for l in _loads(value)]
+
+        def dense(v) -> bool:
+            return all(o.coeffs.get(v, 0) in (0, 1) for o in loads)
+
+        vec = None
+        for v, e in reversed(loops):
+            if dst.coeffs.get(v, 0) == 1 and dense(v):
+                vec = v
+                break
+        if vec is None and red is not None:
+            for v, e in reversed(loops):
+                if dst.coeffs.get(v, 0) == 0 and dense(v):
+                    return self.reduction(nest, dst, red, v, where)
+        if vec is None:
+            for v, e in reversed(loops):
+                if dst.coeffs.get(v, 0) == 1:
+                    vec = v  # strided operands: reported below
+                    break
+        return self.elementwise(nest, dst, vec, where)
+
+    def _geometry(self, loops, vec, opds):
+        """Merge outer loops into the vector loop where every operand stays contiguous (or
+        broadcast); returns (n elements, merged vars, the other loops)."""
+        if vec is None:
+            return 1, [], list(loops)
+        ext = dict((v, e) for v, e in loops)
+        n, merged = ext[vec], [vec]
+        rest = [(v, e) for v, e in loops if not v.same_as(vec)]
+        changed = True
+        while changed:
+            changed = False
+            for v, e in reversed(rest):
+                if all(o.coeffs.get(v, 0) == o.coeffs.get(vec, 0) * n for o in opds):
+                    n *= e
+                    merged.append(v)
+                    rest = [(w, f) for w, f in rest if not w.same_as(v)]
+                    changed = True
+                    break
+        return n, merged, rest
+
+    def _bind(self, opd: Opd, rest, names) -> Opd:
+        isa = self.isa
+        base = opd.base
+        for v, _ in rest:
+            c = opd.coeffs.get(v, 0)
+            if c:
+                base = base + isa.var(names[v]) * c
+        return Opd(opd.kind, opd.dtype, opd.value, opd.buffer, base, {}, opd.slot)
+
+    def elementwise(self, nest, dst, vec, where) -> list:
+        store = nest.store
+        loads = [self.operand(l, nest.loops) for l in _loads(store.value)]
+        for o in loads:
+            c = o.coeffs.get(vec, 0) if vec is not None else 0
+            if c not in (0, 1):
+                raise NpuMappingError(f"{where}: operand of '{o.buffer.name}' is strided along the vector loop "
+                                      f"(a transpose or a strided access: not supported yet)")
+        n, merged, rest = self._geometry(nest.loops, vec, [dst, *loads])
+        names = {v: self.tr.fresh("v") for v, _ in rest}
+        emit = _Emitter(self, n, where)
+        opmap = {}
+        for l, o in zip(_loads(store.value), loads):
+            opmap[_key(l)] = (self._bind(o, rest, names), o.coeffs.get(vec, 0) if vec is not None else 0)
+        dstb = self._bind(dst, rest, names)
+        emit.evaluate(store.value, opmap, dstb)
+        return self._wrap(emit.records, rest, names)
+
+    def _wrap(self, records, rest, names) -> list:
+        if not rest:
+            return records
+        isa = self.isa
+        instrs = [r[1] for r in records]
+        reads = set().union(*(set(r[2]) for r in records)) if records else set()
+        writes = set().union(*(set(r[3]) for r in records)) if records else set()
+        body = tuple(instrs)
+        for v, e in reversed(rest):
+            body = (isa.Loop(names[v], e, body),)
+        return [("acc", body[0], sorted(reads, key=str), sorted(writes, key=str))]
+
+    def reduction(self, nest, dst, red, vec, where) -> list:
+        op, src = red
+        loads = [self.operand(l, nest.loops) for l in _loads(src)]
+        for o in loads:
+            if o.coeffs.get(vec, 0) not in (0, 1):
+                raise NpuMappingError(f"{where}: a reduction over a strided operand of '{o.buffer.name}' "
+                                      f"(not supported yet)")
+        n, merged, rest = self._geometry(nest.loops, vec, [dst, *loads])
+        names = {v: self.tr.fresh("v") for v, _ in rest}
+        opmap = {_key(l): (self._bind(o, rest, names), o.coeffs.get(vec, 0)) for l, o in zip(_loads(src), loads)}
+        if rest and dst.coeffs.get(rest[-1][0], 0) == 1:
+            # contiguous results (a row sum into a vector): each row folded to one repeat of
+            # partials, then one reduce over all rows and one combine
+            u, ue = rest[-1]
+            outer = rest[:-1]
+            isa = self.isa
+            lanes = self._lanes(dst.dtype)
+            part = self.temp(dst.dtype, 90, ue * lanes)
+            emit = _Emitter(self, n, where)
+            emit.ntemp[dst.dtype] = 0
+            part_opd = Opd("ref", dst.dtype, buffer=part, base=isa.var(names[u]) * lanes, slot=(part.name, None))
+            emit.fold(op, src, opmap, part_opd)
+            records = self._wrap(emit.records, [(u, ue)], names)
+            dsto = self._bind(dst, outer, names)
+            res = self.temp(dst.dtype, 91, ue)
+            block = self.spec.block_elements(np.dtype(dst.dtype).itemsize)
+            start = 0
+            while start < ue:
+                r = min(ue - start, self.spec.max_repeat)
+                records.append(("acc", isa.Vector(f"reduce_{op}", res.ref(start), (part.ref(start * lanes),), r,
+                                                  min(n, lanes), src_strides=(isa.Stride(block, lanes),)),
+                                [(part.name, None)], [(res.name, None)]))
+                start += r
+            final = _Emitter(self, ue, where)
+            combine = {"sum": "add"}.get(op, op)
+            final.op(combine, dsto, [(dsto, 1), (Opd("ref", dst.dtype, buffer=res, base=isa.Affine(),
+                                                     slot=(res.name, None)), 1)])
+            records += final.records
+            return self._wrap(records, outer, names)
+        dstb = self._bind(dst, rest, names)
+        emit = _Emitter(self, n, where)
+        emit.reduce(op, src, opmap, dstb)
+        return self._wrap(emit.records, rest, names)
+
+
+class _Emitter:
+    """Vector instructions over `n` elements (chunks of 256-byte repeats, the tail by mask)."""
+
+    def __init__(self, comp: _Compute, n: int, where: str):
+        self.c, self.isa, self.n, self.where = comp, comp.isa, n, where
+        self.records = []
+        self.ntemp = defaultdict(int)
+
+    def tmp(self, dtype: str) -> Opd:
+        k = self.ntemp[dtype]
+        self.ntemp[dtype] += 1
+        buf = self.c.temp(dtype, k, self.n)
+        return Opd("ref", dtype, buffer=buf, base=self.isa.Affine(), slot=(buf.name, None))
+
+    def _src(self, o, contiguous: bool, offset: int):
+        isa = self.isa
+        if o[0].kind == "num":
+            return o[0].value
+        opd, c = o
+        ref = opd.buffer.ref(opd.base + (offset if c else 0))
+        return ref if c else isa.Bcast(ref)
+
+    def op(self, name: str, dst: Opd, srcs: list, lanes_dtype=None):
+        """dst = name(srcs) over n elements; srcs are (Opd, coeff) pairs."""
+        isa = self.isa
+        sizes = [np.dtype(dst.dtype).itemsize] + [np.dtype(s[0].dtype).itemsize for s in srcs if s[0].kind == "ref"]
+        lanes = self.c.spec.vector_bytes // max(sizes)
+        n = self.n
+        full, tail = divmod(n, lanes)
+        chunks = []
+        start = 0
+        while full > 0:
+            r = min(full, self.c.spec.max_repeat)
+            chunks.append((start, r, None))
+            start += r * lanes
+            full -= r
+        if tail:
+            chunks.append((start, 1, tail))
+        reads = [s[0].slot for s in srcs if s[0].kind == "ref"]
+        for start, repeat, mask in chunks:
+            srcs_t = tuple(self._src(s, True, start) for s in srcs)
+            instr = isa.Vector(name, dst.buffer.ref(dst.base + start), srcs_t, repeat, mask)
+            self.records.append(("acc", instr, reads, [dst.slot]))
+
+    def as_ref(self, o, dtype: str):
+        """An operand as a contiguous vector (numbers and broadcasts filled into a temp)."""
+        opd, c = o
+        if opd.kind == "ref" and c:
+            return o
+        t = self.tmp(dtype)
+        if opd.kind == "num":
+            self.op("dup", t, [(opd, 0)])
+        else:
+            self.op("dup", t, [o])
+        return (t, 1)
+
+    def evaluate(self, expr, opmap, dst: Opd | None):
+        """Evaluate expr over n elements into dst (or a temp); returns the operand."""
+        from tvm import tirx
+
+        dtype = _dt(expr)
+        if dtype not in NPU_DTYPES:
+            raise NpuMappingError(f"{self.where}: a {dtype} value (not supported yet)")
+
+        def into(res):
+            """Make sure the result lands in dst when one is given."""
+            if dst is None:
+                return res
+            opd, c = res
+            if opd.kind == "ref" and c and opd.buffer is dst.buffer and opd.base == dst.base:
+                return res
+            if opd.kind == "num":
+                self.op("dup", dst, [res])
+            elif not c:
+                self.op("dup", dst, [res])
+            else:
+                self.op("mul", dst, [res, (Opd("num", dtype, value=1), 0)])
+            return (dst, 1)
+
+        def target():
+            return dst if dst is not None else self.tmp(dtype)
+
+        if isinstance(expr, (tirx.FloatImm, tirx.IntImm)):
+            return into((Opd("num", dtype, value=float(expr.value) if dtype != "int32" else int(expr.value)), 0))
+        if _is_load(expr):
+            return into(opmap[_key(expr)])
+        if isinstance(expr, tirx.Cast):
+            src = self.evaluate(expr.value, opmap, None)
+            if _dt(expr.value) == dtype:
+                return into(src)
+            if src[0].kind == "num":
+                return into((Opd("num", dtype, value=src[0].value), 0))
+            src = self.as_ref(src, src[0].dtype)
+            t = target()
+            self.op("cast", t, [src])
+            return (t, 1)
+        name = type(expr).__name__
+        if name in _BINARY:
+            a = self.evaluate(expr.a, opmap, None)
+            b = self.evaluate(expr.b, opmap, None)
+            op = _BINARY[name]
+            if a[0].kind == "num" and b[0].kind == "num":
+                val = {"add": a[0].value + b[0].value, "sub": a[0].value - b[0].value, "mul": a[0].value * b[0].value,
+                       "max": max(a[0].value, b[0].value), "min": min(a[0].value, b[0].value)}.get(op)
+                if val is None:
+                    a = self.as_ref(a, dtype)
+                else:
+                    return into((Opd("num", dtype, value=val), 0))
+            if op == "max" and b[0].kind == "num" and b[0].value == 0 and a[0].kind == "ref":
+                a = self.as_ref(a, dtype)
+                t = target()
+                self.op("relu", t, [a])
+                return (t, 1)
+            if not a[1] and not b[1] and (a[0].kind == "ref" or b[0].kind == "ref"):
+                pass  # both broadcast: fine, the result is a full vector
+            t = target()
+            self.op(op, t, [a, b])
+            return (t, 1)
+        if name == "Call":
+            opname = _UNARY_CALLS.get(expr.op.name)
+            if opname is None:
+                raise NpuMappingError(f"{self.where}: '{expr.op.name}' has no NPU vector instruction (not supported yet)")
+            a = self.as_ref(self.evaluate(expr.args[0], opmap, None), dtype)
+            t = target()
+            self.op(opname, t, [a])
+            return (t, 1)
+        raise NpuMappingError(f"{self.where}: {name} has no NPU vector instruction (not supported yet)")
+
+    def fold(self, op: str, src, opmap, part: Opd):
+        """part[0:lanes] = src folded lane-wise across its repeats (the first n lanes when
+        n is shorter than a repeat)."""
+        isa = self.isa
+        dtype = part.dtype
+        combine = {"sum": "add"}.get(op, op)
+        val = self.as_ref(self.evaluate(src, opmap, None), dtype)[0]
+        lanes = self.c.spec.vector_bytes // np.dtype(dtype).itemsize
+        full, tail = divmod(self.n, lanes)
+        pref = part.buffer.ref(part.base)
+        if full == 0:
+            self.records.append(("acc", isa.Vector("mul", pref, (val.buffer.ref(val.base), 1), 1, tail),
+                                 [val.slot], [part.slot]))
+            return
+        start, first = 0, True
+        while full > 0:
+            r = min(full, self.c.spec.max_repeat)
+            if first:
+                self.records.append(("acc", isa.Vector(f"reduce_{op}_across", pref, (val.buffer.ref(val.base),), r),
+                                     [val.slot], [part.slot]))
+            else:
+                t = self.tmp(dtype)
+                self.records.append(("acc", isa.Vector(f"reduce_{op}_across", t.buffer.ref(t.base),
+                                                       (val.buffer.ref(val.base + start),), r), [val.slot], [t.slot]))
+                self.records.append(("acc", isa.Vector(combine, pref, (pref, t.buffer.ref(t.base))),
+                                     [part.slot, t.slot], [part.slot]))
+            first = False
+            start += r * lanes
+            full -= r
+        if tail:
+            self.records.append(("acc", isa.Vector(combine, pref, (pref, val.buffer.ref(val.base + start)), 1, tail),
+                                 [part.slot, val.slot], [part.slot]))
+
+    def reduce(self, op: str, src, opmap, dst: Opd):
+        """dst = dst op reduce(src over n)."""
+        isa = self.isa
+        dtype = dst.dtype
+        combine = {"sum": "add"}.get(op, op)
+        val = self.evaluate(src, opmap, None)
+        val = self.as_ref(val, dtype)
+        opd = val[0]
+        lanes = self.c.spec.vector_bytes // np.dtype(dtype).itemsize
+        n = self.n
+        full, tail = divmod(n, lanes)
+        part = opd
+        reads = [opd.slot]
+        if full > 1 or (full == 1 and tail):
+            acc = self.tmp(dtype)
+            start, first = 0, True
+            while full > 0:
+                r = min(full, self.c.spec.max_repeat)
+                target_ = acc if first else self.tmp(dtype)
+                self.records.append(("acc", isa.Vector(f"reduce_{op}_across", target_.buffer.ref(target_.base),
+                                                       (opd.buffer.ref(opd.base + start),), r), reads, [target_.slot]))
+                if not first:
+                    self.records.append(("acc", isa.Vector(combine, acc.buffer.ref(acc.base),
+                                                           (acc.buffer.ref(acc.base), target_.buffer.ref(target_.base))),
+                                         [acc.slot, target_.slot], [acc.slot]))
+                first = False
+                start += r * lanes
+                full -= r
+            if tail:
+                self.records.append(("acc", isa.Vector(combine, acc.buffer.ref(acc.base),
+                                                       (acc.buffer.ref(acc.base), opd.buffer.ref(opd.base + start)),
+                                                       1, tail), [acc.slot, opd.slot], [acc.slot]))
+            part, mask = acc, lanes
+        else:
+            mask = n if n < lanes else None
+        one = self.tmp(dtype)
+        self.records.append(("acc", isa.Vector(f"reduce_{op}", one.buffer.ref(one.base), (part.buffer.ref(part.base),),
+                                               1, mask), [part.slot], [one.slot]))
+        self.records.append(("acc", isa.Vector(combine, dst.buffer.ref(dst.base),
+                                               (dst.buffer.ref(dst.base), one.buffer.ref(one.base)), 1, 1),
+                             [dst.slot, one.slot], [dst.slot]))
+
+
+# --- the backend ---------------------------------------------------------------------------------------
+
+
+MAX_DYNAMIC = 200_000  # dynamic instructions: beyond this a vector mapping is hopeless
+
+
+def _dynamic_count(body) -> int:
+    from akg.backends.npu import isa
+
+    n = 0
+    for x in body:
+        n += x.trip * (1 + _dynamic_count(x.body)) if isinstance(x, isa.Loop) else 1
+    return n
+
+
+@dataclass
+class NpuExecutable:
+    program: object
+    spec_json: str
+    outputs: tuple[int, ...]  # kernel argument positions the program writes
+
+    @property
+    def spec(self):
+        from akg.backends.npu.spec import NpuSpec
+
+        return NpuSpec.from_json(self.spec_json)
+
+
+def translate(func, target, double_buffer: bool | None = None):
+    """The isa.Program of a PrimFunc lowered for `target` (an NpuTarget)."""
+    spec = target.spec
+    name = str(func.attrs["global_symbol"]) if func.attrs is not None and "global_symbol" in func.attrs else "kernel"
+    db = getattr(target, "_double_buffer", True) if double_buffer is None else double_buffer
+    return Translator(func, spec, name, db).translate()
+
+
+class NpuBackend(Backend):
+    """TIR -> isa.Program, run by the NPU simulator (artifacts of kind "npu-sim")."""
+
+    artifact_kind = ARTIFACT_KIND
+
+    def compile(self, func, target, *, reciprocal: bool = True):
+        from akg.backends.npu.check import check_program
+
+        program = translate(func, target)
+        spec = target.spec
+        dynamic = _dynamic_count(program.body) * program.blocks
+        if dynamic > MAX_DYNAMIC:
+            raise NpuMappingError(
+                f"{program.name}: the vector mapping needs {dynamic} instructions (> {MAX_DYNAMIC}); a "
+                f"contraction (matmul/conv) on the cube (mmad) is not supported yet")
+        check_program(program, spec)  # capacity (a ScheduleError), alignment, bounds, paths
+        n = len(func.params)
+        written = set()
+        for i, p in enumerate(func.params):
+            written.add(i)
+        return NpuExecutable(program, spec.to_json(), tuple(range(n)))
+
+    def export(self, executable) -> Artifact:
+        return Artifact(self.artifact_kind, pickle.dumps(executable))
+
+    def load(self, artifact: Artifact):
+        if artifact.kind != self.artifact_kind:
+            raise CompileError(f"an artifact of kind '{artifact.kind}' is not an npu-sim program")
+        return pickle.loads(artifact.data)
+
+    def source(self, executable, kind: str = "asm") -> str:
+        return "; npu-sim program (simulated NPU, not real hardware)\n" + executable.program.listing()
+
+    def entry(self, executable) -> Callable:
+        from akg.backends.npu.sim import simulate
+
+        program, spec = executable.program, executable.spec
+        n_args = len(program.params)
+
+        def run(*arrays):
+            args = [np.asarray(a).reshape(p.shape) for p, a in zip(program.params, arrays)]
+            args += [None] * (n_args - len(args))
+            result = simulate(program, spec, args, functional=True, races=False)
+            for p, a in zip(program.params, arrays):
+                out = result.outputs[p.name]
+                if a.dtype != out.dtype or a.size != out.size:
+                    raise CompileError(f"npu-sim: argument '{p.name}' is {a.dtype}{list(a.shape)}, the program "
+                                       f"takes {out.dtype}{list(out.shape)}")
+                np.copyto(a, out.reshape(a.shape))
+            executable.last_report = result.report
+
+        return run
+
+    def to_device(self, array):
+        return np.array(array, order="C", copy=True)
+
+    def empty(self, shape, dtype):
+        return np.zeros(tuple(shape), dtype)
+
+    def view(self, arena, shape, dtype):
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return arena[:nbytes].view(dtype).reshape(tuple(shape))
+
+    def to_numpy(self, tensor):
+        return np.array(tensor, copy=True)
+
+    def measure(self, executable, tensors, *, number: int = 1, repeat: int = 1) -> list[float]:
+        from akg.backends.npu.sim import simulate
+
+        report = simulate(executable.program, executable.spec, functional=False, races=False).report
+        return [float(report.cycles)] * max(repeat, 1)
+
+    def report(self, executable, races: bool = False):
+        from akg.backends.npu.sim import simulate
+
+        return simulate(executable.program, executable.spec, functional=races, races=races).report
