@@ -10,18 +10,41 @@ from akg.schedules.space import Config
 from akg.target import Target, get_target
 
 
+def _cost(cost: float | None, unit) -> str:
+    if cost is None:
+        return "-"
+    return f"{cost * 1e6:.1f} us" if str(unit) == "s" else f"{cost:.0f} {unit}"
+
+
 def tuned_config(graph, target: Target, db) -> tuple[Config | None, str]:
-    """The best recorded config of this workload on this target, and where it came from."""
+    """The config the tuning database chose for this workload on this target
+    (`Database.choice`: the winner of the tuner's final comparison against the default, or
+    the cheapest record of a database without one), and where it came from. None: the
+    target's default (nothing tuned, or the default won the final comparison)."""
     from akg.db import Database, open_database
     from akg.graph.subgraph import workload_key
 
     database = db if isinstance(db, Database) else open_database(db)
-    best = database.best(workload_key(graph), target.key)
-    if best is None:
+    choice = database.choice(workload_key(graph), target.key)
+    if choice is None:
         return None, "default"
-    unit = getattr(best, "unit", "s")
-    cost = f"{best.cost * 1e6:.1f} us" if str(unit) == "s" else f"{best.cost:.0f} {unit}"
-    return Config.from_json(best.config), f"tuned ({cost} measured {best.timestamp:%Y-%m-%d})"
+    verdict = choice.verdict
+    if verdict is None:
+        best = choice.record
+        return (Config.from_json(best.config),
+                f"tuned ({_cost(best.cost, best.unit)} measured {best.timestamp:%Y-%m-%d}, unconfirmed)")
+    tuned = verdict.contender("tuned")
+    if choice.config is None and tuned is not None and tuned.is_default:
+        return None, f"default (the tuned pick: {_cost(verdict.cost, verdict.unit)}, confirmed {verdict.timestamp:%Y-%m-%d})"
+    if choice.config is None:
+        return None, (f"default (kept: {_cost(verdict.cost, verdict.unit)} vs the tuned config's "
+                      f"{_cost(tuned.cost if tuned else None, verdict.unit)} in the final comparison "
+                      f"{verdict.timestamp:%Y-%m-%d})")
+    default = next((c for c in verdict.contenders if c.is_default and c.config != verdict.config), None)
+    versus = f" vs default {_cost(default.cost, verdict.unit)}" if default is not None else ""
+    what = "tuned" if verdict.role == "tuned" else f"tuned, {verdict.role}"
+    return Config.from_json(choice.config), (f"{what} ({_cost(verdict.cost, verdict.unit)}{versus}, confirmed "
+                                             f"{verdict.timestamp:%Y-%m-%d})")
 
 
 def _chooser(db):

@@ -15,9 +15,12 @@ from akg.errors import AkgError
 DB_HELP = "Tuning database: an SQLAlchemy URL or an SQLite file path (default: $AKG_DB, else ~/.cache/akg/tuning.db)."
 
 
-def _seconds(cost: float | None) -> str:
+def _cost(cost: float | None, unit: str = "s") -> str:
+    """A cost in its unit: seconds as us/ms, others (simulated cycles) as counts."""
     if cost is None:
         return "-"
+    if unit != "s":
+        return f"{cost:,.0f} {unit}"
     return f"{cost * 1e6:.1f} us" if cost < 1e-3 else f"{cost * 1e3:.3f} ms"
 
 
@@ -40,9 +43,9 @@ def default_trial(task) -> tuple[str, float | None]:
     return "unmeasured", None
 
 
-def _versus_default(state: str, default: float | None, best: float | None) -> str:
+def _versus_default(state: str, default: float | None, best: float | None, unit: str = "s") -> str:
     if state == "ok":
-        return f"{_speedup(default, best)} over the default ({_seconds(default)})"
+        return f"{_speedup(default, best)} over the default ({_cost(default, unit)})"
     return "default config failed" if state == "failed" else "default not measured yet"
 
 
@@ -94,8 +97,9 @@ def tune_cmd(model: Path, target: str, trials: int, db_url: str | None, timeout:
         best = task.best
         state, default = default_trial(task)
         return (f"{task.name}: +{len(results)} measured ({failed} failed), best "
-                f"{_seconds(best.cost if best else None)}, "
-                f"{_versus_default(state, default, best.cost if best else None)}; {failures} failures in all")
+                f"{_cost(best.cost if best else None, target_.cost_unit)}, "
+                f"{_versus_default(state, default, best.cost if best else None, target_.cost_unit)}; "
+                f"{failures} failures in all")
 
     if console.is_terminal:
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -126,29 +130,65 @@ def tune_cmd(model: Path, target: str, trials: int, db_url: str | None, timeout:
 def _summary(model: Path, target, database, where: str, result, tasks: dict) -> None:
     """The kernels' table with default and tuned times, the model's speed-up, the database."""
     defaults = _default_costs(model, target, database, result, tasks)
+    unit = target.cost_unit
     table = Table(title=f"{model.name} on {target}")
-    for col in ("kernel", "x", "trials", "failed", "default", "best", "speed-up"):
+    for col in ("kernel", "x", "trials", "failed", "default", "best", "speed-up", "compile uses"):
         table.add_column(col)
     for k in result.kernels:
         state, default = defaults[k.workload_key]
-        shown = _seconds(default) if state == "ok" else ("failed" if state == "failed" else "not measured")
-        table.add_row(k.name, str(k.occurrences), str(k.trials), str(k.failures), shown, _seconds(k.best_cost),
-                      _speedup(default, k.best_cost))
+        shown = _cost(default, unit) if state == "ok" else ("failed" if state == "failed" else "not measured")
+        trials = f"{k.trials} (+{k.new_trials})" if k.new_trials and k.new_trials != k.trials else str(k.trials)
+        table.add_row(k.name, str(k.occurrences), trials, str(k.failures), shown, _cost(k.best_cost, unit),
+                      _speedup(default, k.best_cost), _uses(k))
     print_table(table)
+    _confirmation_lines(result)
     untuned = [k.name for k in result.kernels if k.best_cost is None]
     no_default = [k.name for k in result.kernels if k.best_cost is not None and defaults[k.workload_key][0] != "ok"]
     tuned = result.weighted_cost
+    if tuned is not None:  # a kernel whose default won the final comparison runs its default
+        tuned = sum(k.occurrences * (defaults[k.workload_key][1] if k.uses_default and defaults[k.workload_key][0]
+                                     == "ok" else k.best_cost) for k in result.kernels)
     if untuned:
         click.echo(f"model: {len(untuned)} of {len(result.kernels)} kernel(s) have no measured time yet "
                    f"({', '.join(untuned)}), so the model has no speed-up figure yet: raise --trials")
     elif no_default:
-        click.echo(f"model: {_seconds(tuned)} per run tuned (kernel times x occurrences); the default config of "
+        click.echo(f"model: {_cost(tuned, unit)} per run tuned (kernel times x occurrences); the default config of "
                    f"{', '.join(no_default)} was not measured or failed, so the speed-up over the defaults is unknown")
     else:
         default = sum(k.occurrences * defaults[k.workload_key][1] for k in result.kernels)
-        click.echo(f"model: {_seconds(tuned)} per run tuned vs {_seconds(default)} with the default configs: "
+        click.echo(f"model: {_cost(tuned, unit)} per run tuned vs {_cost(default, unit)} with the default configs: "
                    f"{_speedup(default, tuned)} faster (kernel times x occurrences)")
     click.echo(f"{result.new_measurements} new measurements in {result.seconds:.0f}s; database: {where}")
+
+
+def _uses(k) -> str:
+    """What `akg compile` builds for a kernel after this tune (the summary's last column)."""
+    if k.best_cost is None:
+        return "default (nothing tuned)"
+    if k.verdict is None:
+        return "tuned, unconfirmed"
+    if k.uses_default:
+        tuned = k.verdict.contender("tuned")
+        return "default (the tuned pick)" if tuned is not None and tuned.is_default else "default (won)"
+    return "tuned" if k.verdict.role == "tuned" else k.verdict.role
+
+
+def _confirmation_lines(result) -> None:
+    """How the trials were spread and what the final comparison decided, in a few lines."""
+    untried = result.untuned
+    if untried:
+        click.echo(f"trials: {len(untried)} of {len(result.kernels)} kernel(s) got none ({', '.join(untried)}): "
+                   f"the budget is smaller than the number of kernels; raise --trials")
+    confirmed = [k for k in result.kernels if k.verdict is not None]
+    if not confirmed and not any(k.confirmation for k in result.kernels):
+        return
+    kept = [k.name for k in confirmed if k.uses_default and k.verdict.role != "tuned"]
+    click.echo(f"final comparison (tuned pick vs runner-up vs default, alternating rounds in one process): "
+               f"{len(confirmed) - len(kept)} of {len(result.kernels)} kernel(s) use a tuned config"
+               + (f", {len(kept)} keep the default ({', '.join(kept)})" if kept else ""))
+    for k in result.kernels:
+        if k.confirmation and (k.verdict is None or k.verdict.role != "tuned"):
+            click.echo(f"  {k.name}: {k.confirmation}")
 
 
 def _default_costs(model: Path, target, database, result, tasks: dict) -> dict[str, tuple[str, float | None]]:
@@ -200,7 +240,7 @@ def db_ls(db_url: str | None) -> None:
             n = database.count(w.key, t.key)
             if n:
                 best = database.best(w.key, t.key)
-                table.add_row(w.key, w.name, t.key, str(n), _seconds(best.cost if best else None))
+                table.add_row(w.key, w.name, t.key, str(n), _cost(best.cost, best.unit) if best else "-")
                 rows += 1
     click.echo(f"database: {database_name(database, db_url)}")
     if rows:
@@ -227,7 +267,7 @@ def db_best(workload: str, target: str, db_url: str | None) -> None:
     best = database.best(matches[0].key, get_target(target).key)
     if best is None:
         raise DatabaseError(f"no successful record for {matches[0].key} on {get_target(target).key}")
-    console.print(f"{matches[0].key} ({matches[0].name}): {_seconds(best.cost)}")
+    console.print(f"{matches[0].key} ({matches[0].name}): {_cost(best.cost, best.unit)}")
     click.echo(best.config)
 
 

@@ -4,10 +4,10 @@
 cache dir); `InMemoryDatabase` is the null implementation for tests. See docs/database.md.
 """
 
-from akg.db.database import Database
+from akg.db.database import Choice, Database
 from akg.db.location import default_path, open_database, resolve_url
 from akg.db.memory import InMemoryDatabase
-from akg.db.record import Record, Status, TargetInfo, Unit, Workload, canonical_config
+from akg.db.record import Contender, Record, Status, TargetInfo, Unit, Verdict, Workload, canonical_config
 
 
 def __getattr__(name: str):
@@ -19,5 +19,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'akg.db' has no attribute {name!r}")
 
 
-__all__ = ["Database", "InMemoryDatabase", "Record", "SqlDatabase", "Status", "TargetInfo", "Unit",
-           "Workload", "canonical_config", "default_path", "open_database", "resolve_url"]
+__all__ = ["Choice", "Contender", "Database", "InMemoryDatabase", "Record", "SqlDatabase", "Status", "TargetInfo", "Unit",
+           "Verdict", "Workload", "canonical_config", "default_path", "open_database", "resolve_url"]

@@ -5,10 +5,28 @@ from __future__ import annotations
 
 import abc
 import os
+from dataclasses import dataclass
 from typing import IO, Iterable
 
-from akg.db.record import ConfigLike, Record, TargetInfo, Workload
+from akg.db.record import ConfigLike, Record, TargetInfo, Verdict, Workload
 from akg.errors import DatabaseError
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What `akg compile` builds for a workload on a target (`Database.choice`): `config` (the
+    canonical JSON of a tuned config; None: the target's default config), the record that
+    measured it during tuning (None when the default was chosen), and the verdict of the
+    final comparison that chose it (None: unconfirmed: a database written before verdicts
+    existed, or a tune stopped before its final comparison)."""
+
+    config: str | None
+    record: Record | None
+    verdict: Verdict | None
+
+    @property
+    def confirmed(self) -> bool:
+        return self.verdict is not None
 
 
 class Database(abc.ABC):
@@ -35,6 +53,12 @@ class Database(abc.ABC):
     @abc.abstractmethod
     def add_many(self, records: Iterable[Record]) -> int:
         """Store records in one transaction; returns how many were new (see `add`)."""
+
+    @abc.abstractmethod
+    def add_verdict(self, verdict: Verdict) -> bool:
+        """Store the verdict of a final comparison, committed before returning. False (and
+        nothing changes) when the (workload, target) has a verdict with the same timestamp
+        (an import of the same verdict)."""
 
     def add(self, record: Record) -> bool:
         """Store one record, committed before returning. False (and nothing changes) when its
@@ -71,6 +95,30 @@ class Database(abc.ABC):
     @abc.abstractmethod
     def count(self, workload_key: str | None = None, target_key: str | None = None) -> int:
         """How many records match the given keys."""
+
+    @abc.abstractmethod
+    def verdicts(self, workload_key: str | None = None, target_key: str | None = None) -> list[Verdict]:
+        """Verdicts matching the given keys (all when none is given), oldest first."""
+
+    def verdict(self, workload_key: str, target_key: str) -> Verdict | None:
+        """The latest verdict of the workload on the target (the one that counts), or None."""
+        found = self.verdicts(workload_key, target_key)
+        return found[-1] if found else None
+
+    def choice(self, workload_key: str, target_key: str) -> Choice | None:
+        """What `akg compile` builds: the winner of the latest final comparison (None as the
+        config when the default config won it), else, without a verdict (an older database,
+        a tune stopped before its comparison), the cheapest `ok` record, unconfirmed; None
+        when nothing succeeded yet. A verdict stands over records measured after it: a
+        tuned config is only used unconfirmed when no verdict exists at all."""
+        verdict = self.verdict(workload_key, target_key)
+        if verdict is not None:
+            if verdict.uses_default:
+                return Choice(None, None, verdict)
+            record = next((r for r in self.records(workload_key, target_key) if r.config == verdict.config), None)
+            return Choice(verdict.config, record, verdict)
+        best = self.best(workload_key, target_key)
+        return Choice(best.config, best, None) if best is not None else None
 
     def best(self, workload_key: str, target_key: str) -> Record | None:
         """The cheapest `ok` record, or None when nothing succeeded yet."""

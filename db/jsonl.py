@@ -9,18 +9,21 @@ import os
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Iterator
 
-from akg.db.record import Record, TargetInfo, Workload
+from akg.db.record import Record, TargetInfo, Verdict, Workload
 from akg.errors import DatabaseError
 
 if TYPE_CHECKING:
     from akg.db.database import Database
 
 FORMAT = "akg-tuning-records"
-VERSION = 1
+VERSION = 2  # 2: verdicts of final comparisons (version 1 files, without them, still read)
 CHUNK = 1000  # records per transaction on import
 
 RECORD_FIELDS = ("workload", "target", "config", "status", "cost", "unit", "error", "host",
                  "akg_version", "tvm_version", "timestamp")
+
+VERDICT_FIELDS = ("workload", "target", "config", "role", "best_config", "cost", "unit", "contenders", "host",
+                  "akg_version", "timestamp")
 
 
 def export_objects(db: Database) -> Iterator[dict]:
@@ -35,6 +38,11 @@ def export_objects(db: Database) -> Iterator[dict]:
                "config": json.loads(r.config), "status": r.status.value, "cost": r.cost,
                "unit": r.unit.value, "error": r.error, "host": r.host, "akg_version": r.akg_version,
                "tvm_version": r.tvm_version, "timestamp": r.timestamp.isoformat()}
+    for v in db.verdicts():
+        yield {"kind": "verdict", "workload": v.workload_key, "target": v.target_key,
+               "config": json.loads(v.config), "role": v.role, "best_config": json.loads(v.best_config),
+               "cost": v.cost, "unit": v.unit.value, "contenders": [c.to_dict() for c in v.contenders],
+               "host": v.host, "akg_version": v.akg_version, "timestamp": v.timestamp.isoformat()}
 
 
 def write_jsonl(db: Database, dest: str | os.PathLike | IO[str]) -> int:
@@ -48,11 +56,13 @@ def write_jsonl(db: Database, dest: str | os.PathLike | IO[str]) -> int:
 
 
 def read_jsonl(db: Database, src: str | os.PathLike | IO[str]) -> int:
-    """Import a JSON-lines export into `db`; returns how many records were new. The whole
-    file is checked before anything is written, so a malformed file imports nothing."""
+    """Import a JSON-lines export into `db`; returns how many records were new (verdicts are
+    imported too, those already present skipped). The whole file is checked before anything
+    is written, so a malformed file imports nothing."""
     workloads: list[Workload] = []
     targets: list[TargetInfo] = []
     records: list[Record] = []
+    verdicts: list[Verdict] = []
     with _open(src, "r") as lines:
         name = getattr(lines, "name", "<stream>")
         for number, line in enumerate(lines, 1):
@@ -62,15 +72,19 @@ def read_jsonl(db: Database, src: str | os.PathLike | IO[str]) -> int:
                 item = parse_line(line)
             except DatabaseError as e:
                 raise DatabaseError(f"{name}:{number}: {e}") from None
-            {Workload: workloads, TargetInfo: targets, Record: records}.get(type(item), []).append(item)
+            {Workload: workloads, TargetInfo: targets, Record: records,
+             Verdict: verdicts}.get(type(item), []).append(item)
     for w in workloads:
         db.register_workload(w)
     for t in targets:
         db.register_target(t)
-    return sum(db.add_many(records[i:i + CHUNK]) for i in range(0, len(records), CHUNK))
+    new = sum(db.add_many(records[i:i + CHUNK]) for i in range(0, len(records), CHUNK))
+    for v in verdicts:
+        db.add_verdict(v)
+    return new
 
 
-def parse_line(line: str) -> Workload | TargetInfo | Record | None:
+def parse_line(line: str) -> Workload | TargetInfo | Record | Verdict | None:
     """One line of an export as a value (None for the header); DatabaseError if malformed."""
     try:
         obj = json.loads(line)
@@ -98,9 +112,20 @@ def parse_line(line: str) -> Workload | TargetInfo | Record | None:
             return Record(_str(obj, "workload"), _str(obj, "target"), obj.get("config"), obj.get("status"),
                           obj.get("cost"), obj.get("unit", "s"), obj.get("error", ""), obj.get("host", ""),
                           obj.get("akg_version", ""), obj.get("tvm_version", ""), timestamp)
+        if kind == "verdict":
+            unknown = set(obj) - {"kind", *VERDICT_FIELDS}
+            if unknown:
+                raise DatabaseError(f"unknown verdict fields {sorted(unknown)}")
+            timestamp = datetime.fromisoformat(_str(obj, "timestamp").replace("Z", "+00:00"))
+            contenders = obj.get("contenders", [])
+            if not isinstance(contenders, list):
+                raise DatabaseError("'contenders' must be a list")
+            return Verdict(_str(obj, "workload"), _str(obj, "target"), obj.get("config"), _str(obj, "role"),
+                           obj.get("best_config"), obj.get("cost"), obj.get("unit", "s"), tuple(contenders),
+                           obj.get("host", ""), obj.get("akg_version", ""), timestamp)
     except (KeyError, TypeError, ValueError) as e:
         raise DatabaseError(f"bad {kind}: {e}") from None
-    raise DatabaseError(f"unknown kind {kind!r} (expected header, workload, target or record)")
+    raise DatabaseError(f"unknown kind {kind!r} (expected header, workload, target, record or verdict)")
 
 
 def _str(obj: dict, field: str) -> str:

@@ -6,7 +6,7 @@ import threading
 from typing import Iterable
 
 from akg.db.database import Database, check_k
-from akg.db.record import ConfigLike, Record, TargetInfo, Workload, canonical_config
+from akg.db.record import ConfigLike, Record, TargetInfo, Verdict, Workload, canonical_config
 
 
 class InMemoryDatabase(Database):
@@ -19,6 +19,7 @@ class InMemoryDatabase(Database):
         self._targets: dict[str, TargetInfo] = {}
         # (workload, target, config) -> (arrival number, record); dicts keep arrival order
         self._records: dict[tuple[str, str, str], tuple[int, Record]] = {}
+        self._verdicts: list[Verdict] = []
 
     def register_workload(self, workload: Workload) -> None:
         with self._lock:
@@ -43,6 +44,23 @@ class InMemoryDatabase(Database):
                 self._records[key] = (len(self._records), r)
                 new += 1
         return new
+
+    def add_verdict(self, verdict: Verdict) -> bool:
+        with self._lock:
+            if any((v.workload_key, v.target_key, v.timestamp) == (verdict.workload_key, verdict.target_key,
+                                                                    verdict.timestamp) for v in self._verdicts):
+                return False
+            self._workloads.setdefault(verdict.workload_key, Workload(verdict.workload_key))
+            self._targets.setdefault(verdict.target_key, TargetInfo(verdict.target_key))
+            self._verdicts.append(verdict)
+            return True
+
+    def verdicts(self, workload_key: str | None = None, target_key: str | None = None) -> list[Verdict]:
+        with self._lock:
+            found = [(n, v) for n, v in enumerate(self._verdicts)
+                     if workload_key in (None, v.workload_key) and target_key in (None, v.target_key)]
+        found.sort(key=lambda nv: (nv[1].timestamp, nv[0]))
+        return [v for _, v in found]
 
     def has(self, workload_key: str, target_key: str, config: ConfigLike) -> bool:
         return (workload_key, target_key, canonical_config(config)) in self._records

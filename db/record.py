@@ -180,3 +180,101 @@ class TargetInfo:
         fields = asdict(target) if is_dataclass(target) else {"kind": str(target)}
         fields.pop("extra", None)
         return cls(target.key, json.dumps(fields, sort_keys=True, default=str))
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One config of a final comparison: its role (`tuned`: the tuning's pick, `runner-up`,
+    `default`: the target's default config, what `akg compile` uses untuned), whether it is
+    the default config, how it ended, its cost (its best round, in the verdict's unit) and
+    every round's time."""
+
+    role: str
+    config: str
+    status: Status = Status.OK
+    cost: float | None = None
+    rounds: tuple[float, ...] = ()
+    is_default: bool = False
+    error: str = ""
+
+    def __post_init__(self):
+        set_ = functools.partial(object.__setattr__, self)
+        set_("config", canonical_config(self.config))
+        try:
+            set_("status", Status(self.status))
+        except ValueError as e:
+            raise DatabaseError(f"bad contender: {e}") from None
+        set_("cost", None if self.cost is None else float(self.cost))
+        set_("rounds", tuple(float(x) for x in self.rounds))
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "config": json.loads(self.config), "status": self.status.value,
+                "cost": self.cost, "rounds": list(self.rounds), "is_default": self.is_default, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Contender:
+        return cls(d["role"], d["config"], d.get("status", "ok"), d.get("cost"), tuple(d.get("rounds", ())),
+                   bool(d.get("is_default", False)), d.get("error", ""))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The final comparison of one workload's tuning on one target: the tuning's pick, the
+    runner-up and the default config timed in alternating rounds in one process. `config` is
+    the winner's config; when the winner is the default config (`uses_default`), `akg compile`
+    builds the target's default. `best_config` is the tuning pick that was judged (a later
+    tune with a new pick confirms again). The latest verdict of a (workload, target) is the
+    one that counts; verdicts are only ever added."""
+
+    workload_key: str
+    target_key: str
+    config: str
+    role: str
+    best_config: str
+    cost: float | None = None
+    unit: Unit = Unit.SECONDS
+    contenders: tuple[Contender, ...] = ()
+    host: str = field(default_factory=_host)
+    akg_version: str = field(default_factory=_akg_version)
+    timestamp: datetime = field(default_factory=_now)
+
+    def __post_init__(self):
+        if not self.workload_key or not self.target_key:
+            raise DatabaseError("a verdict needs a workload key and a target key")
+        set_ = functools.partial(object.__setattr__, self)
+        set_("config", canonical_config(self.config))
+        set_("best_config", canonical_config(self.best_config))
+        try:
+            set_("unit", Unit(self.unit))
+        except ValueError as e:
+            raise DatabaseError(f"bad verdict: {e}") from None
+        set_("cost", None if self.cost is None else float(self.cost))
+        set_("contenders", tuple(c if isinstance(c, Contender) else Contender.from_dict(c)
+                                 for c in self.contenders))
+        set_("timestamp", as_utc(self.timestamp))
+
+    @property
+    def winner(self) -> Contender | None:
+        for c in self.contenders:
+            if c.config == self.config:
+                return c
+        return None
+
+    @property
+    def uses_default(self) -> bool:
+        """The default config won: `akg compile` builds the target's default."""
+        winner = self.winner
+        return winner is not None and winner.is_default
+
+    def contender(self, role: str) -> Contender | None:
+        return next((c for c in self.contenders if c.role == role), None)
+
+    def contenders_json(self) -> str:
+        return json.dumps([c.to_dict() for c in self.contenders], sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def parse_contenders(text: str) -> tuple[Contender, ...]:
+        try:
+            return tuple(Contender.from_dict(d) for d in json.loads(text or "[]"))
+        except (TypeError, ValueError, KeyError) as e:
+            raise DatabaseError(f"bad verdict contenders: {e}") from None

@@ -67,6 +67,32 @@ class RecordRow(Base):
     measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class VerdictRow(Base):
+    """The verdict of a final comparison (`akg.db.record.Verdict`): the winner's config, its
+    role, the tuning pick that was judged and every contender as JSON. Only ever added; the
+    latest per (workload, target) counts. (workload, target, measured_at) is unique, so that
+    importing an export twice adds nothing."""
+
+    __tablename__ = "verdicts"
+    __table_args__ = (
+        UniqueConstraint("workload_id", "target_id", "measured_at", name="uq_verdicts_workload_target_time"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", name="fk_verdicts_workload"))
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", name="fk_verdicts_target"))
+    config: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(String(16))
+    best_config: Mapped[str] = mapped_column(Text)
+    cost: Mapped[float | None] = mapped_column(Float)
+    unit: Mapped[str] = mapped_column(String(16))
+    contenders: Mapped[str] = mapped_column(Text, default="[]")
+    host: Mapped[str] = mapped_column(String(NAME_LENGTH), default="")
+    akg_version: Mapped[str] = mapped_column(String(64), default="")
+    measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 workloads = WorkloadRow.__table__
 targets = TargetRow.__table__
 records = RecordRow.__table__
+verdicts = VerdictRow.__table__

@@ -18,7 +18,7 @@ from sqlalchemy.pool import StaticPool
 
 from akg.db import migrate, schema
 from akg.db.database import Database, check_k
-from akg.db.record import ConfigLike, Record, TargetInfo, Workload, as_utc, canonical_config
+from akg.db.record import ConfigLike, Record, TargetInfo, Verdict, Workload, as_utc, canonical_config
 from akg.errors import DatabaseError
 
 T = TypeVar("T")
@@ -105,7 +105,28 @@ class SqlDatabase(Database):
 
         return self._run(work, write=True)
 
+    def add_verdict(self, verdict: Verdict) -> bool:
+        def work(conn: Connection) -> bool:
+            workload_id = _ensure_keys(conn, schema.workloads, {verdict.workload_key})[verdict.workload_key]
+            target_id = _ensure_keys(conn, schema.targets, {verdict.target_key})[verdict.target_key]
+            row = {"workload_id": workload_id, "target_id": target_id, "config": verdict.config,
+                   "role": verdict.role[:16], "best_config": verdict.best_config, "cost": verdict.cost,
+                   "unit": verdict.unit.value, "contenders": verdict.contenders_json(),
+                   "host": verdict.host[:schema.NAME_LENGTH], "akg_version": verdict.akg_version[:64],
+                   "measured_at": verdict.timestamp}
+            return _insert_ignore(conn, schema.verdicts, [row], ["workload_id", "target_id", "measured_at"]) == 1
+
+        return self._run(work, write=True)
+
     # --- reading -------------------------------------------------------------------------
+
+    def verdicts(self, workload_key: str | None = None, target_key: str | None = None) -> list[Verdict]:
+        v = schema.verdicts.c
+        stmt = _VERDICT_SELECT.where(*_keys_match(workload_key, target_key)).order_by(v.measured_at, v.id)
+        rows = self._run(lambda conn: conn.execute(stmt).all(), write=False)
+        return [Verdict(row.workload_key, row.target_key, row.config, row.role, row.best_config, row.cost,
+                        row.unit, Verdict.parse_contenders(row.contenders), row.host, row.akg_version,
+                        as_utc(row.measured_at)) for row in rows]
 
     def has(self, workload_key: str, target_key: str, config: ConfigLike) -> bool:
         digest = _config_hash(canonical_config(config))
@@ -258,6 +279,15 @@ _RECORD_SELECT = select(
     *(schema.records.c[name] for name in ("config", "status", "cost", "unit", "error", "host",
                                            "akg_version", "tvm_version", "measured_at")),
 ).select_from(_JOINED)
+
+
+_VERDICT_SELECT = select(
+    schema.workloads.c.key.label("workload_key"), schema.targets.c.key.label("target_key"),
+    *(schema.verdicts.c[name] for name in ("config", "role", "best_config", "cost", "unit", "contenders", "host",
+                                            "akg_version", "measured_at")),
+).select_from(schema.verdicts
+              .join(schema.workloads, schema.verdicts.c.workload_id == schema.workloads.c.id)
+              .join(schema.targets, schema.verdicts.c.target_id == schema.targets.c.id))
 
 
 def _keys_match(workload_key: str | None, target_key: str | None) -> list:

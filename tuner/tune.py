@@ -5,9 +5,17 @@ The trial budget is the total number of measured configs for the model's kernels
 those already in the database: running the same tune again resumes where it stopped and,
 once the budget is spent, measures nothing. `TuneLoop` holds a session's parts (tasks,
 scheduler, search, cost model, builder, runner, database); each `step()` is one round: the
-scheduler picks a kernel (`akg.tuner.scheduler`), the search proposes a batch, the builder
-compiles it (reusing the lowerings the search made to rank candidates), the runner measures
-it, and each result goes into the database as it arrives.
+scheduler picks a kernel (`akg.tuner.scheduler`), the search proposes a batch (smaller while
+kernels still wait for their first round, so that the budget reaches every kernel), the
+builder compiles it (reusing the lowerings the search made to rank candidates), the runner
+measures it, and each result goes into the database as it arrives.
+
+When the tuning ends (not when it is interrupted), `confirm` re-times each kernel's pick
+against its runner-up and the default config, in alternating rounds in one runner process
+(`Runner.compare`), and stores the verdict: `akg compile` builds the winner, the default
+config when that won (`Database.choice`). A kernel whose latest verdict judged its current
+pick is not compared again; a failed comparison (a crash) stores nothing and is tried again
+by the next tune.
 """
 
 from __future__ import annotations
@@ -22,21 +30,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from akg.db import Database, Record, Status, TargetInfo, Workload, open_database
+from akg.db import Contender, Database, Record, Status, TargetInfo, Verdict, Workload, canonical_config, open_database
+from akg.errors import AkgError
 from akg.graph.ir import Graph
 from akg.graph.subgraph import Subgraph
 from akg.schedules.space import Config
 from akg.target import Target, get_target
 from akg.tuner.builder import Builder, BuildInput, LocalBuilder, Lowered
 from akg.tuner.cost_model import CostModel, make_cost_model
-from akg.tuner.runner import LocalRunner, MeasureResult, Runner, TaskData
+from akg.tuner.runner import CompareResult, LocalRunner, MeasureResult, Runner, TaskData
+from akg.tuner.runner.runner import DEFAULT_ROUNDS
 from akg.tuner.scheduler import TaskScheduler
 from akg.tuner.search import SearchStrategy, make_search
 from akg.tuner.task import Trial, TuningTask
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KernelResult", "TaskScheduler", "TuneLoop", "TuneResult", "kernels_of", "tune"]
+__all__ = ["KernelResult", "TaskScheduler", "TuneLoop", "TuneResult", "describe_verdict", "kernels_of", "tune"]
 
 WARM_START_LIMIT = 256  # records of other workloads used to warm-start the cost model
 ERROR_CHARS = 2000  # of a failed candidate's error text kept in its record (a crash report's top)
@@ -44,6 +54,11 @@ ERROR_CHARS = 2000  # of a failed candidate's error text kept in its record (a c
 
 @dataclass
 class KernelResult:
+    """One kernel's tuning: `trials` measured in all (`new_trials` of them by this tune), the
+    best measured config, and the final comparison: `verdict` (None when none ran or it
+    failed; `confirmation` says why in one line) and `chosen_config`, what `akg compile`
+    builds (the default config when it won the comparison)."""
+
     name: str
     workload_key: str
     occurrences: int
@@ -51,6 +66,15 @@ class KernelResult:
     failures: int
     best_cost: float | None
     best_config: Config | None
+    new_trials: int = 0
+    verdict: Verdict | None = None
+    confirmation: str = ""
+    chosen_config: Config | None = None
+
+    @property
+    def uses_default(self) -> bool:
+        """The default config won the final comparison: compile builds the default."""
+        return self.verdict is not None and self.verdict.uses_default
 
 
 @dataclass
@@ -61,6 +85,11 @@ class TuneResult:
     interrupted: bool = False
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (trial, seconds, weighted best)
     stopped_by: int | None = None  # the signal that stopped tuning (SIGINT, SIGTERM), if one did
+
+    @property
+    def untuned(self) -> list[str]:
+        """Kernels that got no trials at all (a budget below the number of kernels)."""
+        return [k.name for k in self.kernels if k.trials == 0]
 
     @property
     def weighted_cost(self) -> float | None:
@@ -105,7 +134,8 @@ class TuneLoop:
     def __init__(self, tasks: list[TuningTask], target: Target, database: Database, builder: Builder,
                  runner: Runner, cost_model: CostModel, search: SearchStrategy, *, trials: int, batch: int = 16,
                  seed: int = 0, progress: Callable | None = None, started: float | None = None,
-                 writing: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+                 writing: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 rounds: int = DEFAULT_ROUNDS):
         self.tasks, self.target, self.database = tasks, target, database
         self.builder, self.runner, self.cost_model, self.search = builder, runner, cost_model, search
         self.trials, self.batch, self.progress = trials, batch, progress
@@ -114,6 +144,9 @@ class TuneLoop:
         self.data = {id(t): TaskData(t.subgraph.graph, seed, target.cost_unit) for t in tasks}
         self.done = sum(len(t.trials) for t in tasks)
         self.new = 0
+        self.rounds = rounds  # of each final comparison
+        self.before = {id(t): len(t.trials) for t in tasks}
+        self.verdicts: dict[int, tuple[Verdict | None, str]] = {}  # task id -> (verdict, one line)
         self.curve: list[tuple[int, float, float]] = []
         self.started = time.perf_counter() if started is None else started
 
@@ -125,7 +158,8 @@ class TuneLoop:
         task = self.scheduler.next()
         if task is None:
             return False
-        configs = self.search.propose(task, self.cost_model, min(self.batch, self.trials - self.done))
+        size = self.scheduler.batch_for(task, self.batch, self.trials - self.done)
+        configs = self.search.propose(task, self.cost_model, size)
         if not configs:
             self.scheduler.exhaust(task)
             return True
@@ -153,14 +187,127 @@ class TuneLoop:
             log.info("%s: %s: %s", task.name, r.status, r.error.splitlines()[0] if r.error else "")
         return r
 
+    # --- the final comparison ----------------------------------------------------------------
+
+    def confirm_all(self, stop: Callable[[], bool] = lambda: False) -> None:
+        """`confirm` every kernel (until `stop()` says to stop)."""
+        for task in self.tasks:
+            if stop():
+                return
+            self.confirm(task)
+
+    def confirm(self, task: TuningTask) -> Verdict | None:
+        """Re-time the task's pick against its runner-up and the default config in alternating
+        rounds in one runner process, store the verdict and return it; None (nothing stored)
+        when there is nothing to compare or the comparison failed. A verdict already stored
+        for the current pick is reused."""
+        best = task.best
+        if best is None:
+            self.verdicts[id(task)] = (None, "no successful measurement to confirm")
+            return None
+        latest = self.database.verdict(task.key, self.target.key)
+        if latest is not None and latest.best_config == canonical_config(best.config):
+            self.verdicts[id(task)] = (latest, describe_verdict(latest))
+            return latest
+        contenders = _contenders(task)
+        try:
+            builds = self.builder.build(task.subgraph.graph, self.target,
+                                        [candidate(task, config) for _, config, _ in contenders])
+            rounds = self.rounds if len(contenders) > 1 and self.target.cost_unit == "s" else 1
+            result = self.runner.compare(self.data[id(task)], builds, rounds).result()
+        except Exception as e:  # noqa: BLE001  (a failed comparison must not end the tune)
+            result = CompareResult.failed(len(contenders), self.target.cost_unit, f"{type(e).__name__}: {e}")
+        verdict = _verdict(task, self.target, best.config, contenders, result)
+        if verdict is None:
+            why = result.error.splitlines()[0] if result.error else "no contender ran"
+            log.warning("%s: the final comparison failed (%s); its pick stays unconfirmed", task.name, why)
+            self.verdicts[id(task)] = (None, f"final comparison failed: {why}")
+            return None
+        with self.writing():
+            self.database.add_verdict(verdict)
+        self.verdicts[id(task)] = (verdict, describe_verdict(verdict))
+        log.info("%s: %s", task.name, describe_verdict(verdict))
+        return verdict
+
     def result(self, interrupted: bool = False) -> TuneResult:
         kernels = []
         for t in self.tasks:
             best = t.best
+            verdict, note = self.verdicts.get(id(t), (None, ""))
+            if not note and best is not None:
+                latest = self.database.verdict(t.key, self.target.key)
+                if latest is not None and latest.best_config == canonical_config(best.config):
+                    verdict, note = latest, describe_verdict(latest)
+                else:
+                    note = "not confirmed yet: run the same tune again to confirm"
+            chosen = Config.from_json(verdict.config) if verdict is not None else (best.config if best else None)
             kernels.append(KernelResult(t.name, t.key, t.occurrences, len(t.trials),
                                         sum(1 for x in t.trials if x.status != "ok"),
-                                        best.cost if best else None, best.config if best else None))
+                                        best.cost if best else None, best.config if best else None,
+                                        len(t.trials) - self.before.get(id(t), 0), verdict, note, chosen))
         return TuneResult(kernels, self.new, time.perf_counter() - self.started, interrupted, self.curve)
+
+
+def _contenders(task: TuningTask) -> list[tuple[str, Config, bool]]:
+    """(role, config, is the default) of a final comparison: the task's pick ("tuned"), its
+    runner-up and the default config, each once."""
+    try:
+        default = task.default_config()
+    except AkgError:
+        default = None
+    default_key = default.to_json() if default is not None else None
+    ranked = task.best_configs(2)
+    out, seen = [], set()
+    for role, config in (("tuned", ranked[0] if ranked else None),
+                         ("runner-up", ranked[1] if len(ranked) > 1 else None), ("default", default)):
+        if config is None or config.to_json() in seen:
+            continue
+        seen.add(config.to_json())
+        out.append((role, config, config.to_json() == default_key))
+    return out
+
+
+def _verdict(task: TuningTask, target: Target, best: Config, contenders: list[tuple[str, Config, bool]],
+             result: CompareResult) -> Verdict | None:
+    """The verdict of a comparison (None if it failed): the cheapest contender wins, the
+    default config on a tie (then the earlier role)."""
+    if not result.ok:
+        return None
+    costs = result.costs
+    ranked = [(costs[k], not contenders[k][2], k) for k in range(len(contenders))
+              if k < len(costs) and costs[k] is not None]
+    if not ranked:
+        return None
+    winner = min(ranked)[2]
+    entries = tuple(Contender(role, config, result.statuses[k], costs[k], tuple(result.rounds[k]), is_default,
+                              (result.errors[k] if k < len(result.errors) else "")[:ERROR_CHARS])
+                    for k, (role, config, is_default) in enumerate(contenders))
+    role, config, _ = contenders[winner]
+    return Verdict(task.key, target.key, config, role, best, costs[winner], target.cost_unit, entries)
+
+
+def _cost_text(cost: float | None, unit) -> str:
+    if cost is None:
+        return "-"
+    if str(unit) == "s":
+        return f"{cost * 1e6:.1f} us" if cost < 1e-3 else f"{cost * 1e3:.3f} ms"
+    return f"{cost:.0f} {unit}"
+
+
+def describe_verdict(verdict: Verdict) -> str:
+    """One line: which config the final comparison chose, against what."""
+    tuned = verdict.contender("tuned")
+    default = next((c for c in verdict.contenders if c.is_default), None)
+    others = ", ".join(f"{c.role} {_cost_text(c.cost, verdict.unit) if c.cost is not None else c.status}"
+                       for c in verdict.contenders if c.config != verdict.config)
+    against = f" vs {others}" if others else " (nothing to compare with)"
+    cost = _cost_text(verdict.cost, verdict.unit)
+    if verdict.uses_default and tuned is not None and not tuned.is_default:
+        return f"default kept: default {cost}{against} in the final comparison"
+    if tuned is not None and tuned.config == verdict.config:
+        same = " (the tuned config is the default)" if default is tuned else ""
+        return f"tuned config confirmed{same}: {cost}{against}"
+    return f"{verdict.role} chosen in the final comparison: {cost}{against}"
 
 
 def candidate(task: TuningTask, config: Config) -> BuildInput:
@@ -182,9 +329,11 @@ def _load(model) -> Graph:
 def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Database | None = None,
          timeout: float = 10.0, seed: int = 0, cost_model: str | CostModel = "xgb",
          search: str | SearchStrategy = "evolutionary", batch: int = 16, builder: Builder | None = None,
-         runner: Runner | None = None, progress: Callable | None = None) -> TuneResult:
+         runner: Runner | None = None, progress: Callable | None = None, confirm: bool = True,
+         rounds: int = DEFAULT_ROUNDS) -> TuneResult:
     """Tune a model (Graph, Subgraph or file path) on `target` with at most `trials`
-    measurements in total (those already in the database count)."""
+    measurements in total (those already in the database count); then, unless interrupted
+    (or `confirm` is False), the final comparison of each kernel's pick (`rounds` rounds)."""
     started = time.perf_counter()
     target = get_target(target)
     database = open_database(db) if not isinstance(db, Database) else db
@@ -195,13 +344,15 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
     builder = builder or LocalBuilder()
     runner = runner or LocalRunner(timeout=timeout)
     loop = TuneLoop(tasks, target, database, builder, runner, model_, make_search(search), trials=trials,
-                    batch=batch, seed=seed, progress=progress, started=started)
+                    batch=batch, seed=seed, progress=progress, started=started, rounds=rounds)
     interrupted = False
     stop = _StopOnInterrupt()
     loop.writing = stop.writing
     try:
         while not stop.requested and loop.step():
             pass
+        if confirm and not stop.requested:
+            loop.confirm_all(stop=lambda: stop.requested)
     except KeyboardInterrupt:
         interrupted = True
     finally:

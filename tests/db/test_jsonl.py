@@ -57,7 +57,7 @@ def test_export_format_is_one_object_per_line(rec):
     buffer = io.StringIO()
     source.export_jsonl(buffer)
     lines = [json.loads(line) for line in buffer.getvalue().splitlines()]
-    assert lines[0] == {"kind": "header", "format": "akg-tuning-records", "version": 1}
+    assert lines[0] == {"kind": "header", "format": "akg-tuning-records", "version": 2}
     assert [line["kind"] for line in lines[1:]] == ["workload", "workload", "target", "target"] + ["record"] * 4
     first = lines[5]
     assert first["config"] == {"tile": 3} and first["cost"] == 1e-5 and first["status"] == "ok"
@@ -78,7 +78,7 @@ BAD_LINES = [
      ' "timestamp": "yesterday"}', "yesterday"),
     ('{"kind": "record", "workload": "w", "target": "t", "config": {}, "status": "ok", "cost": 1,'
      ' "timestamp": "2024-01-01T00:00:00", "colour": "red"}', "colour"),
-    ('{"kind": "header", "format": "akg-tuning-records", "version": 2}', "newer"),
+    ('{"kind": "header", "format": "akg-tuning-records", "version": 3}', "newer"),
     ('{"kind": "header", "format": "something-else", "version": 1}', "not an akg tuning export"),
 ]
 

@@ -24,8 +24,8 @@ def test_a_fresh_database_gets_the_schema_at_head(sql_url):
     SqlDatabase(sql_url).close()
     engine = create_engine(sql_url)
     with engine.connect() as conn:
-        assert {"workloads", "targets", "records", "alembic_version"} <= set(inspect(conn).get_table_names())
-        assert migrate.current_revision(conn) == migrate.head_revision() == "0001"
+        assert {"workloads", "targets", "records", "verdicts", "alembic_version"} <= set(inspect(conn).get_table_names())
+        assert migrate.current_revision(conn) == migrate.head_revision() == "0002"
         uniques = {u["name"]: u["column_names"] for u in inspect(conn).get_unique_constraints("records")}
         assert uniques["uq_records_workload_target_config"] == ["workload_id", "target_id", "config_hash"]
     engine.dispose()
@@ -93,5 +93,6 @@ def test_migration_scripts_are_installed_with_the_package(tmp_path):
     installed = out / "akg" / "db" / "migrations"
     expected = {p.relative_to(ROOT / "db" / "migrations")
                 for p in (ROOT / "db" / "migrations").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-    assert {Path("env.py"), Path("script.py.mako"), Path("versions/0001_initial.py")} <= expected
+    assert {Path("env.py"), Path("script.py.mako"), Path("versions/0001_initial.py"),
+            Path("versions/0002_verdicts.py")} <= expected
     assert {p.relative_to(installed) for p in installed.rglob("*") if p.is_file()} == expected

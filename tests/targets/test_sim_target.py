@@ -2,8 +2,6 @@
 TIR-interpreting backend) compiles and runs the kernel test suite, whole models and their
 artifacts, without any change to akg's shared files."""
 
-import importlib.util
-import inspect
 import random
 from pathlib import Path
 
@@ -112,4 +110,4 @@ def test_the_tuner_tunes_testsim_and_keeps_its_best(tmp_path):
     records = db.records(kernel.workload_key, get_target("testsim").key)
     assert len(records) == 6 and {str(r.unit) for r in records} == {"s"}
     built = akg.build(graph, target="testsim", db=db)
-    assert built.config_source.startswith("tuned") and built.config == kernel.best_config
+    assert built.config_source.startswith(("tuned", "default (kept")) and built.config == kernel.chosen_config

@@ -1,7 +1,8 @@
 """Running one built candidate (in a runner worker, or in the tuner's process): load the
 artifact through its backend, run it once and verify the outputs against the reference, then
 time it with the backend's `measure` (a candidate whose verification run alone is far slower
-than the best is recorded with that one time)."""
+than the best is recorded with that one time). `compare_artifacts`: the final comparison of
+several candidates, timed in alternating rounds in one process."""
 
 from __future__ import annotations
 
@@ -69,3 +70,44 @@ def run_artifact(artifact: Artifact, task: TaskArrays, unit: str = "s", min_seco
         repeats = min(repeats, 3)
     number = max(1, int(min_seconds / once))
     return Status.OK, float(statistics.median(backend.measure(executable, tensors, number=number, repeat=repeats))), ""
+
+
+def compare_artifacts(artifacts: list, task: TaskArrays, unit: str = "s", rounds: int = 7,
+                      min_seconds: float = DEFAULT_MIN_SECONDS) -> list[tuple[Status, list[float], str]]:
+    """(status, per-round costs, error) of each artifact: each is loaded and verified, then
+    all are timed in `rounds` alternating rounds (each round one `measure` of each, lasting
+    about `min_seconds`, the order rotating from round to round), so that a slow spell of a
+    loaded host falls on every contender alike. Other units than seconds (simulated cycles,
+    which do not vary) take one call each."""
+    from akg.verify import Reference, compare
+
+    loaded: list = []
+    out: list = [None] * len(artifacts)
+    for i, artifact in enumerate(artifacts):
+        backend = get_backend(artifact.kind)
+        executable = backend.load(artifact)
+        kernel = backend.entry(executable)
+        tensors = [backend.to_device(a) for a in task.args]
+        tensors += [backend.to_device(np.zeros(r.shape, r.dtype)) for r in task.reference]
+        kernel(*tensors)
+        outs = [backend.to_numpy(t) for t in tensors[len(task.args):]]
+        problems = compare(task.names, outs, Reference(task.reference, task.exact))
+        if problems:
+            out[i] = (Status.WRONG_RESULT, [], "; ".join(map(str, problems)))
+            continue
+        if unit != "s":
+            out[i] = (Status.OK, [float(statistics.median(backend.measure(executable, tensors, number=1,
+                                                                            repeat=1)))], "")
+            continue
+        t0 = time.perf_counter()
+        kernel(*tensors)
+        once = max(time.perf_counter() - t0, 1e-7)
+        loaded.append((i, backend, executable, tensors, max(1, int(min_seconds / once))))
+    times: dict[int, list[float]] = {i: [] for i, *_ in loaded}
+    for r in range(rounds if loaded else 0):
+        shift = r % len(loaded)
+        for i, backend, executable, tensors, number in loaded[shift:] + loaded[:shift]:
+            times[i].append(float(backend.measure(executable, tensors, number=number, repeat=1)[0]))
+    for i in times:
+        out[i] = (Status.OK, times[i], "")
+    return out

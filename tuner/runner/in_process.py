@@ -10,8 +10,9 @@ from typing import Sequence
 
 from akg.db.record import Status
 from akg.tuner.builder.builder import BuildResult
-from akg.tuner.runner.evaluate import load_task, run_artifact
-from akg.tuner.runner.runner import BestSoFar, MeasureResult, Runner, TaskData, done
+from akg.tuner.runner.evaluate import compare_artifacts, load_task, run_artifact
+from akg.tuner.runner.runner import (DEFAULT_ROUNDS, BestSoFar, CompareResult, MeasureResult, Runner, TaskData,
+                                     compare_builds, done)
 
 
 class InProcessRunner(Runner):
@@ -39,3 +40,14 @@ class InProcessRunner(Runner):
             batch.update(result)
             out.append(done(result))
         return out
+
+    def compare(self, task: TaskData, builds: Sequence[BuildResult],
+                rounds: int = DEFAULT_ROUNDS) -> Future[CompareResult]:
+        try:
+            result = compare_builds(builds, task.unit, lambda artifacts: compare_artifacts(
+                artifacts, load_task(task.payload), task.unit, rounds, self.min_seconds))
+        except Exception as e:  # noqa: BLE001  (a failed comparison, not a failed tuner)
+            result = CompareResult.failed(len(builds), task.unit,
+                                          "".join(traceback.format_exception_only(e)).strip())
+        return done(result)
+

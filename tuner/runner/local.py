@@ -3,7 +3,9 @@ it dies with the tuner), fed by a thread of the tuner's process so that `submit`
 once. Whatever goes wrong with the worker is a failed result, never an exception: a crash
 (the worker dies, or its pipe breaks, also before it read the request) is a run_error whose
 error text holds what the worker printed (a native stack dump), a candidate over the time
-limit is killed and is a timeout; either way a fresh worker takes over.
+limit is killed and is a timeout; either way a fresh worker takes over. A final comparison
+(`compare`) runs its contenders in the same worker, interleaved; a crash or a hang there is a
+failed comparison.
 
 The limit is shortened to max(1 s, 300 x the best so far) once a best is known; a candidate
 that runs out of that shortened limit is measured once more with the full limit before it
@@ -21,8 +23,9 @@ from typing import Sequence
 
 from akg.db.record import Status
 from akg.tuner.builder.builder import BuildResult
-from akg.tuner.runner.runner import (DEFAULT_MIN_SECONDS, DEFAULT_REPEATS, MIN_TIMEOUT, SLOWDOWN_LIMIT, BestSoFar,
-                                     MeasureResult, Runner, TaskData, done)
+from akg.tuner.runner.runner import (DEFAULT_MIN_SECONDS, DEFAULT_REPEATS, DEFAULT_ROUNDS, MIN_TIMEOUT,
+                                     SLOWDOWN_LIMIT, BestSoFar, CompareResult, MeasureResult, Runner, TaskData,
+                                     compare_builds, done)
 from akg.tuner.worker import Worker, WorkerDied, WorkerError
 
 log = logging.getLogger(__name__)
@@ -33,27 +36,52 @@ WORKER_MODULES = ("akg.verify", "akg.tuner.runner.local", "akg.target:load_plugi
 _tasks: OrderedDict = OrderedDict()  # in a worker: task key -> TaskArrays
 
 
-def measure_request(key: str, payload: bytes | None, unit: str, artifact, best: float | None, min_seconds: float,
-                    repeats: int):
-    """In the worker: (status, cost, error) of one candidate; `payload` None: the task was
-    sent before."""
+def _task_arrays(key: str, payload: bytes | None):
+    """In the worker: the task's arrays (`payload` None: sent before), or None if lost."""
     from akg.target import load_plugins
-    from akg.tuner.runner.evaluate import load_task, run_artifact
+    from akg.tuner.runner.evaluate import load_task
 
     load_plugins()
     if payload is not None:
         _tasks[key] = load_task(payload)
         while len(_tasks) > TASKS_KEPT:
             _tasks.popitem(last=False)
-    try:
-        task = _tasks[key]
-    except KeyError:
+    return _tasks.get(key)
+
+
+def measure_request(key: str, payload: bytes | None, unit: str, artifact, best: float | None, min_seconds: float,
+                    repeats: int):
+    """In the worker: (status, cost, error) of one candidate; `payload` None: the task was
+    sent before."""
+    from akg.tuner.runner.evaluate import run_artifact
+
+    task = _task_arrays(key, payload)
+    if task is None:
         return Status.RUN_ERROR, None, "the runner worker lost the task's inputs"
     try:
         return run_artifact(artifact, task, unit, min_seconds, repeats, best)
     except Exception as e:  # noqa: BLE001
         first = str(e).splitlines()[0] if str(e) else ""
         return Status.RUN_ERROR, None, f"{type(e).__name__}: {first}"
+
+
+def compare_request(key: str, payload: bytes | None, unit: str, artifacts: list, rounds: int, min_seconds: float):
+    """In the worker: (status, [(status, rounds, error) per artifact], error) of a final
+    comparison (`akg.tuner.runner.evaluate.compare_artifacts`)."""
+    from akg.tuner.runner.evaluate import compare_artifacts
+
+    task = _task_arrays(key, payload)
+    if task is None:
+        return Status.RUN_ERROR, None, "the runner worker lost the task's inputs"
+    try:
+        return Status.OK, compare_artifacts(artifacts, task, unit, rounds, min_seconds), ""
+    except Exception as e:  # noqa: BLE001
+        first = str(e).splitlines()[0] if str(e) else ""
+        return Status.RUN_ERROR, None, f"{type(e).__name__}: {first}"
+
+
+class _ComparisonFailed(Exception):
+    pass
 
 
 class LocalRunner(Runner):
@@ -73,8 +101,7 @@ class LocalRunner(Runner):
 
     # --- the tuner's side ------------------------------------------------------------------
 
-    def submit(self, task: TaskData, builds: Sequence[BuildResult],
-               best: float | None = None) -> list[Future[MeasureResult]]:
+    def _start_feeder(self) -> None:
         if self._feeder is None or not self._feeder.is_alive():
             # a daemon thread: a tuner stopped at once does not wait for it at exit
             self._queue = queue.Queue()
@@ -82,6 +109,10 @@ class LocalRunner(Runner):
             self._feeder = threading.Thread(target=self._feed, args=(self._queue,), daemon=True,
                                             name="akg-runner")
             self._feeder.start()
+
+    def submit(self, task: TaskData, builds: Sequence[BuildResult],
+               best: float | None = None) -> list[Future[MeasureResult]]:
+        self._start_feeder()
         batch = BestSoFar(best)
         out = []
         for b in builds:
@@ -89,20 +120,29 @@ class LocalRunner(Runner):
                 out.append(done(MeasureResult.unbuilt(b, task.unit)))
                 continue
             future: Future[MeasureResult] = Future()
-            self._queue.put((future, task, b, batch))
+            self._queue.put((future, lambda b=b: self._measure(task, b, batch)))
             out.append(future)
         return out
+
+    def compare(self, task: TaskData, builds: Sequence[BuildResult],
+                rounds: int = DEFAULT_ROUNDS) -> Future[CompareResult]:
+        """The builds timed interleaved in the worker, within a limit of the per-candidate
+        `timeout` per build (more with many rounds)."""
+        self._start_feeder()
+        future: Future[CompareResult] = Future()
+        self._queue.put((future, lambda: self._compare(task, list(builds), rounds)))
+        return future
 
     def _feed(self, requests: queue.Queue) -> None:
         while True:
             item = requests.get()
             if item is None:
                 return
-            future, task, build, batch = item
+            future, work = item
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                future.set_result(self._measure(task, build, batch))
+                future.set_result(work())
             except BaseException as e:  # noqa: BLE001  (handed to whoever waits on the future)
                 future.set_exception(e)
 
@@ -136,12 +176,13 @@ class LocalRunner(Runner):
         limit = self.timeout
         if best.value is not None and task.unit == "s":  # far slower than the best is hopeless (timing takes ~10 runs)
             limit = min(self.timeout, max(MIN_TIMEOUT, 10 * SLOWDOWN_LIMIT * best.value))
-        status, cost, error = self._attempt(task, build, best.value, limit)
+        args = (build.artifact, best.value, self.min_seconds, self.repeats)
+        status, cost, error = self._attempt(task, measure_request, args, limit)
         if status == Status.TIMEOUT and limit < self.timeout and not self._closed:
             # a loaded host can push a good candidate past the shortened limit: no verdict yet
             log.info("%s: no result within the shortened limit of %.1fs; measuring again with %gs",
                      task.graph.name, limit, self.timeout)
-            status, cost, error = self._attempt(task, build, best.value, self.timeout)
+            status, cost, error = self._attempt(task, measure_request, args, self.timeout)
             if status == Status.TIMEOUT:
                 error = f"{error} (and within {limit:.1f}s before)"
         result = MeasureResult(build.config, Status(status), cost, task.unit, error, build.seconds,
@@ -149,15 +190,31 @@ class LocalRunner(Runner):
         best.update(result)
         return result
 
-    def _attempt(self, task: TaskData, build: BuildResult, best: float | None, limit: float):
-        """(status, cost, error) of one run of the candidate in the worker."""
+    def _compare(self, task: TaskData, builds: list[BuildResult], rounds: int) -> CompareResult:
+        limit = max(MIN_TIMEOUT, self.timeout) * max(1, len(builds)) * max(1.0, (rounds + 2) / 10)
+
+        def run(artifacts):
+            status, value, error = self._attempt(task, compare_request, (artifacts, rounds, self.min_seconds), limit)
+            if status != Status.OK:
+                raise _ComparisonFailed(f"{status}: {error}" if status == Status.TIMEOUT else error)
+            return value
+
         try:
-            return self._attempt_in_worker(task, build, best, limit)
+            return compare_builds(builds, task.unit, run)
+        except _ComparisonFailed as e:
+            log.warning("%s: the final comparison failed: %s", task.graph.name, str(e).splitlines()[0])
+            return CompareResult.failed(len(builds), task.unit, str(e))
+
+    def _attempt(self, task: TaskData, fn, args: tuple, limit: float):
+        """(status, value, error) of one request in the worker: `fn(task key, payload, unit,
+        *args)`, `measure_request` (value: the cost) or `compare_request`."""
+        try:
+            return self._attempt_in_worker(task, fn, args, limit)
         finally:
             with self._lock:
                 self._using = None
 
-    def _attempt_in_worker(self, task: TaskData, build: BuildResult, best: float | None, limit: float):
+    def _attempt_in_worker(self, task: TaskData, fn, args: tuple, limit: float):
         try:
             worker = self._ready_worker()
         except WorkerDied as e:
@@ -169,8 +226,7 @@ class LocalRunner(Runner):
             return Status.RUN_ERROR, None, "the runner was closed"
         try:
             payload = None if task.key in self._sent else task.payload
-            worker.send(measure_request, task.key, payload, task.unit, build.artifact, best, self.min_seconds,
-                        self.repeats)
+            worker.send(fn, task.key, payload, task.unit, *args)
             self._sent.add(task.key)
             if not worker.poll(limit):
                 self._retire(worker)

@@ -23,6 +23,7 @@ from akg.tuner.builder.builder import BuildResult
 
 DEFAULT_MIN_SECONDS = 0.05  # each timing repeat runs the kernel at least this long
 DEFAULT_REPEATS = 5
+DEFAULT_ROUNDS = 7  # rounds of a final comparison (each round: one timing of every contender)
 SLOWDOWN_LIMIT = 30.0  # a candidate this many times slower than the best is not worth timing
 MIN_TIMEOUT = 1.0
 
@@ -42,6 +43,33 @@ class MeasureResult:
     def unbuilt(cls, build: BuildResult, unit: str) -> MeasureResult:
         """The result of a candidate that failed to build."""
         return cls(build.config, build.status, None, unit, build.error, build.seconds, 0.0, build.features)
+
+
+@dataclass
+class CompareResult:
+    """The outcome of a final comparison (`Runner.compare`): per build, in order, how it ended
+    (`statuses`, with `errors`), each round's time (`rounds`, in `unit`) and its cost, the
+    best round (interference only ever adds time). `error` set: the comparison as a whole
+    failed (the worker crashed or hung): no verdict."""
+
+    statuses: list[Status]
+    rounds: list[list[float]]
+    unit: str = "s"
+    errors: list[str] = field(default_factory=list)
+    error: str = ""
+    interleaved: bool = True  # False: measured one after the other (a runner without interleaving)
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+    @property
+    def costs(self) -> list[float | None]:
+        return [min(r) if s == Status.OK and r else None for s, r in zip(self.statuses, self.rounds)]
+
+    @classmethod
+    def failed(cls, count: int, unit: str, error: str) -> CompareResult:
+        return cls([Status.RUN_ERROR] * count, [[] for _ in range(count)], unit, [error] * count, error)
 
 
 @dataclass
@@ -88,6 +116,17 @@ class Runner(abc.ABC):
         """`submit` and wait for every result."""
         return [f.result() for f in self.submit(task, builds, best)]
 
+    def compare(self, task: TaskData, builds: Sequence[BuildResult],
+                rounds: int = DEFAULT_ROUNDS) -> Future[CompareResult]:
+        """Time the builds against each other in `rounds` alternating rounds in one process
+        (each round one timing of each), after checking each one's outputs; a failure of the
+        whole (a crash) is a `CompareResult` with `error`, never an exception. This fallback,
+        for runners without an interleaved comparison, measures them one after the other."""
+        results = self.run(task, builds)
+        return done(CompareResult([r.status for r in results], [[r.cost] if r.cost is not None else []
+                                                               for r in results],
+                                  task.unit, [r.error for r in results], interleaved=False))
+
     def close(self) -> None:
         """Stop workers; futures not done yet are cancelled."""
 
@@ -108,3 +147,16 @@ def done(result: MeasureResult) -> Future[MeasureResult]:
     future: Future[MeasureResult] = Future()
     future.set_result(result)
     return future
+
+
+def compare_builds(builds: Sequence[BuildResult], unit: str, run) -> CompareResult:
+    """A CompareResult of `builds` from `run(artifacts)` (the (status, rounds, error) of each
+    built one); builds that failed keep their status."""
+    built = [k for k, b in enumerate(builds) if b.status == Status.OK]
+    statuses = [b.status for b in builds]
+    rounds: list[list[float]] = [[] for _ in builds]
+    errors = [b.error for b in builds]
+    if built:
+        for k, (status, times, error) in zip(built, run([builds[k].artifact for k in built])):
+            statuses[k], rounds[k], errors[k] = Status(status), list(times), error
+    return CompareResult(statuses, rounds, unit, errors)
