@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
@@ -27,6 +27,8 @@ from akg.schedules.recipe import Recipe
 from akg.schedules.space import Config, Space, Step, check_steps
 
 MARK_TILE = "npu.tile"
+MARK_GRID = "npu.grid"  # above each member of a contraction band's block loops: the program's grid axes
+CUBE_LEVEL = "L0A"  # tile(band, "L0A", [kt]): the reduction tile of a contraction on the cube
 MARK_PAR = "npu.par"  # above a point loop that carries no dependence (the backend may distribute it)
 LEVEL = "UB"
 UB_FILL = 0.5  # fraction of the (per-buffer) UB budget the estimate may fill: temporaries
@@ -40,28 +42,91 @@ def divisors(n: int) -> list[int]:
 @dataclass(frozen=True)
 class NpuBand:
     """One band's NPU steps: tile sizes per member (each divides its loop; the whole loop when
-    untiled) and the blocks its first tile loop is split over."""
+    untiled) and the blocks its first tile loop is split over. A band with a contraction on
+    the cube also has `kt` (the reduction tile: one L0A/L0B step) and `grid`: blocks per
+    member (the (m, n) tiles split over the AI cores)."""
 
     tile: tuple[int, ...]
     blocks: int = 1
+    kt: int = 0
+    grid: tuple[int, ...] = ()
 
 
 def band_plans(config: Config, bands: list[BandInfo]) -> list[NpuBand]:
     plans = []
     for k, info in enumerate(bands):
-        tile, blocks = tuple(info.extents), 1
+        tile, blocks, kt, grid = tuple(info.extents), 1, 0, ()
         for s in config.band_steps(k):
             if s.op == "tile" and s.level == LEVEL:
                 if len(s.arg) != info.members:
                     raise ScheduleError(f"band {k}: tile {list(s.arg)} has {len(s.arg)} sizes, the band "
                                         f"{info.members} loops")
                 tile = tuple(t if t else e for t, e in zip(s.arg, info.extents))
+            elif s.op == "tile" and s.level == CUBE_LEVEL:
+                kt = int(s.arg[0]) if isinstance(s.arg, tuple) else int(s.arg)
             elif s.op == "map" and s.level == "cores":
+                if isinstance(s.arg, tuple) and len(s.arg) > 1 or kt:
+                    grid = tuple(int(b) for b in (s.arg if isinstance(s.arg, tuple) else (s.arg,)))
                 blocks = int(s.arg[0]) if isinstance(s.arg, tuple) and s.arg else int(s.arg or 1)
             else:
-                raise ScheduleError(f"band {k}: the NPU takes tile(UB) and map(cores) steps, not '{s}'")
-        plans.append(NpuBand(tile, blocks))
+                raise ScheduleError(f"band {k}: the NPU takes tile(UB), tile(L0A) and map(cores) steps, not '{s}'")
+        if kt and not grid:
+            grid = (blocks,) + (1,) * (info.members - 1)
+        plans.append(NpuBand(tile, math.prod(grid) if kt else blocks, kt, grid if kt else ()))
     return plans
+
+
+def contraction(program, info: BandInfo):
+    """The multiply-accumulate of a band, found from its statements (not from op names): an
+    update statement `C[..] += A[..] * B[..]` (casts allowed around the loads) with one summed
+    axis. Returns (roles per band member: "m" in A only, "n" in B only, "b" in both,
+    the summed extent K, the input dtype), or None."""
+    from akg.graph.compute.expr import Call, Cast, Load, Var, walk
+
+    if program is None:
+        return None
+    ops = program.ops()
+    for name in info.statements:
+        if not name.startswith("S") or name.endswith("_init") or not name[1:].isdigit():
+            continue
+        op = ops[int(name[1:])]
+        red = op.reduce
+        if red is None or red.reducer != "sum" or len(red.axes) != 1 or len(op.axes) != info.members:
+            continue
+        src = red.source
+        if not (isinstance(src, Call) and src.op in ("mul", "multiply") and len(src.args) == 2):
+            continue
+        loads = []
+        for a in src.args:
+            while isinstance(a, Cast):
+                a = a.value
+            loads.append(a)
+        if not all(isinstance(a, Load) for a in loads):
+            continue
+        ka = red.axes[0]
+        uses = [{v for i in ld.indices for v in walk(i) if isinstance(v, Var)} for ld in loads]
+        if not all(ka in u for u in uses):
+            continue
+        roles = []
+        for ax in op.axes:
+            ina, inb = ax in uses[0], ax in uses[1]
+            roles.append("b" if ina and inb else "m" if ina else "n" if inb else "?")
+        if roles.count("m") != 1 or roles.count("n") != 1 or "?" in roles:
+            continue
+        return tuple(roles), ka.extent, str(loads[0].tensor.dtype), str(loads[1].tensor.dtype)
+    return None
+
+
+def sixteens(n: int, cap: int = 256) -> list[int]:
+    """Tile sizes for a cube dim: multiples of 16 dividing n, at most cap."""
+    return [t for t in range(16, min(n, cap) + 1, 16) if n % t == 0]
+
+
+def cube_fits(spec, mt: int, nt: int, kt: int, buffers: int) -> bool:
+    """Do the L1 / L0A / L0B / L0C / UB buffers of an mt x nt x kt cube tile fit?"""
+    return (2 * mt * kt * buffers <= spec.l0a_bytes and 2 * kt * nt * buffers <= spec.l0b_bytes
+            and 2 * (mt + nt) * kt * buffers <= spec.l1_bytes and 4 * mt * nt <= spec.l0c_bytes
+            and mt * nt * (2 + 2 + 2 * buffers + 4) <= spec.ub_usable_bytes)
 
 
 def buffers_of(config: Config) -> int:
@@ -75,7 +140,11 @@ def _steps(plans: list[NpuBand], buffers: int) -> tuple[Step, ...]:
     steps = []
     for k, p in enumerate(plans):
         steps.append(Step("tile", k, LEVEL, p.tile))
-        steps.append(Step("map", k, "cores", (p.blocks,)))
+        if p.kt:
+            steps.append(Step("tile", k, CUBE_LEVEL, (p.kt,)))
+            steps.append(Step("map", k, "cores", tuple(p.grid)))
+        else:
+            steps.append(Step("map", k, "cores", (p.blocks,)))
     steps.append(Step("promote", None, LEVEL, buffers))
     return tuple(steps)
 
@@ -139,17 +208,74 @@ class NpuRecipe(Recipe):
         fits = [b for b in divisors(count) if b <= self.spec.cores]
         return max(fits) if fits else 1
 
+    def cube(self, info: BandInfo):
+        """(roles, K) of a band whose contraction goes to the cube: fp16 operands, m, n and K
+        in whole fractals; None otherwise (the vector path, or a typed error there)."""
+        found = contraction(self._program, info)
+        if found is None:
+            return None
+        roles, K, da, db = found
+        if da != "float16" or db != "float16":
+            return None  # fp32 on the cube loses precision: the backend decides (vector or a typed error)
+        dims = [e for r, e in zip(roles, info.extents) if r != "b"] + [K]
+        if any(d % self.spec.fractal for d in dims):
+            return None  # partial fractals: refused by the backend with a typed error
+        return roles, K
+
+    def fit_cube(self, info: BandInfo, buffers: int) -> NpuBand:
+        """The cube tile: mt, nt as large as the buffers allow while the (m, n) tiles still
+        fill the cores (batch members tiled by 1, one block each), kt the largest K step that
+        fits L0A/L0B (halved under double buffering)."""
+        roles, K = self.cube(info)
+        spec = self.spec
+        M = info.extents[roles.index("m")]
+        N = info.extents[roles.index("n")]
+        batch = math.prod(e for r, e in zip(roles, info.extents) if r == "b")
+        best = None
+        for mt in sixteens(M):
+            for nt in sixteens(N):
+                kts = [kt for kt in sixteens(K, 512) if cube_fits(spec, mt, nt, kt, buffers)]
+                if not kts:
+                    continue
+                kt = max(kts)
+                tiles = batch * (M // mt) * (N // nt)
+                waves = -(-tiles // spec.cores)
+                # cube cycles per core and GM bytes per tile, a rough time
+                cube = waves * (mt // 16) * (nt // 16) * (K // 16)
+                gm = tiles * (mt + nt) * K * 2 / spec.gm_bytes_per_cycle
+                cost = max(cube, gm) + waves * 200 + (K // kt) * 30 * waves
+                if best is None or cost < best[0]:
+                    best = (cost, mt, nt, kt)
+        if best is None:
+            raise ScheduleError(f"band {info.index}: no cube tile fits the buffers")
+        _c, mt, nt, kt = best
+        tile = tuple(1 if r == "b" else mt if r == "m" else nt for r in roles)
+        grid = tuple(e // t for e, t in zip(info.extents, tile))
+        return NpuBand(tile, math.prod(grid), kt, grid)
+
     def default_config(self, bands, dtype, fusion="smart") -> Config:
         buffers = 2
         plans = []
         for info in bands:
+            if self.cube(info) is not None:
+                plans.append(self.fit_cube(info, buffers))
+                continue
             tile = self.fit_tile(info, buffers)
             plans.append(NpuBand(tile, self.default_blocks(info, tile, len(bands))))
         return Config(fusion, _steps(plans, buffers))
 
     def space(self, bands, fusion="smart") -> "NpuSpace":
         per_band = []
+        cubes = []
         for info in bands:
+            cube = self.cube(info)
+            cubes.append(cube is not None)
+            if cube is not None:
+                roles, K = cube
+                tiles = [(1,) if r == "b" else tuple(sixteens(e)) for r, e in zip(roles, info.extents)]
+                tiles.append(tuple(sixteens(K, 512)))  # the K step
+                per_band.append(tuple(tiles))
+                continue
             tiles = []
             for d, e in enumerate(info.extents):
                 ds = divisors(e)
@@ -157,7 +283,8 @@ class NpuRecipe(Recipe):
                     ds = sorted({min(ds, key=lambda v: abs(math.log2(v) - p)) for p in range(0, 20)})
                 tiles.append(tuple(ds) if info.permutable or info.members == 1 else (e,))
             per_band.append(tuple(tiles))
-        return NpuSpace(fusion, infos=tuple(bands), tiles=tuple(per_band), target=self.target)
+        return NpuSpace(fusion, infos=tuple(bands), tiles=tuple(per_band), target=self.target, program=self._program,
+                        cubes=tuple(cubes))
 
     # --- validation and application -------------------------------------------------------------
 
@@ -167,6 +294,9 @@ class NpuRecipe(Recipe):
             raise ScheduleError(f"promote(UB) takes 1 or 2 buffers, not {buffers_of(config)}")
         plans = band_plans(config, bands)
         for k, (info, p) in enumerate(zip(bands, plans)):
+            if p.kt:
+                self._validate_cube(k, info, p, buffers_of(config))
+                continue
             for t, e in zip(p.tile, info.extents):
                 if t < 1 or e % t:
                     raise ScheduleError(f"band {k}: tile {list(p.tile)} does not divide the loops {list(info.extents)}")
@@ -178,6 +308,30 @@ class NpuRecipe(Recipe):
             if p.blocks > 1 and (len(bands) > 1 or not info.coincident[0]):
                 raise ScheduleError(f"band {k}: only the parallel outer loop of a single-band kernel is "
                                     f"split over cores")
+
+    def _validate_cube(self, k: int, info: BandInfo, p: NpuBand, buffers: int) -> None:
+        cube = self.cube(info)
+        if cube is None:
+            raise ScheduleError(f"band {k}: a cube tile (tile L0A) on a band without an fp16 contraction in "
+                                f"whole fractals")
+        roles, K = cube
+        f = self.spec.fractal
+        for r, t, e in zip(roles, p.tile, info.extents):
+            if t < 1 or e % t or (r == "b" and t != 1) or (r != "b" and t % f):
+                raise ScheduleError(f"band {k}: cube tile {list(p.tile)} of {list(info.extents)} (roles "
+                                    f"{''.join(roles)}): m/n tiles must be multiples of {f} dividing their "
+                                    f"loops, batch tiles 1")
+        if p.kt < f or p.kt % f or K % p.kt:
+            raise ScheduleError(f"band {k}: K step {p.kt} must be a multiple of {f} dividing K = {K}")
+        mt, nt = p.tile[roles.index("m")], p.tile[roles.index("n")]
+        if not cube_fits(self.spec, mt, nt, p.kt, buffers):
+            raise ScheduleError(f"band {k}: cube tile {mt}x{nt}x{p.kt} does not fit L0A/L0B/L1/L0C/UB "
+                                f"with {buffers} buffer(s)")
+        counts = [e // t for e, t in zip(info.extents, p.tile)]
+        if len(p.grid) != info.members or any(g < 1 or c % g for g, c in zip(p.grid, counts)):
+            raise ScheduleError(f"band {k}: grid {list(p.grid)} does not divide the tile counts {counts}")
+        if math.prod(p.grid) > MAX_BLOCKS:
+            raise ScheduleError(f"band {k}: {math.prod(p.grid)} blocks (> {MAX_BLOCKS})")
 
     def promote(self, config) -> bool:
         return False  # the backend keeps every tile's tensors in UB itself
@@ -191,8 +345,19 @@ class NpuRecipe(Recipe):
             marks = [MARK_PAR if c else None for c in tree.band_coincident(point)]
             return tree.insert_marks_on_members(point, marks)
 
+        def apply_cube(node, k):
+            p = plans[k]
+            node = tree.tile_band(node, tuple(p.tile))
+            point = mark_points(tree.mark(tree.child(node), f"{MARK_TILE}.{k}.{buffers}.k{p.kt}"))
+            node = tree.parent(point, 2)  # the tile band
+            counts = tree.band_extents(node)
+            node = tree.tile_band(node, tuple(c // g for c, g in zip(counts, p.grid)))
+            return tree.insert_marks_on_members(node, [MARK_GRID] * len(p.grid))
+
         def apply_band(node, k):
             p = plans[k]
+            if p.kt:
+                return apply_cube(node, k)
             extents = tree.band_extents(node)
             if tuple(p.tile) == tuple(extents) and p.blocks == 1:
                 return mark_points(tree.mark(node, f"{MARK_TILE}.{k}.{buffers}"))
@@ -210,10 +375,10 @@ class NpuRecipe(Recipe):
     def knob_features(self, config, bands) -> list[float]:
         plans = band_plans(config, bands) if bands else []
         if not plans:
-            return [0.0] * 4
+            return [0.0] * 5
         p, info = plans[0], bands[0]
         return [math.log2(math.prod(p.tile)), math.log2(math.prod(info.extents) / math.prod(p.tile)),
-                math.log2(p.blocks), float(buffers_of(config))]
+                math.log2(p.blocks), float(buffers_of(config)), math.log2(p.kt or 1)]
 
 
 @dataclass(frozen=True)
@@ -224,6 +389,18 @@ class NpuSpace(Space):
     infos: tuple[BandInfo, ...] = ()
     tiles: tuple[tuple[tuple[int, ...], ...], ...] = ()
     target: object = None
+    program: object = field(default=None, compare=False, repr=False)  # the recipe's program (contractions)
+    cubes: tuple[bool, ...] = ()  # per band: a contraction on the cube (tiles: members, then the K step)
+
+    def _cube(self, k: int) -> bool:
+        return bool(self.cubes) and self.cubes[k]
+
+    def _cube_band(self, k: int, sizes) -> NpuBand:
+        """A cube band from (member tiles..., kt): every (m, n) tile its own block."""
+        info = self.infos[k]
+        tile, kt = tuple(sizes[:-1]), int(sizes[-1])
+        grid = tuple(e // t for e, t in zip(info.extents, tile))
+        return NpuBand(tile, math.prod(grid), kt, grid)
 
     def _blocks(self, k: int, tile: tuple[int, ...]) -> list[int]:
         info = self.infos[k]
@@ -243,6 +420,8 @@ class NpuSpace(Space):
         return n
 
     def _sample_band(self, k: int, rng: random.Random) -> NpuBand:
+        if self._cube(k):
+            return self._cube_band(k, [rng.choice(t) for t in self.tiles[k]])
         tile = tuple(rng.choice(t) for t in self.tiles[k])
         return NpuBand(tile, rng.choice(self._blocks(k, tile)))
 
@@ -252,13 +431,18 @@ class NpuSpace(Space):
     def __iter__(self) -> Iterator[Config]:
         per_band = []
         for k, tiles in enumerate(self.tiles):
+            if self._cube(k):
+                per_band.append([self._cube_band(k, t) for t in itertools.product(*tiles)])
+                continue
             per_band.append([NpuBand(t, b) for t in itertools.product(*tiles) for b in self._blocks(k, t)])
         for combo in itertools.product(*per_band):
             for buffers in (2, 1):
                 yield self._config(combo, buffers)
 
     def validate(self, config: Config) -> None:
-        NpuRecipe(self.target).validate(config, list(self.infos))
+        recipe = NpuRecipe(self.target)
+        recipe._program = self.program
+        recipe.validate(config, list(self.infos))
 
     def mutate(self, config: Config, rng: random.Random) -> Config:
         plans = band_plans(config, list(self.infos))
@@ -266,6 +450,14 @@ class NpuSpace(Space):
         if not plans or rng.random() < 0.2:
             return self._config(plans, 3 - buffers)
         k = rng.randrange(len(plans))
+        if self._cube(k):
+            sizes = [*plans[k].tile, plans[k].kt]
+            d = rng.randrange(len(sizes))
+            choices = list(self.tiles[k][d])
+            i = choices.index(sizes[d]) if sizes[d] in choices else 0
+            sizes[d] = choices[max(0, min(len(choices) - 1, i + rng.choice((-1, 1))))]
+            plans[k] = self._cube_band(k, sizes)
+            return self._config(plans, buffers)
         tile = list(plans[k].tile)
         d = rng.randrange(len(tile))
         choices = list(self.tiles[k][d])

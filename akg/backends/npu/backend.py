@@ -44,6 +44,11 @@ class NpuMappingError(CompileError):
     """A kernel (statement) the NPU backend cannot map yet."""
 
 
+class NpuCubePrecisionError(NpuMappingError):
+    """An fp32 contraction too large for the vector path: the cube computes in fp16, which
+    loses the precision the fp32 reference (rtol 1e-5) asks for."""
+
+
 # --- affine index expressions --------------------------------------------------------------------
 
 
@@ -104,6 +109,15 @@ class TopLoop:
     extent: int
     parallel: bool
     items: list
+    grid: bool = False  # an axis of the program's block grid (`npu.grid`)
+
+
+def _mark_parts(name: str) -> tuple[int, int]:
+    """(buffers, K step) of a tile mark `npu.tile.<band>.<buffers>[.k<kt>]` (K step 0: vector)."""
+    parts = name.split(".")
+    buffers = int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else 1
+    kt = int(parts[4][1:]) if len(parts) > 4 and parts[4].startswith("k") else 0
+    return buffers, kt
 
 
 def _extent(loop, where: str) -> int:
@@ -135,6 +149,10 @@ def _parse_top(stmt, name: str) -> list:
                                _parse_top(s.body, name)))
         elif isinstance(s, tirx.AttrStmt) and s.attr_key == "akg.mark" and str(s.node).startswith("npu.tile"):
             out.append(Region(str(s.node), _parse_region(s.body, [], name)))
+        elif isinstance(s, tirx.AttrStmt) and s.attr_key == "akg.mark" and str(s.node).startswith("npu.grid") \
+                and isinstance(s.body, tirx.For):
+            f = s.body
+            out.append(TopLoop(f.loop_var, _extent(f, name), True, _parse_top(f.body, name), grid=True))
         elif isinstance(s, tirx.AttrStmt):
             out.extend(_parse_top(s.body, name))
         else:
@@ -255,10 +273,14 @@ def _conflict(a, b, carried: bool) -> int:
 
 
 class SyncPass:
-    def __init__(self):
+    def __init__(self, half: str = None, ids: tuple[int, int, int] = (0, 1, 2)):
+        """`half`: the ping-pong variable of a double-buffered loop; `ids`: the flag ids of
+        syncs within an iteration, across one iteration, and the first of two per half."""
         from akg.backends.npu import isa
 
         self.isa = isa
+        self.half = half or HALF
+        self.ids = ids
 
     def units(self, items) -> list[Unit]:
         out = []
@@ -314,17 +336,18 @@ class SyncPass:
                             needs[key] = (min(first, n), max(last, m))
             for (Q, P, d), (n, m) in sorted(needs.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]), kv[0][2])):
                 if d == 1:
-                    fid = 1
+                    fid = self.ids[1]
                     sets_after[m].append(isa.SetFlag(Q, P, fid))
                     waits_before[n].insert(0, isa.WaitFlag(Q, P, fid))
                     before.append(isa.SetFlag(Q, P, fid))
                     after.append(isa.WaitFlag(Q, P, fid))
                 else:
-                    fid = isa.var(HALF) + 2
+                    h = self.ids[2]
+                    fid = isa.var(self.half) + h
                     sets_after[m].append(isa.SetFlag(Q, P, fid))
                     waits_before[n].insert(0, isa.WaitFlag(Q, P, fid))
-                    before += [isa.SetFlag(Q, P, 2), isa.SetFlag(Q, P, 3)]
-                    after += [isa.WaitFlag(Q, P, 2), isa.WaitFlag(Q, P, 3)]
+                    before += [isa.SetFlag(Q, P, h), isa.SetFlag(Q, P, h + 1)]
+                    after += [isa.WaitFlag(Q, P, h), isa.WaitFlag(Q, P, h + 1)]
         out = []
         for n, u in enumerate(units):
             out.extend(waits_before[n])
@@ -405,6 +428,9 @@ class Translator:
         self.counter = 0
         self.region_users = defaultdict(set)
         self.workspaces = []
+        self.grid_vars = []
+        self.grid = ()
+        self.scope_offsets = defaultdict(int)
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -427,6 +453,17 @@ class Translator:
         self.buffers.append(buf)
         return buf
 
+    def alloc_in(self, scope: str, name: str, shape, dtype: str):
+        """A local buffer in L1 / L0A / L0B / L0C, aligned as the scope needs."""
+        isa = self.isa
+        align = self.spec.alignment(scope, np.dtype(dtype).itemsize)
+        offset = -(-self.scope_offsets[scope] // align) * align
+        buf = isa.Buffer(getattr(isa.Scope, scope), self.fresh(self._ident(name) + "_" + scope.lower()), tuple(shape),
+                         dtype, offset)
+        self.scope_offsets[scope] = offset + buf.nbytes
+        self.buffers.append(buf)
+        return buf
+
     def iaff(self, coeffs: dict, const: int):
         """An isa Affine of a TIR affine form over the outer loops and the block."""
         isa = self.isa
@@ -434,6 +471,9 @@ class Translator:
         for v, c in coeffs.items():
             if self.block_var is not None and v.same_as(self.block_var):
                 out = out + isa.BLOCK * c
+            elif any(v.same_as(g) for g in self.grid_vars):
+                axis = next(i for i, g in enumerate(self.grid_vars) if v.same_as(g))
+                out = out + isa.block_axis(axis) * c
             elif v in self.var_names:
                 name = self.var_names[v]
                 if isinstance(name, _Combined):
@@ -464,6 +504,8 @@ class Translator:
                     self.region_users[b.name].add(id(region))
         body = self._top(top, outer_parallel=True)
         params = tuple(self.param_order) + tuple(self.workspaces)
+        if self.grid:
+            return isa.Program(self._ident(self.name), params, tuple(self.buffers), tuple(body), grid=self.grid)
         return isa.Program(self._ident(self.name), params, tuple(self.buffers), tuple(body), blocks=self.blocks)
 
     def _regions(self, items):
@@ -490,7 +532,17 @@ class Translator:
     def _top(self, items, outer_parallel: bool) -> list:
         """Top-level items -> instructions with syncs."""
         seq = []
+        if outer_parallel and len(items) == 1 and isinstance(items[0], TopLoop) and items[0].grid:
+            axes, cur = [], items
+            while len(cur) == 1 and isinstance(cur[0], TopLoop) and cur[0].grid:
+                axes.append((cur[0].var, cur[0].extent))
+                cur = cur[0].items
+            self.grid_vars = [v for v, _ in axes]
+            self.grid = tuple(e for _, e in axes)
+            return self._top(cur, outer_parallel=False)
         for it in items:
+            if isinstance(it, TopLoop) and it.grid:
+                raise NpuMappingError(f"{self.name}: a block grid below other loops (not supported)")
             if isinstance(it, TopLoop) and it.parallel and outer_parallel and self.block_var is None:
                 if len(items) > 1:
                     raise NpuMappingError(f"{self.name}: a core split next to other loop nests is not supported")
@@ -510,7 +562,7 @@ class Translator:
         name = self.fresh("i")
         regions_only = all(isinstance(x, Region) for x in it.items)
         halves = regions_only and it.extent >= 2 and it.extent % 2 == 0 and \
-            all(x.name.rsplit(".", 1)[-1] == "2" for x in it.items)
+            all(_mark_parts(x.name)[0] == 2 for x in it.items)
         if halves:
             pairs, odd = divmod(it.extent, 2)
             inner = []
@@ -541,6 +593,11 @@ class Translator:
     def _region(self, region: Region, half: str | None) -> list:
         """The DMAs and vector instructions of one tile region, each with its accesses."""
         where = f"{self.name} ({region.name})"
+        _bufs, kt = _mark_parts(region.name)
+        if kt:
+            from akg.backends.npu.cube import cube_region
+
+            return cube_region(self, region, half, kt, where)
         nests = list(_nests(region.items))
         locals_: dict[str, Local] = {}
         first_access: dict[str, str] = {}
@@ -994,7 +1051,7 @@ class _Emitter:
             return into(opmap[_key(expr)])
         if isinstance(expr, tirx.Cast):
             src = self.evaluate(expr.value, opmap, None)
-            if _dt(expr.value) == dtype:
+            if _dt(expr.value) == dtype or src[0].dtype == dtype:
                 return into(src)
             if src[0].kind == "num":
                 return into((Opd("num", dtype, value=src[0].value), 0))
@@ -1154,14 +1211,37 @@ class NpuBackend(Backend):
     def compile(self, func, target, *, reciprocal: bool = True):
         from akg.backends.npu.check import check_program
 
+        from akg.backends.npu.cube import has_contraction
+        from akg.backends.npu.errors import NpuCapacityError
+
+        contraction, in_dtype = has_contraction(func)
+        on_cube = "npu.tile" in str(func.body) and ".k" in str(func.body)
+
+        def refuse(why: str):
+            name = str(func.attrs["global_symbol"]) if func.attrs is not None and "global_symbol" in func.attrs \
+                else "kernel"
+            if in_dtype == "float32":
+                raise NpuCubePrecisionError(
+                    f"{name}: fp32 matmul on the cube loses precision (its inputs would be cast to fp16; the fp32 "
+                    f"reference tolerance is rtol 1e-5), and the vector path is too large: {why}")
+            raise NpuMappingError(f"{name}: a contraction the cube does not take (operands not fp16 or not in "
+                                  f"whole 16 x 16 fractals: partial tiles are refused) and the vector path is too "
+                                  f"large: {why}")
+
         program = translate(func, target)
         spec = target.spec
         dynamic = _dynamic_count(program.body) * program.blocks
         if dynamic > MAX_DYNAMIC:
+            if contraction and not on_cube:
+                refuse(f"{dynamic} instructions (> {MAX_DYNAMIC})")
             raise NpuMappingError(
-                f"{program.name}: the vector mapping needs {dynamic} instructions (> {MAX_DYNAMIC}); a "
-                f"contraction (matmul/conv) on the cube (mmad) is not supported yet")
-        check_program(program, spec)  # capacity (a ScheduleError), alignment, bounds, paths
+                f"{program.name}: the mapping needs {dynamic} instructions (> {MAX_DYNAMIC})")
+        try:
+            check_program(program, spec)  # capacity (a ScheduleError), alignment, bounds, paths
+        except NpuCapacityError as e:
+            if contraction and not on_cube:
+                refuse(str(e))
+            raise
         n = len(func.params)
         written = set()
         for i, p in enumerate(func.params):

@@ -71,9 +71,9 @@ class NpuTarget(Target):
     def lowering(self, config):
         from akg.polyhedral.astgen import LoweringHooks
 
-        from akg.schedules.npu import MARK_PAR, MARK_TILE
+        from akg.schedules.npu import MARK_GRID, MARK_PAR, MARK_TILE
 
-        return LoweringHooks(keep_marks=(MARK_TILE, MARK_PAR), fast_math=False)
+        return LoweringHooks(keep_marks=(MARK_TILE, MARK_PAR, MARK_GRID), fast_math=False)
 
 
 def npu_target(spec_name: str = SPEC_DEFAULT) -> NpuTarget:
