@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import math
 import zipfile
 from dataclasses import dataclass, field
@@ -14,7 +15,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from akg.errors import ImportFormatError, InputDataError, InputError
+from akg.errors import AkgError, ImportFormatError, InputDataError, InputError
+
+log = logging.getLogger(__name__)
 
 PACK_FORMAT = "akgpack"
 PACK_VERSION = 2  # 2: kernels are artifacts of the kind the manifest names
@@ -120,7 +123,11 @@ class CompiledModel:
     index_bounds: dict[str, int] = field(default_factory=dict)  # index inputs: exclusive upper bound
     artifact_kind: str = V1_ARTIFACT_KIND  # the backend that runs the kernels (`akg.target.BACKENDS`)
     reference: object = field(default=None, repr=False)  # the model's Graph, saved with the pack if set
+    use_driver: bool = True  # call through the backend's linked driver when it has one
     _slots: list | None = field(default=None, repr=False)
+    _driver: object = field(default=None, repr=False)
+    _link_outputs: list | None = field(default=None, repr=False)
+    _link_failed: bool = field(default=False, repr=False)
     _device_constants: dict | None = field(default=None, repr=False)
     _pack: Path | None = field(default=None, repr=False)  # the .akgpack this was loaded from
 
@@ -164,8 +171,99 @@ class CompiledModel:
         return get_backend(self.artifact_kind)
 
     def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
-        backend = self.backend
         values = self._bind(args, named)
+        driver = self.driver() if self.use_driver else None
+        if driver is None:
+            return self.call_per_kernel(values)
+        return self._call_linked(driver, values)
+
+    def driver(self):
+        """The model linked into one callable by its backend (`Backend.link`), made on first
+        use; None when the backend has no linker or linking failed (then every call goes
+        kernel by kernel, `call_per_kernel`)."""
+        if self._driver is None and not self._link_failed:
+            self._require_memory()
+            backend = self.backend
+            keys = list(self.kernels)
+            executables = [self.kernels[k].executable for k in keys]
+            program, self._link_outputs = self.link_program({k: i for i, k in enumerate(keys)})
+            try:
+                self._driver = backend.link(executables, program)
+            except AkgError as e:
+                log.warning("model %s: %s; calling its kernels one by one", self.name, e)
+                self._driver = None
+            if self._driver is None:
+                self._link_failed = True
+        return self._driver
+
+    def link_program(self, kernel_index: Mapping[str, int]):
+        """The `akg.target.LinkProgram` of this model (kernels numbered by `kernel_index`),
+        and the value names of its outputs, in order."""
+        from akg.target import LinkProgram
+
+        align = 64
+        produced = {n for c in self.calls for n in c.outputs}
+        outputs = list(dict.fromkeys(s.name for s in self.outputs if s.name in produced))
+        offsets, top = [], 0
+        for n in self.plan.slot_bytes:
+            offsets.append(top)
+            top += -(-max(n, 1) // align) * align
+        temps, temp_of = [], {}
+        for c in self.calls:
+            for name in c.outputs:
+                if name in outputs or name in temp_of:
+                    continue
+                spec = self.specs[name]
+                if name in self.plan.slot_of:
+                    offset = offsets[self.plan.slot_of[name]]
+                else:  # a value outside the plan that no one returns: room of its own
+                    offset, top = top, top + -(-max(spec.nbytes, 1) // align) * align
+                temp_of[name] = len(temps)
+                temps.append((tuple(spec.shape), spec.dtype, offset))
+        weights, number = [], {}
+        for i, s in enumerate(self.inputs):
+            number[s.name] = i
+        for name, a in self.constants.items():
+            number[name] = len(self.inputs) + len(weights)
+            weights.append(np.asarray(a))
+        params = []
+        for c in self.calls:
+            ids = []
+            for p in c.params:
+                ids.append(len(self.inputs) + len(weights))
+                weights.append(np.asarray(p))
+            params.append(ids)
+        first_out = len(self.inputs) + len(weights)
+        for j, name in enumerate(outputs):
+            number[name] = first_out + j
+        for name, j in temp_of.items():
+            number[name] = first_out + len(outputs) + j
+        calls = tuple((kernel_index[c.kernel], (*(number[n] for n in c.inputs), *ids, *(number[n] for n in c.outputs)))
+                      for c, ids in zip(self.calls, params))
+        program = LinkProgram(tuple((tuple(s.shape), s.dtype) for s in self.inputs), tuple(weights),
+                              tuple((tuple(self.specs[n].shape), self.specs[n].dtype) for n in outputs),
+                              tuple(temps), top, calls, align)
+        return program, outputs
+
+    def _call_linked(self, driver, values: dict[str, np.ndarray]) -> list[np.ndarray]:
+        produced = dict(zip(self._link_outputs, driver([values[s.name] for s in self.inputs])))
+        result = []
+        for s in self.outputs:
+            a = produced.pop(s.name, None)
+            if a is None:  # an input, a constant, or an output listed twice: a copy of its own
+                source = values.get(s.name)
+                if source is None:
+                    source = self.constants.get(s.name)
+                if source is None:
+                    source = next(r for r, o in zip(result, self.outputs) if o.name == s.name)
+                a = np.array(source, dtype=s.dtype, order="C", copy=True)
+            result.append(a)
+        return result
+
+    def call_per_kernel(self, values: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run the model kernel by kernel through the backend's device tensors (the path of
+        backends without a linker; `values` are the bound inputs)."""
+        backend = self.backend
         if self._device_constants is None:  # weights go to the device once, not per call
             self._device_constants = {name: backend.to_device(a) for name, a in self.constants.items()}
         env = dict(self._device_constants)

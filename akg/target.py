@@ -123,6 +123,35 @@ class Artifact:
     entry: str = "main"
 
 
+@dataclass(frozen=True)
+class LinkProgram:
+    """A whole model's kernel calls on a static memory plan, as `Backend.link` gets it.
+
+    Tensors are numbered in one sequence: the model's `inputs` first, then the `weights`
+    (constant arrays, bound once), then the `outputs` (what the linked callable returns,
+    each written by a kernel), then the `temps`: intermediate values at a byte offset in
+    one workspace of `workspace_bytes` (offsets are multiples of `alignment`; values whose
+    lifetimes do not overlap share bytes). `calls` are (kernel index, tensor numbers in the
+    kernel's argument order: inputs, parameters, outputs), run in order."""
+
+    inputs: tuple[tuple[tuple[int, ...], str], ...]  # (shape, dtype)
+    weights: tuple[np.ndarray, ...]
+    outputs: tuple[tuple[tuple[int, ...], str], ...]
+    temps: tuple[tuple[tuple[int, ...], str, int], ...]  # (shape, dtype, byte offset)
+    workspace_bytes: int
+    calls: tuple[tuple[int, tuple[int, ...]], ...]
+    alignment: int = 64
+
+    def tensor(self, number: int) -> tuple[str, int]:
+        """('input' | 'weight' | 'output' | 'temp', index within that group) of a tensor number."""
+        for group, items in (("input", self.inputs), ("weight", self.weights), ("output", self.outputs),
+                             ("temp", self.temps)):
+            if number < len(items):
+                return group, number
+            number -= len(items)
+        raise IndexError("tensor number out of range")
+
+
 class Backend(abc.ABC):
     """TIR -> something that runs, and running it: compile, export/load as an Artifact,
     device memory, calls and timing. Arguments are in kernel order (inputs, parameters,
@@ -166,6 +195,15 @@ class Backend(abc.ABC):
     def measure(self, executable, tensors: Sequence, *, number: int, repeat: int) -> list[float]:
         """`repeat` costs of the kernel on `tensors`, each the mean of `number` calls, in the
         target's `cost_unit`."""
+
+    def link(self, executables: Sequence, program: LinkProgram) -> Callable | None:
+        """Optional: the whole model as one callable, `f(inputs: list[np.ndarray]) ->
+        list[np.ndarray]` (C-contiguous inputs of the program's shapes and dtypes, already
+        checked; fresh output arrays that alias neither the inputs nor each other, and that no
+        later call reuses), that runs `program.calls` over `executables` (the kernels, indexed
+        by the calls) without going back to Python per kernel. It must be safe to call from
+        several threads at once. None (the default): this backend has no linker, and
+        `akg.runtime.CompiledModel` calls the kernels one by one through `entry`."""
 
     def run(self, executable, arrays: Sequence[np.ndarray], outputs: Sequence[tuple]) -> list[np.ndarray]:
         """Call once on NumPy arrays; `outputs` are (shape, dtype) pairs. Returns the outputs."""

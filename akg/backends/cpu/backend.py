@@ -76,6 +76,12 @@ class CpuBackend(Backend):
     def to_numpy(self, tensor) -> np.ndarray:
         return tensor.numpy()
 
+    def link(self, executables, program):
+        """The model as one TVM module: a TIR driver that calls every kernel (`driver.py`)."""
+        from akg.backends.cpu.driver import CpuDriver
+
+        return CpuDriver(executables, program, self)
+
     def measure(self, executable, tensors, *, number: int, repeat: int) -> list[float]:
         timer = executable.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)
         return [float(x) for x in timer(*tensors).results]

@@ -1,0 +1,162 @@
+"""The CPU backend's linker (`Backend.link`): a whole model as one packed call.
+
+`link` writes a driver PrimFunc in TIR whose arguments are the model's inputs, its weights,
+its outputs and one workspace buffer, and whose body makes one `call_packed` per kernel call
+with DLTensors built on the driver's stack: model tensors are passed through, intermediates
+point into the workspace at the memory plan's offsets. The driver is compiled by LLVM like
+any kernel, so a model call is one FFI call from Python; the calls into the kernels are C
+calls through TVM's packed-function ABI (the kernel handles are looked up once, by name, in
+the global function table, where `link` registers each kernel under a name of its own).
+
+Around that call the Python side does per model, not per kernel: inputs that are
+C-contiguous, writable and aligned as the kernels assume (64 bytes) are passed without a copy
+(DLPack); others are copied once into aligned memory. Outputs are fresh aligned NumPy arrays
+that the kernels write into directly. The workspace is one per thread, so calls from several
+threads do not share intermediates, and nothing returned is a view of it. Weights are
+copied to TVM tensors once, at link time."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+import weakref
+
+import numpy as np
+import tvm
+import tvm_ffi
+
+from akg.errors import LoweringError
+from akg.target import LinkProgram
+
+ALIGN = 64  # what TVM's kernels assume of every buffer they are given (storage_alignment)
+_DRIVER = "akg_driver"
+
+
+def _dims(shape) -> str:
+    return ", ".join(str(int(d)) for d in shape)
+
+
+def _tuple(shape) -> str:
+    return f"({_dims(shape)}{',' if len(shape) == 1 else ''})"
+
+
+def _buffer(shape, dtype: str) -> str:
+    return f'T.Buffer({_tuple(shape)}, "{dtype}"{", layout=None" if not shape else ""})'
+
+
+def driver_source(program: LinkProgram, names: list[str], workspace_bytes: int) -> str:
+    """TVMScript of the driver: arguments (inputs, weights, outputs, workspace), one packed
+    call per kernel call. `names[k]` is the global name of kernel k."""
+    specs = [*program.inputs, *((tuple(w.shape), str(w.dtype)) for w in program.weights), *program.outputs]
+    params = [f"t{i}: {_buffer(shape, dtype)}" for i, (shape, dtype) in enumerate(specs)]
+    params.append(f'ws: T.Buffer(({max(workspace_bytes, ALIGN)},), "uint8")')
+    exprs = [f"t{i}" for i in range(len(specs))]
+    for shape, dtype, offset in program.temps:
+        exprs.append(f"T.tvm_stack_make_array(T.address_of(ws[{offset}]), T.tvm_stack_make_shape({_dims(shape) or 1}),"
+                     f" 0, {len(shape)}, T.{dtype}(0), 0)")
+    body = [f'    T.evaluate(T.call_packed("{names[k]}", {", ".join(exprs[t] for t in args)}))'
+            for k, args in program.calls]
+    return "\n".join(["@T.prim_func", f"def {_DRIVER}({', '.join(params)}):", *body, ""])
+
+
+def _exportable(dtype: str) -> bool:
+    """Whether NumPy arrays of `dtype` cross into TVM by DLPack (ml_dtypes types do not)."""
+    try:
+        np.empty(1, dtype).__dlpack__()
+        return True
+    except (BufferError, TypeError, ValueError):
+        return False
+
+
+class AlignedBlock:
+    """Fresh C-contiguous arrays of fixed (shape, dtype) specs, each starting on an ALIGN
+    boundary, carved from one new allocation per `new()` (they do not overlap, and nothing
+    else holds them): `new()` returns the block and `view(block, i)` the i-th array."""
+
+    def __init__(self, specs):
+        self.layout, total = [], 0
+        for shape, dtype in specs:
+            dt = np.dtype(dtype)
+            self.layout.append((tuple(int(d) for d in shape), dt, total))
+            total += -(-int(np.prod(shape, dtype=np.int64)) * dt.itemsize // ALIGN) * ALIGN
+        self.bytes = total + ALIGN
+
+    def new(self) -> tuple[np.ndarray, int]:
+        block = np.empty(self.bytes, np.uint8)
+        return block, -block.ctypes.data % ALIGN
+
+    def view(self, block: tuple[np.ndarray, int], i: int) -> np.ndarray:
+        shape, dt, offset = self.layout[i]
+        return np.ndarray(shape, dt, block[0], block[1] + offset)
+
+
+class CpuDriver:
+    """The linked model: `driver(inputs) -> outputs` (see `Backend.link`)."""
+
+    def __init__(self, executables, program: LinkProgram, backend):
+        self.program = program
+        self.workspace_bytes = max(program.workspace_bytes, ALIGN)
+        tag = uuid.uuid4().hex[:12]
+        used = sorted({k for k, _ in program.calls})
+        self.names = {k: f"akg.linked.{tag}.k{k}" for k in used}
+        for k, name in self.names.items():  # the driver looks these up once, on its first call
+            tvm_ffi.register_global_func(name, backend.entry(executables[k]), override=True)
+        self._finalizer = weakref.finalize(self, _unregister, list(self.names.values()))
+        names = [self.names.get(k, "") for k in range(len(executables))]
+        self.source = driver_source(program, names, self.workspace_bytes)
+        try:
+            from tvm.script import tirx as T
+            from tvm.script.parser import parse
+
+            func = parse(self.source, extra_vars={"T": T})
+            module = tvm.compile(tvm.IRModule({_DRIVER: func}), target=tvm.target.Target("llvm"))
+            self.module = module.jit() if hasattr(module, "jit") else module
+            self._func = self.module[_DRIVER]
+        except Exception as e:  # TVM reports every failure as its own error types
+            self._finalizer()
+            first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise LoweringError(f"linking the model's driver failed: {first}") from e
+        self._weights = [tvm.runtime.tensor(np.array(w, order="C"), tvm.cpu()) for w in program.weights]
+        self._direct = all(_exportable(dtype) for _, dtype in (*program.inputs, *program.outputs))
+        self._block = AlignedBlock([*program.inputs, *program.outputs])
+        self._n_outputs = len(program.outputs)
+        self._local = threading.local()
+
+    def _workspace(self):
+        ws = getattr(self._local, "ws", None)
+        if ws is None:
+            ws = self._local.ws = tvm.runtime.empty((self.workspace_bytes,), "uint8", tvm.cpu())
+        return ws
+
+    def __call__(self, inputs) -> list[np.ndarray]:
+        if not self._direct:
+            return self._call_copying(inputs)
+        layout = self._block
+        block = layout.new()  # the outputs, and room for inputs that cannot be passed as they are
+        args = []
+        for i, a in enumerate(inputs):
+            if a.flags.c_contiguous and a.flags.writeable and not a.ctypes.data % ALIGN:
+                args.append(a)  # zero-copy: the kernels only read it
+            else:  # one copy, into aligned memory
+                copy = layout.view(block, i)
+                np.copyto(copy, a)
+                args.append(copy)
+        n = len(inputs)
+        outs = [layout.view(block, n + j) for j in range(self._n_outputs)]
+        self._func(*args, *self._weights, *outs, self._workspace())
+        return outs
+
+    def _call_copying(self, inputs) -> list[np.ndarray]:
+        """Dtypes that NumPy cannot hand over by DLPack: copies in and out."""
+        dev = tvm.cpu()
+        args = [tvm.runtime.tensor(np.array(a, order="C"), dev) for a in inputs]
+        outs = [tvm.runtime.empty(shape, dtype, dev) for shape, dtype in self.program.outputs]
+        self._func(*args, *self._weights, *outs, self._workspace())
+        return [o.numpy() for o in outs]
+
+
+def _unregister(names: list[str]) -> None:
+    for name in names:
+        with contextlib.suppress(Exception):  # at interpreter shutdown the registry may be gone
+            tvm_ffi.registry.remove_global_func(name)
