@@ -4,7 +4,7 @@ each instruction of one block ran. Every figure is a model's: the label says "np
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from akg.backends.npu.spec import Roofline
 
@@ -41,7 +41,10 @@ class Wave:
 class SimReport:
     """Timing of one kernel run on the model. `pipe_busy` and `path_bytes` are summed over
     every block; `high_water` is per core; `roofline` is the machine's limit for the work this
-    kernel did (cube flops, vector repeats, GM bytes) on all of the spec's cores."""
+    kernel did (cube flops, vector repeats, GM bytes: its HBM bytes at the HBM cap, all its GM
+    path bytes at the paths' and the L2's rates) on all of the spec's cores. `gm_bytes` counts
+    every byte over a GM path; of them `l2_hit_bytes` (per path) were served by the L2 and
+    `hbm_bytes` went to HBM (read misses and every write)."""
 
     kernel: str
     spec: str  # NpuSpec.key()
@@ -60,6 +63,17 @@ class SimReport:
     roofline: Roofline
     trace: tuple[TraceEntry, ...] | None = None
     label: str = LABEL
+    l2_hit_bytes: dict[str, int] = field(default_factory=dict)
+    hbm_bytes: int | None = None  # None: every GM byte (a report made without an L2)
+
+    def __post_init__(self):
+        if self.hbm_bytes is None:
+            object.__setattr__(self, "hbm_bytes", self.gm_bytes - sum(self.l2_hit_bytes.values()))
+
+    @property
+    def l2_hits(self) -> int:
+        """GM bytes the L2 served, all paths."""
+        return sum(self.l2_hit_bytes.values())
 
     @property
     def fraction(self) -> float:
@@ -108,6 +122,7 @@ class SimReport:
                 "pipe_busy": dict(self.pipe_busy), "path_bytes": dict(self.path_bytes),
                 "high_water": dict(self.high_water), "instructions": self.instructions,
                 "cube_flops": self.cube_flops, "vector_repeats": self.vector_repeats, "gm_bytes": self.gm_bytes,
+                "hbm_bytes": self.hbm_bytes, "l2_hit_bytes": dict(self.l2_hit_bytes),
                 "roofline": {"cube": self.roofline.cube, "vector": self.roofline.vector, "gm": self.roofline.gm,
                              "limit": self.roofline.limit},
                 "fraction": self.fraction}
@@ -124,6 +139,9 @@ class SimReport:
             "  pipe busy: " + ", ".join(f"{p} {c} ({100 * self.utilization(p):.0f}%)"
                                          for p, c in self.pipe_busy.items() if c),
             "  bytes: " + (", ".join(f"{p} {b}" for p, b in self.path_bytes.items() if b) or "none"),
+            f"  L2: {self.l2_hits} GM bytes hit ({100 * self.l2_hits / self.gm_bytes if self.gm_bytes else 0:.1f}%"
+            + "".join(f", {p} {b}" for p, b in self.l2_hit_bytes.items() if b)
+            + f"), HBM {self.hbm_bytes} bytes",
             "  high water: " + ", ".join(f"{s} {self.high_water[s]}/{self.capacity[s]}"
                                          for s in self.high_water if self.high_water[s]),
         ]

@@ -13,10 +13,12 @@ race-free, and times it with a pipe model. docs/npu.md describes the model; in s
 - Timing: the scalar unit dispatches instructions in program order into one queue per pipe
   (`queue_depth` deep); an instruction starts when it is dispatched, its pipe is free and the
   flags it waits on are set. Blocks run in waves of at most `cores` blocks; every block of a
-  wave has the same timeline (timing never depends on addresses), and the GM cap is shared
-  evenly by the wave's cores; on one core, MTE2 and MTE3 share that core's part in program
-  order. Loops whose pipe state repeats exactly from one iteration to the next are
-  extrapolated (exact; off when tracing)."""
+  wave has the same timeline, and the HBM cap and the L2 rate are shared evenly by the wave's
+  cores; on one core, MTE2 and MTE3 share that core's part in program order. GM reads go
+  through a shared L2, computed analytically per GM DMA from its affine addresses: the bytes
+  the wave's blocks read in common (and those the previous wave read, while its footprint fits
+  the L2) are hits; only misses and writes use HBM. Loops whose pipe state repeats exactly
+  from one iteration to the next are extrapolated (exact; off when tracing)."""
 
 from __future__ import annotations
 
@@ -194,6 +196,8 @@ class _Compiler:
     def __init__(self, program: Program, spec: NpuSpec):
         self.program, self.spec = program, spec
         self.totals = _Totals()
+        self.gm_ops: list[_GmOp] = []
+        self.block_vars = frozenset(program.block_env(0))
         self.body = self._body(program.body, 1, program.walk())
 
     def _body(self, instrs, mult: int, walk) -> list[_Op]:
@@ -218,11 +222,16 @@ class _Compiler:
             op = _Op(GMDMA if gm else WORK, index, instr, pipe)
             op.latency, op.nbytes, op.rate = spec.dma_latency, instr.nbytes, spec.rate(instr.path)
             totals.path_bytes[instr.path] += mult * instr.nbytes
-            if gm:  # its time depends on the other GM pipe (`_Timeline._gm`)
+            op.accesses, op.run = self._dma(instr)
+            if gm:  # its time depends on the other GM pipe and on the L2 (`_Timeline._gm`)
                 totals.gm_bytes += mult * instr.nbytes
+                write = instr.dst.scope is Scope.GM
+                ref, acc = (instr.dst, op.accesses[1]) if write else (instr.src, op.accesses[0])
+                size = ref.buffer.itemsize
+                terms = tuple((v, c * size) for v, c in ref.offset.terms if v in self.block_vars)
+                self.gm_ops.append(_GmOp(op, instr.path, write, mult, instr.nbytes, acc, terms))
             else:
                 op.cost = op.latency + math.ceil(op.nbytes / op.rate)
-            op.accesses, op.run = self._dma(instr)
         elif isinstance(instr, Vector):
             op = _Op(WORK, index, instr, V)
             op.cost = spec.vector_issue + instr.repeat
@@ -650,22 +659,187 @@ def _execute(body: list[_Op], env: dict, mem: dict | None, races: _Races | None)
             op.run(env, mem)
 
 
+# --- the L2 ------------------------------------------------------------------------------------
+
+UNION_LIMIT = 1 << 20  # runs x distinct block offsets counted exactly; beyond, from the regions' hulls
+MIDDLE_SAMPLES = 8  # full waves after the first, sampled for their mean L2 fractions
+
+
+@dataclass
+class _GmOp:
+    """A GM DMA of the program: its path, direction, dynamic count per block, bytes, its GM
+    region (`acc`, relative to the instance's start) and the bytes its address moves per unit
+    of each block variable."""
+
+    op: _Op
+    path: str
+    write: bool
+    mult: int
+    nbytes: int
+    acc: _Access
+    terms: tuple[tuple[str, int], ...]
+    _rel: np.ndarray | None = None
+
+    @property
+    def rel(self) -> np.ndarray:
+        """Sorted start bytes of the region's runs, relative to its first (empty: too many to
+        count)."""
+        if self._rel is None:
+            many = math.prod(n for n, _ in self.acc.dims) > UNION_LIMIT
+            self._rel = np.zeros(0, np.int64) if many else np.sort(self.acc.starts(0), kind="stable")
+        return self._rel
+
+
+def _covered(starts: np.ndarray, run: int) -> int:
+    """Bytes covered by runs of `run` bytes at sorted `starts`."""
+    return run + int(np.minimum(np.diff(starts), run).sum())
+
+
+def _union_bytes(g: _GmOp, offsets: np.ndarray | None, cache: dict) -> int:
+    """Bytes covered by one instance of `g`'s region placed at each of the (distinct, sorted)
+    block byte offsets (None: one copy): how much of the wave's reads of it is unique."""
+    key = (id(g), None if offsets is None else (offsets - offsets[0]).tobytes())
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    acc, rel, run = g.acc, g.rel, g.acc.run
+    copies = 1 if offsets is None else len(offsets)
+    if len(rel) == 0 or len(rel) * copies > UNION_LIMIT:
+        # too many runs to count: each block's region as its hull, filled as densely as its runs
+        density = min(1.0, g.nbytes / acc.span)
+        out = int(density * (acc.span if copies == 1 else _covered(offsets, acc.span)))
+    else:
+        one = (id(g), None)
+        if one not in cache:
+            cache[one] = _covered(rel, run) if len(rel) > 1 else run
+        out = cache[one]
+        if copies > 1:
+            gaps = np.diff(offsets)
+            if gaps.min() >= acc.span:  # the copies' hulls are apart
+                out *= copies
+            elif len(rel) == 1 or np.diff(rel).min() >= offsets[-1] - offsets[0] + run:
+                # each run's copies stay before the next run: the starts come out sorted
+                out = _covered((rel[:, None] + offsets[None, :]).ravel(), run)
+            else:  # sorted runs, one per copy: a merge
+                out = _covered(np.sort((offsets[:, None] + rel[None, :]).ravel(), kind="stable"), run)
+    cache[key] = out
+    return out
+
+
+@dataclass
+class _WaveL2:
+    """The L2 fractions of one wave: per GM DMA (by listing index) the part of its bytes that
+    goes to HBM, and the wave's L2 hits per path (all its blocks, every instance)."""
+
+    hbm: dict[int, float]
+    hits: dict[str, float]
+
+
+def _footprint(code: _Compiler, offsets: dict, lo: int, hi: int, cache: dict) -> tuple[dict, dict, int]:
+    """The wave of blocks lo..hi-1: per GM DMA its distinct block offsets and the unique bytes
+    of one instance over the wave, and the wave's footprint (unique bytes of every instance)."""
+    key = ("wave", lo, hi)
+    if key not in cache:
+        distinct, unique = {}, {}
+        for g in code.gm_ops:
+            d = np.unique(offsets[id(g)][lo:hi]) if g.terms else None
+            distinct[id(g)] = d
+            if g.write and d is not None:  # blocks write disjoint bytes (else they race)
+                unique[id(g)] = len(d) * _union_bytes(g, None, cache)
+            else:
+                unique[id(g)] = _union_bytes(g, d, cache)
+        cache[key] = distinct, unique, sum(unique[id(g)] * g.mult for g in code.gm_ops)
+    return cache[key]
+
+
+def _wave_l2(code: _Compiler, spec: NpuSpec, offsets: dict, lo: int, hi: int, prev: tuple | None,
+             cache: dict) -> _WaveL2:
+    """The L2 model of the wave of blocks lo..hi-1 (docs/npu.md, "The L2"); `prev` is the
+    previous wave's (lo, hi)."""
+    size, l2 = hi - lo, spec.l2_bytes
+    distinct, unique, _ = _footprint(code, offsets, lo, hi, cache)
+    h_cross = 0.0
+    if prev is not None and l2 > 0:
+        p_distinct, p_unique, p_footprint = _footprint(code, offsets, *prev, cache)
+        h_cross = min(1.0, l2 / p_footprint) if p_footprint > 0 else 0.0
+    hbm, hits = {}, {}
+    for g in code.gm_ops:
+        if g.write:
+            continue
+        total, u = size * g.nbytes, unique[id(g)]
+        h_in = min(1.0, l2 / u) if l2 > 0 and u > 0 else 0.0
+        hit = h_in * max(0, total - u)
+        if h_cross > 0:
+            d, dp = distinct[id(g)], p_distinct[id(g)]
+            # bytes of this wave's instance that the previous wave's instance read too
+            resident = u if d is None else u + p_unique[id(g)] - _union_bytes(g, np.union1d(d, dp), cache)
+            hit += h_cross * max(0, resident)
+        hit = min(hit, total)
+        hbm[g.op.index] = round(1.0 - hit / total, 4) if total else 1.0
+        hits[g.path] = hits.get(g.path, 0.0) + hit * g.mult
+    return _WaveL2(hbm, hits)
+
+
+def _block_offsets(code: _Compiler) -> dict:
+    """Per GM DMA, the byte offset the block variables add to its address, for every block."""
+    program = code.program
+    block = np.arange(program.blocks, dtype=np.int64)
+    env = {BLOCK_VAR: block}
+    rest = block
+    for i in reversed(range(len(program.grid))):
+        rest, env[f"{BLOCK_VAR}{i}"] = np.divmod(rest, program.grid[i])
+    zero = np.zeros(program.blocks, np.int64)
+    return {id(g): sum((c * env[v] for v, c in g.terms), zero) for g in code.gm_ops}
+
+
+def _l2_waves(code: _Compiler, spec: NpuSpec) -> list[tuple[int, int, _WaveL2]]:
+    """The waves as (count, blocks, L2 fractions): the first full wave, the later full waves
+    (at the mean of up to MIDDLE_SAMPLES of them), the last smaller wave."""
+    blocks, cores = code.program.blocks, spec.cores
+    full, rest = divmod(blocks, cores)
+    offsets, cache = _block_offsets(code), {}
+    groups = []
+
+    def at(w, prev_w):
+        prev = None if prev_w is None else (prev_w * cores, min(prev_w * cores + cores, blocks))
+        return _wave_l2(code, spec, offsets, w * cores, min(w * cores + cores, blocks), prev, cache)
+
+    if full:
+        groups.append((1, cores, at(0, None)))
+    if full > 1:
+        n = full - 1
+        picks = sorted({1 + round(i * (n - 1) / max(1, MIDDLE_SAMPLES - 1)) for i in range(min(n, MIDDLE_SAMPLES))})
+        samples = [at(w, w - 1) for w in picks]
+        hbm = {i: round(sum(s.hbm[i] for s in samples) / len(samples), 4) for i in samples[0].hbm}
+        hits = {p: sum(s.hits.get(p, 0.0) for s in samples) / len(samples)
+                for p in {p for s in samples for p in s.hits}}
+        groups.append((n, cores, _WaveL2(hbm, hits)))
+    if rest:
+        groups.append((1, rest, at(full, full - 1 if full else None)))
+    return groups
+
+
 # --- timing ------------------------------------------------------------------------------------
 
 
 class _Timeline:
-    """The pipe model of one block on one core. `share` is the core's part of the GM cap in
-    bytes per cycle."""
+    """The pipe model of one block on one core. `share` and `l2_share` are the core's parts of
+    the HBM cap and of the L2 rate in bytes per cycle; `hbm` gives, per GM read DMA (by listing
+    index), the part of its bytes that comes from HBM (the rest hits the L2; default 1)."""
 
-    def __init__(self, spec: NpuSpec, share: float, trace: bool):
-        self.spec, self.share = spec, share
+    def __init__(self, spec: NpuSpec, share: float, trace: bool, l2_share: float = math.inf,
+                 hbm: Mapping[int, float] | None = None):
+        self.spec, self.share, self.l2_share = spec, share, l2_share
+        self.hbm = hbm or {}
+        self.hbm_bound = False  # did the HBM share ever limit a transfer (else fewer misses time the same)
         self.depth = spec.queue_depth
         self.t = 0  # the scalar unit's dispatch time
         self.free = [0] * 6
         self.ring = [[0] * self.depth for _ in range(6)]
         self.pos = [0] * 6
         self.flags: dict[tuple, deque] = {}
-        self.segments = {MTE2: deque(), MTE3: deque()}  # GM transfers: (start, end, bytes/cycle)
+        # GM transfers: (start, end, bytes/cycle through the L2, of them bytes/cycle from HBM)
+        self.segments = {MTE2: deque(), MTE3: deque()}
         self.busy = [0] * 6
         self.trace: list | None = [] if trace else None
         self.extrapolate = not trace
@@ -758,7 +932,8 @@ class _Timeline:
         depth = self.depth
         rings = tuple(rel(self.ring[p][(self.pos[p] + j) % depth]) for p in range(1, 6) for j in range(depth))
         flags = tuple(sorted((k, tuple(rel(x) for x in q)) for k, q in self.flags.items() if q))
-        segs = tuple(tuple((rel(a), b - t, r) for a, b, r in self.segments[p] if b > t) for p in (MTE2, MTE3))
+        segs = tuple(tuple((rel(a), b - t, r, h) for a, b, r, h in self.segments[p] if b > t)
+                     for p in (MTE2, MTE3))
         return tuple(rel(f) for f in self.free[1:]), rings, flags, segs
 
     def _shift(self, dt: int) -> None:
@@ -771,11 +946,12 @@ class _Timeline:
             for i in range(len(q)):
                 q[i] += dt
         for p, segs in self.segments.items():
-            self.segments[p] = deque((a + dt, b + dt, r) for a, b, r in segs)
+            self.segments[p] = deque((a + dt, b + dt, r, h) for a, b, r, h in segs)
 
     def _gm(self, op: _Op, start: int) -> int:
         """End of a GM transfer starting at `start`: after the latency, it moves at its path's
-        rate within what the other GM pipe of this core leaves of the core's share."""
+        rate within what the other GM pipe of this core leaves of the core's L2 share and, for
+        the part `u` of its bytes that misses the L2 (writes: all), of its HBM share."""
         p = op.pipe
         mine, other = self.segments[p], self.segments[MTE3 if p == MTE2 else MTE2]
         other_free = self.free[MTE3 if p == MTE2 else MTE2]
@@ -784,25 +960,35 @@ class _Timeline:
         horizon = max(self.t, other_free)
         while mine and mine[0][1] <= horizon:
             mine.popleft()
-        share, path = self.share, op.rate
+        share, l2, path = self.share, self.l2_share, op.rate
+        u = self.hbm.get(op.index, 1.0) if p == MTE2 else 1.0
+
+        def speed(l2_left: float, hbm_left: float, other_hbm: float = 0.0) -> float:
+            rate = min(path, l2_left)
+            if u > 0 and hbm_left < rate * u:
+                if p == MTE2 or other_hbm > 0:  # a rate that a read's HBM part decides
+                    self.hbm_bound = True
+                return hbm_left / u
+            return rate
+
         t = start + op.latency
         left = float(op.nbytes)
-        for s0, s1, used in list(other):
+        for s0, s1, used, used_hbm in list(other):
             if s1 <= t:
                 continue
-            for a, b, rate in ((t, s0, min(path, share)), (max(t, s0), s1, min(path, share - used))):
+            for a, b, rate in ((t, s0, speed(l2, share)), (max(t, s0), s1, speed(l2 - used, share - used_hbm, used_hbm))):
                 if b <= a or rate <= 0:
                     continue
                 if left <= rate * (b - a):
                     end = a + math.ceil(left / rate)
-                    mine.append((a, end, rate))
+                    mine.append((a, end, rate, rate * u))
                     return end
-                mine.append((a, b, rate))
+                mine.append((a, b, rate, rate * u))
                 left -= rate * (b - a)
             t = s1
-        rate = min(path, share)
+        rate = speed(l2, share)
         end = t + math.ceil(left / rate)
-        mine.append((t, end, rate))
+        mine.append((t, end, rate, rate * u))
         return end
 
     @property
@@ -813,8 +999,9 @@ class _Timeline:
         return {key: len(q) for key, q in self.flags.items() if q}
 
 
-def _time_block(code: _Compiler, spec: NpuSpec, block: int, wave: int, trace: bool) -> _Timeline:
-    timeline = _Timeline(spec, spec.gm_bytes_per_cycle / wave, trace)
+def _time_block(code: _Compiler, spec: NpuSpec, block: int, wave: int, trace: bool,
+                hbm: Mapping[int, float] | None = None) -> _Timeline:
+    timeline = _Timeline(spec, spec.gm_bytes_per_cycle / wave, trace, spec.l2_rate / wave, hbm)
     env = code.program.block_env(block)
     timeline.run(code.body, env)
     left = timeline.leftover_flags()
@@ -889,26 +1076,41 @@ def simulate(program: Program, spec: NpuSpec | None = None,
 
 
 def _report(program: Program, spec: NpuSpec, code: _Compiler, marks, trace: bool) -> SimReport:
-    blocks, cores = program.blocks, spec.cores
-    full, rest = divmod(blocks, cores)
-    waves, busy, cycles = [], [0] * 6, 0
+    waves: list[Wave] = []
+    busy, cycles = [0] * 6, 0
     traced = None
-    for count, size, first in ((full, cores, 0), (1 if rest else 0, rest, full * cores)):
-        if not count:
-            continue
-        timeline = _time_block(code, spec, first, size, trace and traced is None)
-        if timeline.trace is not None:
+    hits = dict.fromkeys(PATH_PIPES, 0.0)
+    timed: list[tuple[int, dict, _Timeline]] = []
+    first = 0
+    for count, size, l2 in _l2_waves(code, spec):
+        # a wave times like an earlier one of its size that HBM never limited, if it misses no more
+        timeline = next((tl for n, hbm, tl in timed if n == size and (hbm == l2.hbm or not tl.hbm_bound and all(
+            u <= hbm.get(i, 1.0) for i, u in l2.hbm.items()))), None)
+        if timeline is None or (trace and traced is None):
+            timeline = _time_block(code, spec, first, size, trace and traced is None, l2.hbm)
+            timed.append((size, l2.hbm, timeline))
+        if timeline.trace is not None and traced is None:
             traced = tuple(TraceEntry(op.index, PIPE_NAMES[p], start, end, str(op.instr), it)
                            for op, p, start, end, it in timeline.trace)
-        waves.append(Wave(count, size, timeline.cycles))
+        if waves and (waves[-1].blocks, waves[-1].cycles) == (size, timeline.cycles):
+            waves[-1] = Wave(waves[-1].count + count, size, timeline.cycles)
+        else:
+            waves.append(Wave(count, size, timeline.cycles))
         cycles += count * timeline.cycles
         busy = [b + count * size * x for b, x in zip(busy, timeline.busy)]
+        for path, n in l2.hits.items():
+            hits[path] += count * n
+        first += count * size
+    blocks = program.blocks
     totals = code.totals
     flops, repeats, gm_bytes = totals.flops * blocks, totals.repeats * blocks, totals.gm_bytes * blocks
+    l2_hits = {path: round(n) for path, n in hits.items()}
+    hbm_bytes = gm_bytes - sum(l2_hits.values())
     return SimReport(
         kernel=program.name, spec=spec.key(), cycles=cycles, seconds=spec.seconds(cycles), blocks=blocks,
         waves=tuple(waves), pipe_busy=dict(zip(PIPE_NAMES, busy)),
         path_bytes={path: n * blocks for path, n in totals.path_bytes.items()},
         high_water=dict(marks), capacity={s: spec.capacity(s) for s in marks},
         instructions=totals.instructions * blocks, cube_flops=flops, vector_repeats=repeats, gm_bytes=gm_bytes,
-        roofline=spec.roofline(flops, repeats * spec.vector_bytes, gm_bytes), trace=traced)
+        roofline=spec.roofline(flops, repeats * spec.vector_bytes, hbm_bytes, path_bytes=gm_bytes), trace=traced,
+        l2_hit_bytes=l2_hits, hbm_bytes=hbm_bytes)

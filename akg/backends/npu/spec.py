@@ -59,12 +59,18 @@ class Roofline:
 class NpuSpec:
     """Every number of the NPU model. Sizes in bytes, rates in bytes per cycle, costs in
     cycles. `paths` maps each DMA path ("SRC->DST") to its rate per core; global-memory paths
-    are also capped together by `gm_bandwidth` (bytes per second, shared by all cores)."""
+    are also capped together by `gm_bandwidth` (HBM, bytes per second, shared by all cores) for
+    the bytes that miss the shared L2 (`l2_bytes`), and by `l2_rate` (bytes per cycle, all
+    cores together) for every GM byte."""
 
     name: str = "ascend910-like"
     cores: int = 32  # AI cores; each runs one block at a time, further blocks queue
     clock_hz: float = 1.0e9
     gm_bandwidth: float = 1.2e12  # HBM, bytes/s for all cores together
+    # L2: a cache shared by all cores between them and HBM (0 bytes: none). Model parameters,
+    # not measurements: the Ascend 910's public 32 MB, and 4x HBM's rate for all cores together
+    l2_bytes: int = 32 * MIB
+    l2_rate: float = 4800.0  # bytes/cycle for all cores together (every GM transfer passes it)
     # buffers per core
     l1_bytes: int = 1 * MIB
     l0a_bytes: int = 64 * KIB
@@ -111,6 +117,8 @@ class NpuSpec:
                 raise ValueError(f"NpuSpec '{self.name}': path '{path}' needs a positive rate")
         if self.ub_usable_bytes > self.ub_bytes:
             raise ValueError(f"NpuSpec '{self.name}': usable UB exceeds the UB")
+        if self.l2_bytes < 0 or self.l2_rate <= 0:
+            raise ValueError(f"NpuSpec '{self.name}': the L2 needs l2_bytes >= 0 and a positive l2_rate")
         object.__setattr__(self, "_rates", rates)
 
     # --- derived numbers -----------------------------------------------------------------------
@@ -162,18 +170,23 @@ class NpuSpec:
         return cycles / self.clock_hz
 
     def roofline(self, cube_flops: float = 0.0, vector_bytes: float = 0.0, gm_bytes: float = 0.0,
-                 *, cores: int | None = None) -> Roofline:
+                 *, cores: int | None = None, path_bytes: float | None = None) -> Roofline:
         """Cycle limits of an amount of work on `cores` cores (default: all): `cube_flops`
         (2 per multiply-accumulate) at one fractal per cycle per core, `vector_bytes` (vector
         repeats times `vector_bytes` for masked work) at one repeat per cycle per core, and
-        `gm_bytes` at the shared cap or the cores' own GM paths (in plus out), whichever is
-        lower."""
+        `gm_bytes` (HBM bytes: for the ideal bound, inputs read once and outputs written once)
+        at the shared HBM cap or the cores' own GM paths (in plus out), whichever is lower.
+        `path_bytes` (default `gm_bytes`) are all bytes over the GM paths, L2 hits included:
+        they are bounded by the paths and the L2 rate; `gm` is the larger of the two limits."""
         cores = self.cores if cores is None else cores
         per_core_gm = max((self.rate(p) or 0.0) for p in ("GM->L1", "GM->UB")) + (self.rate("UB->GM") or 0.0)
         gm_rate = min(self.gm_bytes_per_cycle, cores * per_core_gm)
+        gm = gm_bytes / gm_rate if gm_rate > 0 else math.inf
+        if path_bytes is not None:
+            path_rate = min(self.l2_rate, cores * per_core_gm)
+            gm = max(gm, path_bytes / path_rate if path_rate > 0 else math.inf)
         return Roofline(cube=cube_flops / (2.0 * self.fractal_macs * cores),
-                        vector=vector_bytes / (float(self.vector_bytes) * cores),
-                        gm=gm_bytes / gm_rate if gm_rate > 0 else math.inf)
+                        vector=vector_bytes / (float(self.vector_bytes) * cores), gm=gm)
 
     # --- identity ------------------------------------------------------------------------------
 
@@ -211,5 +224,6 @@ def get_spec(name: str = "ascend910-like") -> NpuSpec:
 
 
 register_spec(NpuSpec())
-# The inference chip of the same family: 2 AI cores, LPDDR4X at about 48 GB/s.
-register_spec(NpuSpec(name="ascend310-like", cores=2, gm_bandwidth=48e9))
+# The inference chip of the same family: 2 AI cores, LPDDR4X at about 48 GB/s, an 8 MB L2 at
+# 4x that rate (model parameters, as above).
+register_spec(NpuSpec(name="ascend310-like", cores=2, gm_bandwidth=48e9, l2_bytes=8 * MIB, l2_rate=192.0))

@@ -10,7 +10,7 @@ from akg.backends.npu.isa import (BLOCK, Bcast, Buffer, Dma, Loop, Mmad, Pipe, P
                                   SetFlag, Stride, Vector, WaitFlag, var)
 from akg.backends.npu.layout import ND, NZ, ZN, ZZ, from_fractal, layout_dmas, to_fractal
 from akg.backends.npu.sim import simulate
-from akg.backends.npu.spec import get_spec
+from akg.backends.npu.spec import MIB, get_spec
 from akg.errors import InputDataError
 from npu_programs import add_program, drop, matmul_program, staged
 
@@ -429,3 +429,90 @@ def test_a_full_queue_stalls_dispatch():
     assert SPEC.queue_depth == 16
     assert trace[40].start == trace[40 - 1 - 16].start + 2  # dispatched once relu 23 left the queue
     assert [e.start for e in trace[:3]] == [1, 13, 25]
+
+
+# --- the L2 -----------------------------------------------------------------------------------------
+
+
+def tile_reads(shared: bool, blocks: int = 32, n: int = 16384) -> Program:
+    """Each block copies an n-element fp16 tile GM -> UB (the same tile for all blocks, or its
+    own) and writes 16 elements back."""
+    x = Buffer(Scope.GM, "x", (blocks * n,), "float16")
+    out = Buffer(Scope.GM, "out", (blocks * 16,), "float16")
+    u = ub("u", n)
+    body = (Dma(x[0 if shared else BLOCK * n], u[0], (n,)), SetFlag(MTE2, MTE3), WaitFlag(MTE2, MTE3),
+            Dma(u[0], out[BLOCK * 16], (16,)))
+    return Program("shared" if shared else "distinct", (x, out), (u,), body, blocks=blocks)
+
+
+def test_blocks_reading_the_same_gm_tile_hit_the_l2():
+    same = simulate(tile_reads(True), SPEC, functional=False).report
+    apart = simulate(tile_reads(False), SPEC, functional=False).report
+    assert same.gm_bytes == apart.gm_bytes == 32 * (32768 + 32)
+    # distinct tiles: 32 cores share 1200 B/cycle of HBM (37.5 each); one shared tile: HBM gives
+    # it once, the L2 serves the rest, each core moves at its path's 64 B/cycle
+    assert apart.cycles >= 32768 / 37.5 and same.cycles < 20 + 2 + 32768 / 64 + 60 < apart.cycles
+    assert same.l2_hit_bytes["GM->UB"] == 31 * 32768 and same.hbm_bytes == 32768 + 32 * 32
+    assert apart.l2_hits == 0 and apart.hbm_bytes == apart.gm_bytes
+    assert "L2: 1015808 GM bytes hit" in same.summary()
+    # without an L2 both cost the same
+    none = dataclasses.replace(SPEC, l2_bytes=0)
+    assert simulate(tile_reads(True), none, functional=False).report.cycles == \
+        simulate(tile_reads(False), none, functional=False).report.cycles == apart.cycles
+
+
+def test_wave_unique_bytes_of_a_grid_matmul():
+    from akg.backends.npu.sim import _Compiler, _l2_waves
+
+    # 1024^3 in 128 x 128 tiles: an 8 x 8 grid, two waves of 32 blocks = 4 grid rows each
+    program = matmul_program(1024, 1024, 1024, 128, 128, 64, 128)
+    code = _Compiler(program, SPEC)
+    a_op, b_op, c_op = code.gm_ops
+    assert (a_op.path, b_op.path, c_op.write) == ("GM->L1", "GM->L1", True)
+    # per K chunk the wave reads 4 distinct A tiles (one per grid row) and 8 distinct B tiles
+    # of 32 blocks' reads; the second wave reads the B tiles the first left in the L2
+    (n0, size0, first), (n1, size1, second) = _l2_waves(code, SPEC)
+    assert (n0, size0, n1, size1) == (1, 32, 1, 32)
+    assert first.hbm == {a_op.op.index: 4 / 32, b_op.op.index: 8 / 32}
+    assert second.hbm == {a_op.op.index: 4 / 32, b_op.op.index: 0.0}
+    # brute force: the bytes of one instance (chunk 0) over the first wave's blocks
+    for g, unique in ((a_op, 4), (b_op, 8)):
+        seen = set()
+        for block in range(32):
+            env = {**program.block_env(block), "co": 0, "cj": 0}
+            lo = g.acc.start(env)
+            for s in g.acc.starts(lo):
+                seen.update(range(s, s + g.acc.run))
+        assert len(seen) == unique * g.nbytes
+    r = simulate(program, SPEC, functional=False).report
+    reads = r.path_bytes["GM->L1"]
+    assert r.hbm_bytes == 3 * 1024 * 1024 * 2  # A and B read from HBM once, C written once
+    assert r.l2_hit_bytes["GM->L1"] == reads - 2 * 1024 * 1024 * 2
+    assert r.roofline.gm == pytest.approx(max(r.hbm_bytes / 1200, r.gm_bytes / (32 * 128)))
+    old = simulate(program, dataclasses.replace(SPEC, l2_bytes=0), functional=False).report
+    assert old.hbm_bytes == old.gm_bytes and old.cycles > 1.4 * r.cycles
+
+
+def test_an_l2_smaller_than_the_footprint_keeps_proportionally_less():
+    from akg.backends.npu.sim import _Compiler, _l2_waves
+
+    program = matmul_program(1024, 1024, 1024, 128, 128, 64, 128)
+    small = dataclasses.replace(SPEC, l2_bytes=2 * MIB)  # a wave's footprint: 1 + 2 + 1 MiB (A, B, C)
+    code = _Compiler(program, small)
+    _, b_op, _ = code.gm_ops
+    first, second = (l2 for _, _, l2 in _l2_waves(code, small))
+    assert first.hbm[b_op.op.index] == 8 / 32  # one chunk's tiles fit: the wave still shares them
+    assert second.hbm[b_op.op.index] == pytest.approx(8 / 32 * (1 - 2 / 4), abs=1e-4)  # half still resident
+    r = simulate(program, small, functional=False).report
+    full = simulate(program, SPEC, functional=False).report
+    assert r.hbm_bytes == full.hbm_bytes + 1024 * 1024 * 2 // 2 and r.cycles >= full.cycles
+
+
+def test_timelines_shared_between_waves_time_like_their_own():
+    from akg.backends.npu.sim import _Compiler, _l2_waves, _time_block
+
+    for program in (matmul_program(1024, 1024, 1024, 128, 128, 64, 128),
+                    matmul_program(512, 4608, 4608, 256, 128, 64, 128)):
+        code = _Compiler(program, SPEC)
+        own = sum(n * _time_block(code, SPEC, 0, size, False, l2.hbm).cycles for n, size, l2 in _l2_waves(code, SPEC))
+        assert simulate(program, SPEC, functional=False, races=False).report.cycles == own

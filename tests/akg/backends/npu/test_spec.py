@@ -18,6 +18,7 @@ def test_default_spec_holds_the_numbers_of_npu_md():
              "L1->UB": 128, "L0C->UB": 256, "UB->GM": 64}
     assert {p: s.rate(p) for p in PATH_PIPES} == rates
     assert (s.dma_latency, s.vector_issue, s.cube_issue, s.scalar_cycles) == (20, 10, 10, 1)
+    assert (s.l2_bytes, s.l2_rate) == (32 * MIB, 4 * s.gm_bytes_per_cycle)  # 32 MiB, 4.8 TB/s
 
 
 def test_alignment_capacity_and_double_buffer_budget():
@@ -33,6 +34,8 @@ def test_key_is_stable_and_changes_with_any_number():
     s = NpuSpec()
     assert s.key() == NpuSpec().key() and s.key().startswith("ascend910-like-")
     assert dataclasses.replace(s, dma_latency=21).key() != s.key()
+    assert dataclasses.replace(s, l2_bytes=16 * MIB).key() != s.key() != dataclasses.replace(s, l2_rate=2400.0).key()
+    assert json.loads(s.to_json())["l2_bytes"] == 32 * MIB
     assert dataclasses.replace(s, paths=s.paths[:-1] + (("UB->GM", 32.0),)).key() != s.key()
     assert NpuSpec.from_json(s.to_json()) == s
     assert json.loads(s.to_json())["cores"] == 32
@@ -55,6 +58,8 @@ def test_spec_rejects_unknown_paths_and_bad_rates():
         NpuSpec(paths=(("UB->L0A", 64.0),))
     with pytest.raises(ValueError, match="positive rate"):
         NpuSpec(paths=(("GM->UB", 0.0),))
+    with pytest.raises(ValueError, match="L2"):
+        NpuSpec(l2_rate=0.0)
 
 
 def test_roofline_gives_cube_vector_and_gm_limits():
@@ -68,3 +73,6 @@ def test_roofline_gives_cube_vector_and_gm_limits():
     one = s.roofline(gm_bytes=128 * 1000, cores=1)  # one core: its own GM paths, 64 in + 64 out
     assert one.gm == 1000 and one.limit == "gm"
     assert Roofline(1, 5, 3).limit == "vector"
+    # bytes served by the L2 are bounded by the cores' paths (32 x 128) and the L2 rate, not HBM
+    hits = s.roofline(gm_bytes=1200 * 1000, path_bytes=4096 * 3000)
+    assert hits.gm == 3000 and s.roofline(gm_bytes=1200 * 1000, path_bytes=1200 * 1000).gm == 1000
