@@ -155,6 +155,8 @@ def _parse_top(stmt, name: str) -> list:
             out.append(TopLoop(f.loop_var, _extent(f, name), True, _parse_top(f.body, name), grid=True))
         elif isinstance(s, tirx.AttrStmt):
             out.extend(_parse_top(s.body, name))
+        elif isinstance(s, tirx.BufferStore):
+            out.append(Region("npu.tile.scalar.1", [Nest(s, [])]))  # a statement without loops: n = 1
         else:
             raise NpuMappingError(f"{name}: statement outside the tiled regions (not supported yet): {s}")
     return out
@@ -313,8 +315,8 @@ class SyncPass:
                             need[Q] = max(need.get(Q, -1), m)
                 for Q, m in sorted(need.items()):
                     if know[P][Q] < m:
-                        sets_after[m].append(isa.SetFlag(Q, P, 0))
-                        waits_before[n].append(isa.WaitFlag(Q, P, 0))
+                        sets_after[m].append(isa.SetFlag(Q, P, self.ids[0]))
+                        waits_before[n].append(isa.WaitFlag(Q, P, self.ids[0]))
                         know[P][Q] = m
             snapshot.append({P: dict(know[P]) for P in u.parts})
         before, after = [], []
@@ -409,6 +411,7 @@ class Local:
     buffer: object = None
     halves: bool = False
     slot_elems: int = 0
+    moving: bool = False  # brought in per tile of a tiled reduction loop
 
 
 class Translator:
@@ -598,7 +601,53 @@ class Translator:
             from akg.backends.npu.cube import cube_region
 
             return cube_region(self, region, half, kt, where)
-        nests = list(_nests(region.items))
+        state = (self.ub_offset, len(self.buffers), self.counter)
+        records = self._vector_region(region.items, half, where)
+        if self.ub_offset <= self.spec.ub_usable_bytes:
+            return records
+        # past the UB: tile a reduction loop (partial sums stay in UB across its tiles)
+        split = _reduction_loop(region.items, where)
+        if split is None:
+            return records
+        nest, kv, K = split
+        after_full = (self.ub_offset, len(self.buffers), self.counter)
+        for kt in sorted((d for d in range(1, K) if K % d == 0), reverse=True):
+            self.ub_offset, self.counter = state[0], state[2]
+            del self.buffers[state[1]:]
+            try:
+                records = self._vector_region(region.items, half, where, split=(nest, kv, K, kt))
+            except NpuMappingError:
+                break
+            if self.ub_offset <= self.spec.ub_usable_bytes:
+                return records
+        self.ub_offset, self.counter = state[0], state[2]
+        del self.buffers[state[1]:]
+        records = self._vector_region(region.items, half, where)
+        assert self.ub_offset == after_full[0]
+        return records
+
+    def _vector_region(self, items, half, where: str, split=None) -> list:
+        """The DMAs and vector instructions of a region's items; `split` = (nest, kv, K, kt):
+        the reduction loop kv of `nest` run in K / kt tiles of kt (the operands it moves
+        brought in per tile, ping-pong halves when the region has none)."""
+        isa = self.isa
+        ksplit = {}
+        kname = None
+        kways = 1
+        if split is not None:
+            from tvm import tirx
+
+            snest, kv, K, kt = split
+            steps = K // kt
+            kways = 2 if half is None and self.double_buffer and steps >= 2 and steps % 2 == 0 else 1
+            kname = self.fresh("k")
+            kk = tirx.Var(kname, "int32")
+            self.var_names[kk] = _Combined(kname, 2) if kways == 2 else kname
+            ksplit = {kv: (kk, kt)}
+            new = Nest(snest.store, [(v, kt if v.same_as(kv) else e) for v, e in snest.loops])
+            items = [new if it is snest else it for it in items]
+        self.ksplit = ksplit
+        nests = list(_nests(items))
         locals_: dict[str, Local] = {}
         first_access: dict[str, str] = {}
         tir_bufs = {}
@@ -612,28 +661,49 @@ class Translator:
         written = {n.store.buffer.name for n in nests}
         read = {l.source.name for n in nests for l in _loads(n.store.value)}
         outputs = {b.name for b in self.func.params}
-        pre, post = [], []
+        pre, post, kpre = [], [], []
+        kh = HALF if kways == 2 else None
         for name, loc in locals_.items():
             b = tir_bufs[name]
             shared = name in outputs or len(self.region_users[name]) > 1
             gm_backed = shared or name in self.params
             copy_in = gm_backed and name in read and first_access[name] == "r"
             copy_out = gm_backed and name in written and (name in outputs or len(self.region_users[name]) > 1)
-            loc.halves = half is not None and (copy_in or copy_out)
-            int(np.prod(loc.sizes)) if loc.sizes else 1
+            moving = ksplit and any(any(v.same_as(kk) for v in o) for o, _l in loc.lo)
+            if moving and (copy_out or not copy_in):
+                raise NpuMappingError(f"{where}: '{name}' is written along the tiled reduction loop")
+            loc.halves = (half is not None and (copy_in or copy_out)) if not moving else kways == 2
             padded = self._layout(loc)
             if loc.halves:
                 loc.slot_elems = -(-padded // self._block(loc.dtype)) * self._block(loc.dtype)
                 loc.buffer = self.alloc(name, (2, loc.slot_elems), loc.dtype)
             else:
                 loc.buffer = self.alloc(name, (padded,), loc.dtype)
+            if moving:
+                kpre.extend(self._dma(loc, self._gm(b), into=True, half=kh or half))
+                loc.moving = True
+                continue
             if copy_in:
                 pre.extend(self._dma(loc, self._gm(b), into=True, half=half))
             if copy_out:
                 post.extend(self._dma(loc, self._gm(b), into=False, half=half))
+        self.ksplit = {}
         comp = _Compute(self, locals_, half, where)
-        body = comp.items(region.items)
-        return pre + body + post
+        if not ksplit:
+            body = comp.items(items)
+            return pre + comp.prelude + body + post
+        at = items.index(new)
+        head, tail = comp.items(items[:at]), comp.items(items[at + 1:])
+        comp.half = kh or half
+        kbody = kpre + comp.items([new])
+        comp.half = half
+        if kways == 2:
+            body, before, after = SyncPass(ids=(3, 4, 5)).body(kbody, carried=2)
+            loop = isa.Loop(kname, steps // 2, (isa.Loop(HALF, 2, tuple(body)),))
+        else:
+            body, before, after = SyncPass(ids=(3, 4, 5)).body(kbody, carried=1)
+            loop = isa.Loop(kname, steps, tuple(body))
+        return pre + comp.prelude + head + [_compound(kbody, [*before, loop, *after])] + tail + post
 
     def _block(self, dtype: str) -> int:
         return self.spec.block_elements(np.dtype(dtype).itemsize)
@@ -645,6 +715,10 @@ class Translator:
         for d, idx in enumerate(indices):
             coeffs, const = _affine(idx, where)
             out = {v: c for v, c in coeffs.items() if v not in inner}
+            for v, c in coeffs.items():
+                for kv, (kk, kt) in getattr(self, "ksplit", {}).items():
+                    if v.same_as(kv) and v in inner:
+                        out[kk] = out.get(kk, 0) + c * kt
             mn = const + sum(min(0, c * (ext[v] - 1)) for v, c in coeffs.items() if v in inner)
             mx = const + sum(max(0, c * (ext[v] - 1)) for v, c in coeffs.items() if v in inner)
             lo.append(mn)
@@ -724,6 +798,34 @@ class Translator:
         return [rec]
 
 
+def divisors_upto(n: int, cap: int) -> list:
+    return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
+
+
+def _reduction_loop(items, where: str):
+    """(nest, var, extent) of the largest top-level statement of a region with a reduction
+    loop: a loop of the statement that its destination does not index but its sources do."""
+    best = None
+    for it in items:
+        if not isinstance(it, Nest):
+            continue
+        store = it.store
+        dvars = set()
+        for idx in store.indices:
+            dvars |= set(_affine(idx, where)[0])
+        svars = set()
+        for ld in _loads(store.value):
+            if ld.source.same_as(store.buffer):
+                continue
+            for idx in ld.indices:
+                svars |= set(_affine(idx, where)[0])
+        for v, e in it.loops:
+            if e > 1 and v not in dvars and v in svars:
+                if best is None or e > best[2]:
+                    best = (it, v, e)
+    return best
+
+
 def _key(load) -> tuple:
     return (load.source.name, tuple(str(i) for i in load.indices))
 
@@ -764,6 +866,7 @@ class Opd:
     base: object = None  # isa Affine over the outer loops (the region's own loops excluded)
     coeffs: dict = field(default_factory=dict)  # region loop Var -> element coefficient
     slot: tuple = None
+    row: int = 0  # element stride between rows (rows folded into repeats)
 
 
 class _Compute:
@@ -772,6 +875,8 @@ class _Compute:
         self.locals, self.half, self.where = locals_, half, where
         self.temps = defaultdict(list)
         self.loop_names = {}
+        self.iotas = {}
+        self.prelude = []  # records before the region's statements (index vectors)
 
     def items(self, items) -> list:
         out = []
@@ -897,14 +1002,68 @@ class _Compute:
                 raise NpuMappingError(f"{where}: operand of '{o.buffer.name}' is strided along the vector loop "
                                       f"(a transpose or a strided access: not supported yet)")
         n, merged, rest = self._geometry(nest.loops, vec, [dst, *loads])
+        rows = self._rows(rest, vec, n, [dst, *loads])
+        if rows:
+            return self._elementwise_rows(nest, dst, loads, vec, n, merged, rest, rows, where)
         names = {v: self.tr.fresh("v") for v, _ in rest}
         emit = _Emitter(self, n, where)
         opmap = {}
         for l, o in zip(_loads(store.value), loads):
             opmap[_key(l)] = (self._bind(o, rest, names), o.coeffs.get(vec, 0) if vec is not None else 0)
         dstb = self._bind(dst, rest, names)
+        emit.index_vars = (vec,) if len(merged) == 1 else ()
         emit.evaluate(store.value, opmap, dstb)
         return self._wrap(emit.records, rest, names)
+
+    ROW_TEMP_BYTES = 16384  # a temp of rows x row elements at most this large
+
+    def _rows(self, rest, vec, n, opds) -> int:
+        """Rows of the innermost outer loop to fold into repeats (a divisor of its extent, at
+        most max_repeat and temps of ROW_TEMP_BYTES), 0 when folding does not pay or the
+        operands' row strides are not whole 32-byte blocks."""
+        if vec is None or not rest:
+            return 0
+        u, R = rest[-1]
+        lanes = self._lanes("float32")
+        chunks = -(-n // lanes)
+        if R < 2 or chunks >= R or opds[0].coeffs.get(u, 0) < n:
+            return 0  # not worth it, or rows that share destination elements (a reduction loop)
+        for o in opds:
+            c = o.coeffs.get(u, 0)
+            block = self.spec.block_elements(np.dtype(o.dtype).itemsize)
+            if c < 0 or (o.coeffs.get(vec, 0) and c % block):
+                return 0
+        row_bytes = -(-n // 8) * 8 * 4
+        cap = min(self.spec.max_repeat, max(self.ROW_TEMP_BYTES // row_bytes, 1))
+        fits = [d for d in divisors_upto(R, cap)]
+        best = max(fits) if fits else 1
+        return best if best >= 2 else 0
+
+    def _elementwise_rows(self, nest, dst, loads, vec, n, merged, rest, rows, where) -> list:
+        isa = self.isa
+        store = nest.store
+        u, R = rest[-1]
+        groups = R // rows
+        outer = rest[:-1] + ([(u, groups)] if groups > 1 else [])
+        names = {v: self.tr.fresh("v") for v, _ in outer}
+
+        def bind(o):
+            b = o.base
+            for v, _e in rest[:-1]:
+                c = o.coeffs.get(v, 0)
+                if c:
+                    b = b + isa.var(names[v]) * c
+            c = o.coeffs.get(u, 0)
+            if groups > 1 and c:
+                b = b + isa.var(names[u]) * (c * rows)
+            return Opd(o.kind, o.dtype, o.value, o.buffer, b, {}, o.slot, row=c)
+
+        emit = _Emitter(self, n, where)
+        emit.rows = rows
+        opmap = {_key(l): (bind(o), o.coeffs.get(vec, 0)) for l, o in zip(_loads(store.value), loads)}
+        emit.index_vars = (vec,) if len(merged) == 1 else ()
+        emit.evaluate(store.value, opmap, bind(dst))
+        return self._wrap(emit.records, outer, names)
 
     def _wrap(self, records, rest, names) -> list:
         if not rest:
@@ -937,6 +1096,7 @@ class _Compute:
             lanes = self._lanes(dst.dtype)
             part = self.temp(dst.dtype, 90, ue * lanes)
             emit = _Emitter(self, n, where)
+            emit.index_vars = (vec,) if len(merged) == 1 else ()
             emit.ntemp[dst.dtype] = 0
             part_opd = Opd("ref", dst.dtype, buffer=part, base=isa.var(names[u]) * lanes, slot=(part.name, None))
             emit.fold(op, src, opmap, part_opd)
@@ -959,6 +1119,7 @@ class _Compute:
             return self._wrap(records, outer, names)
         dstb = self._bind(dst, rest, names)
         emit = _Emitter(self, n, where)
+        emit.index_vars = (vec,) if len(merged) == 1 else ()
         emit.reduce(op, src, opmap, dstb)
         return self._wrap(emit.records, rest, names)
 
@@ -970,10 +1131,17 @@ class _Emitter:
         self.c, self.isa, self.n, self.where = comp, comp.isa, n, where
         self.records = []
         self.ntemp = defaultdict(int)
+        self.index_vars = ()  # loop vars whose values are the vector's element index
+        self.rows = 0  # > 0: every op runs over that many rows, one repeat each
 
     def tmp(self, dtype: str) -> Opd:
         k = self.ntemp[dtype]
         self.ntemp[dtype] += 1
+        if self.rows:
+            block = self.c.spec.block_elements(np.dtype(dtype).itemsize)
+            stride = -(-self.n // block) * block
+            buf = self.c.temp(dtype, k, self.rows * stride)
+            return Opd("ref", dtype, buffer=buf, base=self.isa.Affine(), slot=(buf.name, None), row=stride)
         buf = self.c.temp(dtype, k, self.n)
         return Opd("ref", dtype, buffer=buf, base=self.isa.Affine(), slot=(buf.name, None))
 
@@ -986,11 +1154,35 @@ class _Emitter:
         return ref if c else isa.Bcast(ref)
 
     def op(self, name: str, dst: Opd, srcs: list, lanes_dtype=None):
-        """dst = name(srcs) over n elements; srcs are (Opd, coeff) pairs."""
+        """dst = name(srcs) over n elements; srcs are (Opd, coeff) pairs. With `rows`: the
+        same over that many rows, one repeat per row (operands at their `row` strides), one
+        instruction per repeat-wide chunk of the row."""
         isa = self.isa
         sizes = [np.dtype(dst.dtype).itemsize] + [np.dtype(s[0].dtype).itemsize for s in srcs if s[0].kind == "ref"]
         lanes = self.c.spec.vector_bytes // max(sizes)
         n = self.n
+        reads = [s[0].slot for s in srcs if s[0].kind == "ref"]
+        if self.rows:
+            def blk(o):
+                return self.c.spec.block_elements(np.dtype(o.dtype).itemsize)
+
+            for start in range(0, n, lanes):
+                mask = None if n - start >= lanes else n - start
+                srcs_t, strides = [], []
+                for o, c in srcs:
+                    if o.kind == "num":
+                        srcs_t.append(o.value)
+                        strides.append(None)
+                    elif c:
+                        srcs_t.append(o.buffer.ref(o.base + start))
+                        strides.append(isa.Stride(blk(o), o.row))
+                    else:
+                        srcs_t.append(isa.Bcast(o.buffer.ref(o.base), 0, o.row))
+                        strides.append(None)
+                instr = isa.Vector(name, dst.buffer.ref(dst.base + start), tuple(srcs_t), self.rows, mask,
+                                   dst_stride=isa.Stride(blk(dst), dst.row), src_strides=tuple(strides))
+                self.records.append(("acc", instr, reads, [dst.slot]))
+            return
         full, tail = divmod(n, lanes)
         chunks = []
         start = 0
@@ -1081,6 +1273,13 @@ class _Emitter:
             t = target()
             self.op(op, t, [a, b])
             return (t, 1)
+        if isinstance(expr, tirx.Var):
+            if not any(expr.same_as(v) for v in self.index_vars):
+                raise NpuMappingError(f"{self.where}: loop index {expr} as a value along a merged or outer loop "
+                                      f"(not supported yet)")
+            return into((self.iota(dtype), 1))
+        if name == "Select":
+            return into(self.select(expr, opmap, dtype))
         if name == "Call":
             opname = _UNARY_CALLS.get(expr.op.name)
             if opname is None:
@@ -1090,6 +1289,103 @@ class _Emitter:
             self.op(opname, t, [a])
             return (t, 1)
         raise NpuMappingError(f"{self.where}: {name} has no NPU vector instruction (not supported yet)")
+
+    def _range_op(self, op: str, dst_ref, srcs, count: int):
+        """One vector op over `count` contiguous elements (repeats, the tail by mask)."""
+        isa = self.isa
+        lanes = self.c.spec.vector_bytes // np.dtype(dst_ref.buffer.dtype).itemsize
+        full, tail = divmod(count, lanes)
+        start = 0
+        while full > 0 or tail:
+            if full > 0:
+                r, mask = min(full, self.c.spec.max_repeat), None
+                full -= r
+            else:
+                r, mask, tail = 1, tail, 0
+            shifted = tuple(x.buffer.ref(x.offset + start) if isinstance(x, type(dst_ref)) else x for x in srcs)
+            yield isa.Vector(op, dst_ref.buffer.ref(dst_ref.offset + start), shifted, r, mask)
+            start += r * lanes
+
+    def iota(self, dtype: str) -> Opd:
+        """A UB buffer holding 0, 1, ..., n-1, made once per region before its statements
+        (scalar moves for the first block, then doubling by vector adds)."""
+        isa = self.isa
+        key = (dtype, self.n)
+        buf = self.c.iotas.get(key)
+        if buf is None:
+            buf = self.c.tr.alloc(f"iota_{dtype}", (max(self.n, self.c._lanes(dtype)),), dtype)
+            self.c.iotas[key] = buf
+            slot = (buf.name, None)
+            block = self.c.spec.block_elements(np.dtype(dtype).itemsize)
+            for i in range(min(self.n, block)):
+                self.c.prelude.append(("acc", isa.Scalar("mov", buf.ref(i), (float(i),)), [], [slot]))
+            m = block
+            while m < self.n:
+                c = min(m, self.n - m)
+                for instr in self._range_op("add", buf.ref(m), (buf.ref(0), float(m)), c):
+                    self.c.prelude.append(("acc", instr, [slot], [slot]))
+                m *= 2
+        return Opd("ref", dtype, buffer=buf, base=isa.Affine(), slot=(buf.name, None))
+
+    def select(self, expr, opmap, dtype: str):
+        """select(a cmp b, tv, fv) for integer a, b: fv + (tv - fv) * indicator, the indicator
+        from |a - b| (==, !=) or a clamped difference (<, <=, >, >=), exact for integers."""
+        cond = expr.condition
+        kind = type(cond).__name__
+        if kind not in ("EQ", "NE", "LT", "LE", "GT", "GE") or _dt(cond.a) != "int32" and \
+                type(cond.a).__name__ != "Var" or "float" not in dtype:
+            raise NpuMappingError(f"{self.where}: select on `{cond}` (only integer comparisons; not supported yet)")
+
+        def num(v):
+            return (Opd("num", dtype, value=v), 0)
+
+        def as_float(e):
+            if type(e).__name__ == "Var":
+                if not any(e.same_as(v) for v in self.index_vars):
+                    raise NpuMappingError(f"{self.where}: loop index {e} as a value along a merged or outer "
+                                          f"loop (not supported yet)")
+                return (self.iota(dtype), 1)
+            o = self.evaluate(e, opmap, None)
+            if o[0].kind == "num":
+                return num(float(o[0].value))
+            o = self.as_ref(o, o[0].dtype)
+            if o[0].dtype == dtype:
+                return o
+            t = self.tmp(dtype)
+            self.op("cast", t, [o])
+            return (t, 1)
+
+        a, b = as_float(cond.a), as_float(cond.b)
+        if kind in ("LT", "LE"):
+            a, b = b, a  # a < b  <=>  b - a >= 1
+        d = self.tmp(dtype)
+        self.op("sub", d, [a, b])
+        ind = self.tmp(dtype)
+        if kind in ("EQ", "NE"):
+            self.op("abs", ind, [(d, 1)])
+            self.op("sub", ind, [num(1.0), (ind, 1)])
+            self.op("relu", ind, [(ind, 1)])
+            if kind == "NE":
+                self.op("sub", ind, [num(1.0), (ind, 1)])
+        else:
+            if kind in ("LE", "GE"):
+                self.op("add", d, [(d, 1), num(1.0)])
+            self.op("relu", ind, [(d, 1)])
+            self.op("min", ind, [(ind, 1), num(1.0)])
+        tv = self.evaluate(expr.true_value, opmap, None)
+        fv = self.evaluate(expr.false_value, opmap, None)
+        if tv[0].kind == "num" and fv[0].kind == "num":
+            if (tv[0].value, fv[0].value) == (1.0, 0.0):
+                return (ind, 1)
+            self.op("mul", ind, [(ind, 1), num(tv[0].value - fv[0].value)])
+            if fv[0].value:
+                self.op("add", ind, [(ind, 1), num(fv[0].value)])
+            return (ind, 1)
+        diff = self.tmp(dtype)
+        self.op("sub", diff, [self.as_ref(tv, dtype), fv])
+        self.op("mul", diff, [(diff, 1), (ind, 1)])
+        self.op("add", diff, [(diff, 1), fv])
+        return (diff, 1)
 
     def fold(self, op: str, src, opmap, part: Opd):
         """part[0:lanes] = src folded lane-wise across its repeats (the first n lanes when

@@ -88,3 +88,14 @@ def test_unmappable_kernels_raise_typed_errors():
     g = graph(lambda b: b.output(b.cast(b.input("x", (4, 5)), to="int8")))
     with pytest.raises(CompileError, match="not supported yet|NPU"):
         akg.build(g, target="npu")
+
+
+def test_rows_fold_into_strided_repeats():
+    """Per-row statements of a tile of many short rows: one instruction per repeat-wide chunk
+    of the row with repeat = rows (operands at their row strides, per-row values broadcast
+    per repeat), not one per row."""
+    g = graph(lambda b: b.output(b.op("softmax", b.input("x", (64, 128), "float16"))))
+    k = check_npu(g)
+    k.target.backend().report(k.executable, races=True)
+    text = k.target.backend().source(k.executable)
+    assert "bcast(" in text and ",0,16) repeat=" in text
