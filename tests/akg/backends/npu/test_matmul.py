@@ -5,7 +5,6 @@ epilogue -> GM; outputs against the NumPy reference, the race detector on."""
 import pytest
 
 import akg
-from akg.errors import CompileError
 from akg.graph import GraphBuilder
 
 from conftest_npu import check_npu
