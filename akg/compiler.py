@@ -204,5 +204,8 @@ def compile_model(graph: Graph, target: str | Target = "cpu", choose: ConfigChoo
     stats = {"kernels": len(calls), "distinct_kernels": len(built), "compile_s": time.perf_counter() - t0,
              "tuned_kernels": sum(1 for k in built.values() if k.source.startswith("tuned"))}
     bounds = {v.name: b for v, b in index_bounds(pg).items() if v in set(pg.inputs)}
+    from akg.graph.complex import complex_io
+
     return CompiledModel(graph.name, [specs[v.name] for v in pg.inputs], outputs, specs, calls, built,
-                         constants, plan, stats, bounds, target.backend().artifact_kind)
+                         constants, plan, stats, bounds, target.backend().artifact_kind,
+                         complex_io=complex_io(graph))

@@ -16,6 +16,11 @@ def _contiguous(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.array(a, order="C")
 
 
+def _as_complex(a: np.ndarray) -> np.ndarray:
+    """A float32 (..., 2) array of (re, im) pairs as the complex64 (...) array it lays out."""
+    return np.ascontiguousarray(a).view(np.complex64).reshape(a.shape[:-1])
+
+
 @dataclass
 class KernelStats:
     """Seconds spent per stage, plus what the stages decided."""
@@ -76,8 +81,15 @@ class Kernel:
         if len(args) != len(ins):
             raise InputDataError(f"kernel {self.name} takes {len(ins)} inputs, got {len(args)}")
         out = []
+        pairs = self.program.complex_io
         for t, a in zip(ins, args):
             a = np.asarray(a)
+            if t.name in pairs:  # a complex64 input: the kernel reads it as float32 (re, im) pairs
+                if a.dtype != np.complex64 or (*a.shape, 2) != tuple(t.shape):
+                    raise InputDataError(f"input {t.name} must be complex64{list(t.shape[:-1])}, "
+                                         f"got {a.dtype}{list(a.shape)}")
+                out.append(_contiguous(a).view(np.float32).reshape(t.shape))
+                continue
             if a.shape != t.shape or a.dtype != np.dtype(t.dtype):
                 raise InputDataError(
                     f"input {t.name} must be {t.dtype}{list(t.shape)}, got {a.dtype}{list(a.shape)}")
@@ -100,4 +112,6 @@ class Kernel:
         backend = self.target.backend()
         tensors, outs = self.device_arguments(*args, **named)
         backend.entry(self.executable)(*tensors, *outs)
-        return [backend.to_numpy(o) for o in outs]
+        pairs = self.program.complex_io
+        return [_as_complex(backend.to_numpy(o)) if t.name.removesuffix(".copy") in pairs else backend.to_numpy(o)
+                for t, o in zip(self.program.outputs, outs)]

@@ -124,6 +124,8 @@ class CompiledModel:
     artifact_kind: str = V1_ARTIFACT_KIND  # the backend that runs the kernels (`akg.target.BACKENDS`)
     reference: object = field(default=None, repr=False)  # the model's Graph, saved with the pack if set
     use_driver: bool = True  # call through the backend's linked driver when it has one
+    # complex64 inputs/outputs: float32 (..., 2) pairs inside (akg.graph.complex), complex64 views here
+    complex_io: frozenset = frozenset()
     _slots: list | None = field(default=None, repr=False)
     _driver: object = field(default=None, repr=False)
     _link_outputs: list | None = field(default=None, repr=False)
@@ -137,7 +139,8 @@ class CompiledModel:
         from akg.graph.types import TensorType
 
         rng = np.random.default_rng(seed)
-        return {s.name: random_array(TensorType(s.shape, s.dtype), rng, self.index_bounds.get(s.name))
+        return {s.name: random_array(TensorType(s.shape[:-1], "complex64") if s.name in self.complex_io
+                                     else TensorType(s.shape, s.dtype), rng, self.index_bounds.get(s.name))
                 for s in self.inputs}
 
     # --- running --------------------------------------------------------------------------
@@ -158,6 +161,12 @@ class CompiledModel:
         out = {}
         for s in self.inputs:
             a = np.asarray(named[s.name])
+            if s.name in self.complex_io:  # complex64 in, its (re, im) float32 pairs to the kernels
+                if a.dtype != np.complex64 or (*a.shape, 2) != tuple(s.shape):
+                    raise InputDataError(f"input {s.name} must be complex64{list(s.shape[:-1])}, "
+                                         f"got {a.dtype}{list(a.shape)}")
+                out[s.name] = np.ascontiguousarray(a).view(np.float32).reshape(s.shape)
+                continue
             if a.shape != s.shape or a.dtype != np.dtype(s.dtype):
                 raise InputDataError(f"input {s.name} must be {s.dtype}{list(s.shape)}, got {a.dtype}{list(a.shape)}")
             check_index_bounds(s.name, a, self.index_bounds.get(s.name))
@@ -173,9 +182,11 @@ class CompiledModel:
     def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
         values = self._bind(args, named)
         driver = self.driver() if self.use_driver else None
-        if driver is None:
-            return self.call_per_kernel(values)
-        return self._call_linked(driver, values)
+        results = self.call_per_kernel(values) if driver is None else self._call_linked(driver, values)
+        if not self.complex_io:
+            return results
+        return [np.ascontiguousarray(r).view(np.complex64).reshape(r.shape[:-1]) if s.name in self.complex_io
+                else r for s, r in zip(self.outputs, results)]
 
     def driver(self):
         """The model linked into one callable by its backend (`Backend.link`), made on first
@@ -350,6 +361,7 @@ class CompiledModel:
             "stats": self.stats,
             "index_bounds": self.index_bounds,
             "artifact_kind": self.artifact_kind,
+            "complex_io": sorted(self.complex_io),
         }
         if ref_text is not None:
             manifest["reference"] = {"graph": REFERENCE_GRAPH, "weights": REFERENCE_WEIGHTS if ref_weights else None}
@@ -409,7 +421,8 @@ class CompiledModel:
         plan = MemoryPlan(manifest["plan"]["slot_of"], manifest["plan"]["slot_bytes"], manifest["plan"]["naive_bytes"])
         model = cls(manifest["name"], [_spec(s) for s in manifest["inputs"]], [_spec(s) for s in manifest["outputs"]],
                     specs, calls, kernels, constants, plan, manifest.get("stats", {}),
-                    manifest.get("index_bounds", {}), kind)
+                    manifest.get("index_bounds", {}), kind,
+                    complex_io=frozenset(manifest.get("complex_io", ())))
         model._pack = path
         return model
 

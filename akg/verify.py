@@ -18,6 +18,15 @@ from akg.graph.interpreter import evaluate
 from akg.graph.ir import Graph
 
 TOLERANCE = {"float16": 5e-3, "float32": 1e-5, "float64": 1e-9}
+
+
+def _parts(a: np.ndarray) -> np.ndarray:
+    """A complex array as real numbers: (re, im) along a new last axis (complex64 -> float32,
+    complex128 -> float64); other arrays unchanged. Each part is checked as a float output."""
+    a = np.asarray(a)
+    if a.dtype.kind != "c":
+        return a
+    return np.stack([a.real, a.imag], axis=-1)
 REFERENCE_SLACK = 4.0
 
 
@@ -51,6 +60,14 @@ def compare(graph: Graph | Sequence[str], outputs: Sequence[np.ndarray], referen
     bad = []
     for name, got, ref, exact in zip(names, outputs, reference.declared, reference.exact):
         got = np.asarray(got)
+        if got.shape != ref.shape:
+            bad.append(Mismatch(name, got.size, ref.size, float("inf")))
+            continue
+        if ref.dtype.kind == "c":  # real and imaginary parts, each as a float output
+            if got.dtype.kind != "c":
+                bad.append(Mismatch(name, got.size, ref.size, float("inf")))
+                continue
+            got, ref, exact = _parts(got), _parts(ref), _parts(exact)
         if got.shape != ref.shape:
             bad.append(Mismatch(name, got.size, ref.size, float("inf")))
             continue
@@ -156,7 +173,9 @@ def check_outputs(names: Sequence[str], outputs: Sequence[np.ndarray], reference
     for name, got, ref, exact in zip(names, outputs, reference.declared, reference.exact):
         got, ref, exact = np.asarray(got), np.asarray(ref), np.asarray(exact)
         dtype = str(ref.dtype)
-        d_rtol, d_atol = default_tolerance(dtype)
+        if ref.dtype.kind == "c" and got.dtype == ref.dtype and got.shape == ref.shape:
+            got, ref, exact = _parts(got), _parts(ref), _parts(exact)  # parts as float outputs
+        d_rtol, d_atol = default_tolerance(str(ref.dtype))
         rt = d_rtol if rtol is None else rtol
         at = d_atol if atol is None else atol
         if got.shape != ref.shape or got.dtype != ref.dtype:

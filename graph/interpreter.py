@@ -9,7 +9,7 @@ import numpy as np
 from akg.errors import AkgError, InputDataError, TooLargeError
 from akg.graph.ir import Graph, Value
 from akg.graph.memory import require_values
-from akg.graph.types import TensorType, is_float, is_int
+from akg.graph.types import COMPLEX_PART, TensorType, is_complex, is_float, is_int
 
 
 def bind_inputs(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[Value, np.ndarray]:
@@ -75,13 +75,17 @@ def _evaluate(graph: Graph, env: dict[Value, np.ndarray], keep_all: bool, float6
                 raise AkgError(
                     f"internal: reference of '{node.op}' gave shape {list(r.shape)} for {v!r}"
                 )
-            env[v] = _widen(r) if float64 and is_float(v.dtype) else r.astype(v.dtype, copy=False)
+            wide = float64 and (is_float(v.dtype) or is_complex(v.dtype))
+            env[v] = _widen(r) if wide else r.astype(v.dtype, copy=False)
     if keep_all:
         return {v.name: a for v, a in env.items()}
     return [env[v] for v in graph.outputs]
 
 
 def _widen(a: np.ndarray) -> np.ndarray:
+    """float -> float64, complex -> complex128 (NumPy evaluates complex64 natively)."""
+    if a.dtype.kind == "c":
+        return a.astype(np.complex128)
     return a.astype(np.float64) if a.dtype.kind == "f" else a
 
 
@@ -98,6 +102,10 @@ def random_array(t: TensorType, rng: np.random.Generator, high: int | None = Non
         if is_float(t.dtype):
             return rng.integers(0, top, size=t.shape).astype(t.dtype)
         return rng.integers(0, top, size=t.shape, dtype=t.dtype)
+    if is_complex(t.dtype):  # N(0, 1) real and imaginary parts
+        part = TensorType(t.shape, COMPLEX_PART[t.dtype])
+        re, im = random_array(part, rng), random_array(part, rng)
+        return (re + 1j * im).astype(t.dtype)
     if is_float(t.dtype):
         wide = "float64" if t.dtype == "float64" else "float32"
         return rng.standard_normal(t.shape, dtype=wide).astype(t.dtype, copy=False)

@@ -1,7 +1,7 @@
 """The graph pass pipeline (graph stage, between import and kernel generation): a model Graph
 through the named passes of `PASSES`, in order, to the Partition of its kernels.
 
-    autodiff -> parallel -> expand -> simplify -> layout -> fuse
+    autodiff -> parallel -> complex -> expand -> simplify -> layout -> fuse
 
 Every step is a `GraphPass`: a name and a function of the graph and the `PlanOptions` (the
 target, fusion limits). All but the last map a Graph to a Graph; "fuse", the last, cuts it
@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from akg.graph.complex import decompose_complex
 from akg.graph.expand import expand
 from akg.graph.fuse import FusionLimits, Partition, fuse
 from akg.graph.ir import Graph
@@ -48,6 +49,10 @@ def _identity(graph: Graph, options: PlanOptions) -> Graph:
     return graph
 
 
+def _complex(graph: Graph, options: PlanOptions) -> Graph:
+    return decompose_complex(graph)
+
+
 def _expand(graph: Graph, options: PlanOptions) -> Graph:
     return expand(graph)
 
@@ -67,6 +72,8 @@ def _fuse(graph: Graph, options: PlanOptions) -> Partition:
 PASSES: tuple[GraphPass, ...] = (
     GraphPass("autodiff", _identity, "slot for loss -> training graph; the identity today"),
     GraphPass("parallel", _identity, "slot for the per-rank SPMD split; the identity today"),
+    GraphPass("complex", _complex, "complex64 values -> float32 (re, im) pairs; complex inputs and "
+                                   "outputs as float32 (..., 2) (akg.graph.complex)"),
     GraphPass("expand", _expand, "composite ops -> basic ops (akg.graph.expand)"),
     GraphPass("simplify", _simplify, "CSE, DCE, constant folding, identities (akg.graph.simplify)"),
     GraphPass("layout", _layout, "constant matmul weights stored as panels for the target "

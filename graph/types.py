@@ -21,6 +21,7 @@ _SHORT = {
     "float16": "f16",
     "float32": "f32",
     "float64": "f64",
+    "complex64": "c64",  # graph IR and reference only: kernels see float32 pairs (akg.graph.complex)
 }
 _LONG = {short: long for long, short in _SHORT.items()}
 DTYPES = tuple(_SHORT)
@@ -30,6 +31,9 @@ FLOAT_DTYPES = ("float16", "float32", "float64")
 # made (akg.graph.memory).
 MAX_ELEMENTS = 2**63 - 1
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
+COMPLEX_DTYPES = ("complex64",)
+# the real dtype of each complex dtype's parts
+COMPLEX_PART = {"complex64": "float32"}
 
 
 def canonical_dtype(dtype: object) -> str:
@@ -59,6 +63,10 @@ def is_float(dtype: str) -> bool:
 
 def is_int(dtype: str) -> bool:
     return dtype in INT_DTYPES
+
+
+def is_complex(dtype: str) -> bool:
+    return dtype in COMPLEX_DTYPES
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import numpy as np
 from akg.errors import UnsupportedOpError
 from akg.graph.compute.expr import (Call, ComputeOp, Expr, Load, Reduce, Select, Tensor, compute, const,
                                     placeholder, rebuild, size, substitute, walk)
+from akg.graph.complex import complex_io, decompose_complex
 from akg.graph.expand import expand
 from akg.graph.ir import Graph, Value
 from akg.graph.ops import COMPUTES, ComputeCtx
@@ -28,6 +29,7 @@ class Program:
     inputs: list[Tensor]
     outputs: list[Tensor]
     params: dict[Tensor, np.ndarray] = field(default_factory=dict)
+    complex_io: frozenset = frozenset()  # complex64 inputs/outputs, float32 (..., 2) here
 
     @property
     def placeholders(self) -> list[Tensor]:
@@ -79,12 +81,14 @@ def _uniform(a: np.ndarray) -> bool:
 def kernel_params(graph: Graph) -> list[np.ndarray]:
     """The arrays `lower_graph(graph)` binds as the kernel's parameters, in order, without
     building its expressions (a model's repeated kernels each bind their own weights)."""
-    return [np.asarray(a) for a in expand(graph).constants.values() if not _uniform(a)]
+    return [np.asarray(a) for a in decompose_complex(expand(graph)).constants.values() if not _uniform(a)]
 
 
 def lower_graph(graph: Graph) -> Program:
-    """Expand composites, then build each basic op's tensor expression."""
-    graph = expand(graph)
+    """Expand composites, decompose complex values into float pairs, then build each basic
+    op's tensor expression."""
+    complex_names = complex_io(graph)
+    graph = decompose_complex(expand(graph))
     env: dict[Value, Tensor] = {}
     inputs = []
     for v in graph.inputs:
@@ -111,7 +115,7 @@ def lower_graph(graph: Graph) -> Program:
         if t.op is None or t in outputs:  # an output needs its own buffer
             t = compute(t.shape, lambda *i, src=t: src[i], f"{v.name}.copy")
         outputs.append(t)
-    return inline(Program(graph.name, inputs, outputs, params))
+    return inline(Program(graph.name, inputs, outputs, params, complex_names))
 
 
 # --- inlining -----------------------------------------------------------------------------------
@@ -200,7 +204,8 @@ def inline(program: Program) -> Program:
             new_body[id(op.output)] = (op, body)
         else:
             remap[id(op.output)] = ComputeOp(op.name, op.axes, body).output
-    return Program(program.name, program.inputs, [remap[id(t)] for t in program.outputs], program.params)
+    return Program(program.name, program.inputs, [remap[id(t)] for t in program.outputs], program.params,
+                   program.complex_io)
 
 
 # --- reduction splitting ----------------------------------------------------------------------------
@@ -249,4 +254,4 @@ def split_reductions(program: Program, lanes: int) -> Program:
     if not remap:
         return program
     outputs = [remap.get(id(t), t) for t in program.outputs]
-    return Program(program.name, program.inputs, outputs, program.params)
+    return Program(program.name, program.inputs, outputs, program.params, program.complex_io)

@@ -14,7 +14,10 @@ inputs and outputs are named by the file's `tensor_name`s, so an `.npz` keyed by
   Conv2D on NHWC tensors is wrapped in transposes around our NCHW conv2d.
 * InplaceAssign(a, b, c) writes b into a's buffer and yields c: its output is c, later reads of
   `a` (in op order) see b, and b becomes an extra graph output `<a>.inplace` after the file's
-  outputs (last write wins). `fake_output`, `enable_atomic_add` and other scheduling hints are
+  outputs (last write wins). Assign(ref, value), MindSpore's in-place write, is
+  InplaceAssign(ref, value, value): its output (usually a file output too) is the value.
+* complex64 tensors stay complex in the Graph (Complex / CReal / CImag and arithmetic on them);
+  kernels see them as float32 pairs (akg.graph.complex). `fake_output`, `enable_atomic_add` and other scheduling hints are
   ignored: the value stored is the one computed.
 * MatMul / BatchMatMul cast fp16 operands to fp32, multiply (our matmul needs equal dtypes) and
   cast to `dst_type`: fp32 accumulation, as AKG's vector matmul and fp32-accumulating MMA do
@@ -128,7 +131,7 @@ def _desc_lists(value: Any, where: str) -> list[_Desc]:
 
 def _attrs(op: dict, where: str) -> dict[str, Any]:
     raw = op.get("attr")
-    if raw is None:
+    if raw is None or raw == {}:  # no attributes (some files write an empty object)
         return {}
     if not isinstance(raw, list):
         raise ImportFail(f"{where}: 'attr' must be a list, got {type(raw).__name__}")
@@ -705,11 +708,41 @@ def _elem_any(c: AkgJsonOpContext) -> Value:
     return c.emit("reshape", [top], shape=c.out.shape)
 
 
+@AKG_OPS.register_op("Complex", "complex(re, im)")
+def _complex(c: AkgJsonOpContext) -> Value:
+    c.expect(2)
+    return c.emit("complex", c.operands(0, 1))
+
+
+@AKG_OPS.register_op("CReal", "real")
+def _creal(c: AkgJsonOpContext) -> Value:
+    c.expect(1)
+    return c.emit("real", [c.v(0)])
+
+
+@AKG_OPS.register_op("CImag", "imag")
+def _cimag(c: AkgJsonOpContext) -> Value:
+    c.expect(1)
+    return c.emit("imag", [c.v(0)])
+
+
+@AKG_OPS.register_op("Assign", "InplaceAssign(ref, value, value): output = value; later reads of ref "
+                               "see value; value becomes output '<ref>.inplace'")
+def _assign(c: AkgJsonOpContext) -> Value:
+    c.expect(2)
+    return _write(c, c.args[0], c.args[1], c.args[1])
+
+
 @AKG_OPS.register_op("InplaceAssign", "no node: output = c; later reads of a see b; b becomes output "
                             "'<a>.inplace'")
 def _inplace_assign(c: AkgJsonOpContext) -> Value:
     c.expect(2, 3)
-    target, val = c.args[0], c.args[1]
+    return _write(c, c.args[0], c.args[1], c.args[2] if len(c.args) == 3 else c.args[1])
+
+
+def _write(c: AkgJsonOpContext, target: _Arg, val: _Arg, result: _Arg) -> Value:
+    """Write `val` into `target`'s buffer (later reads of it see `val`, and it becomes the
+    graph output `<target>.inplace`), and give `result`."""
     if target.is_const:
         raise c.fail("the assigned tensor (first input) is a constant")
     v = val.value
@@ -723,7 +756,7 @@ def _inplace_assign(c: AkgJsonOpContext) -> Value:
     c.imp.inplace.pop(name, None)  # keep the order of the last write
     c.imp.inplace[name] = v
     c.imp.env[name] = (v, target.format)
-    return (c.args[2] if len(c.args) == 3 else val).value
+    return result.value
 
 
 # --- entry points -------------------------------------------------------------------------------

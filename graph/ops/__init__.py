@@ -5,4 +5,4 @@ from akg.graph.ops.registry import (  # noqa: F401
     COMPUTES, EXPANDERS, VJP_RULES, Attr, Attrs, ComputeCtx, OpDef, defcompute, defexpand, defop, defvjp,
     get_op,
 )
-from akg.graph.ops import conv, elementwise, index, layout, linalg, nn, reduce  # noqa: F401,E402
+from akg.graph.ops import complex, conv, elementwise, index, layout, linalg, nn, reduce  # noqa: F401,E402

@@ -7,7 +7,7 @@ from scipy import special
 
 from akg.errors import ShapeError
 from akg.graph.ops.registry import ELEMWISE, Attr, defop
-from akg.graph.types import TensorType, broadcast_shapes, is_float
+from akg.graph.types import COMPLEX_PART, TensorType, broadcast_shapes, is_float
 
 # --- dtype rules ---------------------------------------------------------------------------
 
@@ -53,7 +53,7 @@ def _unary(name: str, fn, infer=_float_only, differentiable: bool = True, attrs=
 
 
 _unary("neg", np.negative, _numeric)
-_unary("abs", np.abs, _numeric)
+_unary("abs", np.abs, lambda t: _numeric(t).with_dtype(COMPLEX_PART.get(t.dtype, t.dtype)))
 _unary("exp", np.exp)
 _unary("log", np.log)
 _unary("sqrt", np.sqrt)
@@ -108,7 +108,7 @@ def _binary(name: str, fn, check=_numeric, out_dtype: str | None = None, differe
 
 def _divide(a, b):
     """True division for floats; floor division for integers (as TVM's floordiv)."""
-    return np.true_divide(a, b) if is_float(a.dtype.name) else np.floor_divide(a, b)
+    return np.true_divide(a, b) if a.dtype.kind in "fc" else np.floor_divide(a, b)
 
 
 _binary("add", np.add)

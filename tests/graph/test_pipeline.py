@@ -37,12 +37,12 @@ def _small():
 
 
 def test_passes_are_named_and_ordered():
-    assert [p.name for p in PASSES] == ["autodiff", "parallel", "expand", "simplify", "layout", "fuse"]
+    assert [p.name for p in PASSES] == ["autodiff", "parallel", "complex", "expand", "simplify", "layout", "fuse"]
     assert all(isinstance(p, GraphPass) and p.doc for p in PASSES)
     assert list(GRAPH_PASSES) == sorted(p.name for p in PASSES)
     for name, p in GRAPH_PASSES.items():
         assert p.name == name and p in PASSES
-    with pytest.raises(MissingRuleError, match=r"no graph pass for 'cse' \(known: autodiff, expand, "):
+    with pytest.raises(MissingRuleError, match=r"no graph pass for 'cse' \(known: autodiff, complex, expand, "):
         GRAPH_PASSES.get("cse")
 
 

@@ -537,8 +537,8 @@ def test_inconsistent_files_are_located_errors():
     wrong_dtype = kernel([t("x", [2])], [op("Neg", [t("x", [2], "float16")], t("y", [2]))], [t("y", [2])])
     with pytest.raises(ImportFormatError, match=r"tensor 'x' is f32\[2\] but is used as float16"):
         parse_akg_json(wrong_dtype, "t.info")
-    unknown_dtype = kernel([t("x", [2], "complex64")], [], [t("x", [2])])
-    with pytest.raises(ImportFormatError, match=r"unsupported data_type 'complex64'"):
+    unknown_dtype = kernel([t("x", [2], "complex128")], [], [t("x", [2])])
+    with pytest.raises(ImportFormatError, match=r"unsupported data_type 'complex128'"):
         parse_akg_json(unknown_dtype, "c.info")
     bad_value = kernel([t("x", [2])], [op("Add", [t("x", [2]), t("k", [2], value=[1, 2, 3])], t("y", [2]))],
                        [t("y", [2])])
