@@ -173,7 +173,7 @@ class NpuRecipe(Recipe):
         points = math.prod(info.extents)
         total, whole = 0.0, 0.0
         program = self._program
-        tensors = [] if program is None else [*program.placeholders, *(op.output for op in program.ops())]
+        tensors = [] if program is None else self._band_tensors(info)
         for t in tensors:
             n = int(np.prod(t.shape, dtype=np.int64)) * max(np.dtype(t.dtype).itemsize, 2)
             if n >= points:
@@ -191,7 +191,12 @@ class NpuRecipe(Recipe):
         per_point, whole = self._point_bytes(info)
         budget = max(self._budget(buffers) - whole, 1024)
         tile = list(info.extents)
-        for d in range(info.members):
+        # members that may be a tensor's innermost (UB-padded) dim are shrunk last: a tile of
+        # a few elements along it pads every row to a 32-byte block
+        inner = self._inner_extents()
+        order = sorted(range(info.members), key=lambda d: info.extents[d] in inner and
+                       any(info.extents[e] not in inner for e in range(info.members)))
+        for d in order:
             if math.prod(tile) * per_point <= budget:
                 break
             if not info.permutable and info.members > 1:
@@ -200,6 +205,40 @@ class NpuRecipe(Recipe):
             fits = [t for t in divisors(info.extents[d]) if t * rest * per_point <= budget]
             tile[d] = max(fits) if fits else 1
         return tuple(tile)
+
+    def _band_tensors(self, info: BandInfo) -> list:
+        """The tensors the band's statements read and write (every tensor of the kernel
+        when the statements are not known ops): other bands' tensors are not in its tiles."""
+        from akg.graph.compute.expr import loads
+
+        program = self._program
+        ops = program.ops()
+        picked = []
+        for name in info.statements:
+            base = name.removesuffix("_init")
+            if base.startswith("S") and base[1:].isdigit() and int(base[1:]) < len(ops):
+                picked.append(ops[int(base[1:])])
+        if not picked:
+            return [*program.placeholders, *(op.output for op in ops)]
+        seen, out = set(), []
+        for op in picked:
+            for t in [op.output, *(ld.tensor for ld in loads(op.body))]:
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    out.append(t)
+        return out
+
+    def _inner_extents(self) -> set:
+        """The extents of the tensors' innermost dims of more than one element."""
+        program = self._program
+        out = set()
+        if program is None:
+            return out
+        for t in [*program.placeholders, *(op.output for op in program.ops())]:
+            dims = [int(d) for d in t.shape if int(d) > 1]
+            if dims:
+                out.add(dims[-1])
+        return out
 
     def default_blocks(self, info: BandInfo, tile: tuple[int, ...], n_bands: int) -> int:
         if n_bands > 1 or not info.coincident or not info.coincident[0]:

@@ -38,6 +38,12 @@ from akg.target import Artifact, Backend
 
 ARTIFACT_KIND = "npu-sim"
 NPU_DTYPES = ("float16", "float32", "int32")
+BOOL_AS = "float16"  # a bool tensor lives in GM and UB as float16 0 / 1 (the kernel's edge converts)
+
+
+def _npu_dtype(dtype) -> str:
+    dtype = str(dtype)
+    return BOOL_AS if dtype == "bool" else dtype
 
 
 class NpuMappingError(CompileError):
@@ -214,6 +220,60 @@ def _buf(access):
 
 def _dt(e) -> str:
     return str(e.ty.dtype)
+
+
+def _nonnegative(e) -> bool:
+    """Is a value >= 0 by construction: `c ? x : k` with c `x > 0` (or `x >= 0`) and k >= 0
+    a constant, max(x, k >= 0), x * x, abs, a non-negative constant?"""
+    from tvm import tirx
+
+    name = type(e).__name__
+    if isinstance(e, (tirx.FloatImm, tirx.IntImm)):
+        return e.value >= 0
+    if name == "Max":
+        return any(isinstance(x, (tirx.FloatImm, tirx.IntImm)) and x.value >= 0 or _nonnegative(x)
+                   for x in (e.a, e.b))
+    if name == "Mul":
+        return e.a.same_as(e.b) or (_is_load(e.a) and _is_load(e.b) and _key(e.a) == _key(e.b)) or \
+            _nonnegative(e.a) and _nonnegative(e.b)
+    if name == "Cast":
+        return _nonnegative(e.value)
+    if name == "Call" and str(e.op.name).split(".")[-1] in ("fabs", "exp", "sqrt"):
+        return True
+    if name == "Call" and str(e.op.name).endswith("if_then_else") or name == "Select":
+        cond, t, f = (e.args if name == "Call" else (e.condition, e.true_value, e.false_value))
+        kind = type(cond).__name__
+        if kind == "NE" and isinstance(cond.b, (tirx.FloatImm, tirx.IntImm)) and cond.b.value == 0 and \
+                type(cond.a).__name__ == "Cast" and type(cond.a.value).__name__ in ("GT", "GE"):
+            cond = cond.a.value  # float(x > 0) != 0
+            kind = type(cond).__name__
+
+        def same(x, y):
+            return x.same_as(y) or _is_load(x) and _is_load(y) and _key(x) == _key(y)
+
+        guard = kind in ("GT", "GE") and isinstance(cond.b, (tirx.FloatImm, tirx.IntImm)) and cond.b.value >= 0 \
+            and same(cond.a, t)
+        return (guard or _nonnegative(t)) and _nonnegative(f)
+    return False
+
+
+def _may_be_nonfinite(e) -> bool:
+    """Can a value be NaN or inf from finite inputs (a division, a root, a log, an exp)?"""
+    name = type(e).__name__
+    if name in ("Div", "FloorDiv"):
+        return True
+    if name == "Call":
+        fn = str(e.op.name).split(".")[-1]
+        if fn == "sqrt" and _nonnegative(e.args[0]):
+            return _may_be_nonfinite(e.args[0])  # the root of a value >= 0 is finite
+        if fn in ("sqrt", "rsqrt", "log", "exp", "pow"):
+            return True
+        return any(_may_be_nonfinite(a) for a in e.args)
+    for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+        sub = getattr(e, attr, None) if name != "Load" and not _is_load(e) else None
+        if sub is not None and hasattr(sub, "ty") and _may_be_nonfinite(sub):
+            return True
+    return False
 
 
 def _nests(items) -> list:
@@ -412,9 +472,21 @@ class Local:
     halves: bool = False
     slot_elems: int = 0
     moving: bool = False  # brought in per tile of a tiled reduction loop
+    perm: list = None  # the tensor dims in UB order, outer to inner (None: the tensor's own);
+    #                    a transposed access gets its transpose in the DMA
+
+
+class _NotDense(Exception):
+    """An unpadded (dense) UB layout does not work for this region: use the padded one."""
 
 
 class Translator:
+    layout_mode = "padded"  # UB boxes: "dense" unpadded, "live" innermost non-unit dim padded, "padded"
+
+    @property
+    def dense(self) -> bool:
+        return self.layout_mode == "dense"
+
     def __init__(self, func, spec, name: str, double_buffer: bool):
         from akg.backends.npu import isa
 
@@ -494,10 +566,11 @@ class Translator:
         func = self.func
         for p in func.params:
             buf = p
-            if buf.dtype not in NPU_DTYPES:
+            if _npu_dtype(buf.dtype) not in NPU_DTYPES:
                 raise NpuMappingError(f"{self.name}: tensor '{buf.name}' is {buf.dtype}; the NPU computes in "
                                       f"{', '.join(NPU_DTYPES)} (not supported yet)")
-            gm = isa.Buffer(isa.Scope.GM, self._ident(buf.name), tuple(int(s) for s in buf.shape) or (1,), str(buf.dtype))
+            gm = isa.Buffer(isa.Scope.GM, self._ident(buf.name), tuple(int(s) for s in buf.shape) or (1,),
+                            _npu_dtype(buf.dtype))
             self.params[buf.name] = gm
             self.param_order.append(gm)
         top = _parse_top(func.body, self.name)
@@ -524,10 +597,10 @@ class Translator:
         isa = self.isa
         name = tir_buffer.name
         if name not in self.params:
-            if tir_buffer.dtype not in NPU_DTYPES:
+            if _npu_dtype(tir_buffer.dtype) not in NPU_DTYPES:
                 raise NpuMappingError(f"{self.name}: tensor '{name}' is {tir_buffer.dtype} (not supported yet)")
             gm = isa.Buffer(isa.Scope.GM, self._ident(name) + "_ws", tuple(int(s) for s in tir_buffer.shape) or (1,),
-                            str(tir_buffer.dtype))
+                            _npu_dtype(tir_buffer.dtype))
             self.params[name] = gm
             self.workspaces.append(gm)
         return self.params[name]
@@ -543,12 +616,19 @@ class Translator:
             self.grid_vars = [v for v, _ in axes]
             self.grid = tuple(e for _, e in axes)
             return self._top(cur, outer_parallel=False)
-        for it in items:
+        base = self.ub_offset
+        for k, it in enumerate(items):
+            if k:
+                # the items run one after another: each reuses the UB from `base`, a barrier
+                # ordering every access of the ones before (aliased bytes) before its own
+                self.ub_offset = base
+                seq.append(Compound([self.isa.PipeBarrier()], {}))
             if isinstance(it, TopLoop) and it.grid:
                 raise NpuMappingError(f"{self.name}: a block grid below other loops (not supported)")
-            if isinstance(it, TopLoop) and it.parallel and outer_parallel and self.block_var is None:
-                if len(items) > 1:
-                    raise NpuMappingError(f"{self.name}: a core split next to other loop nests is not supported")
+            if isinstance(it, TopLoop) and it.parallel and outer_parallel and self.block_var is None \
+                    and len(items) == 1:
+                # (a core split next to other loop nests, e.g. a loopless statement, runs as a
+                # serial loop on one core)
                 self.block_var, self.blocks = it.var, it.extent
                 return self._top(it.items, outer_parallel=False)
             if isinstance(it, TopLoop):
@@ -602,26 +682,46 @@ class Translator:
 
             return cube_region(self, region, half, kt, where)
         state = (self.ub_offset, len(self.buffers), self.counter)
+        # layouts tried in turn: unpadded (every statement one contiguous range: rows of a
+        # few elements need no 32-byte padding), the innermost dim of more than one element
+        # padded (trailing unit dims are not rows), then the last dim padded whatever its size
+        for mode in (("dense", "live") if all(isinstance(it, Nest) for it in region.items) else ("live",)):
+            self.layout_mode = mode
+            try:
+                records = self._region_tiles(region, half, where, state)
+                if self.ub_offset <= self.spec.ub_usable_bytes:
+                    return records
+            except (_NotDense, NpuMappingError):
+                pass  # the next layout (the last one raises its typed error)
+            finally:
+                self.layout_mode = "padded"
+            self._restore(state)
+        return self._region_tiles(region, half, where, state)
+
+    def _restore(self, state) -> None:
+        self.ub_offset, self.counter = state[0], state[2]
+        del self.buffers[state[1]:]
+
+    def _region_tiles(self, region: Region, half, where: str, state) -> list:
+        """A vector region in the current layout; past the UB, its largest reduction loop in
+        tiles (partial sums stay in UB across them)."""
         records = self._vector_region(region.items, half, where)
         if self.ub_offset <= self.spec.ub_usable_bytes:
             return records
-        # past the UB: tile a reduction loop (partial sums stay in UB across its tiles)
         split = _reduction_loop(region.items, where)
         if split is None:
             return records
         nest, kv, K = split
         after_full = (self.ub_offset, len(self.buffers), self.counter)
         for kt in sorted((d for d in range(1, K) if K % d == 0), reverse=True):
-            self.ub_offset, self.counter = state[0], state[2]
-            del self.buffers[state[1]:]
+            self._restore(state)
             try:
                 records = self._vector_region(region.items, half, where, split=(nest, kv, K, kt))
             except NpuMappingError:
                 break
             if self.ub_offset <= self.spec.ub_usable_bytes:
                 return records
-        self.ub_offset, self.counter = state[0], state[2]
-        del self.buffers[state[1]:]
+        self._restore(state)
         records = self._vector_region(region.items, half, where)
         assert self.ub_offset == after_full[0]
         return records
@@ -660,6 +760,8 @@ class Translator:
                 self._extend_box(locals_, b, acc.indices, nest.loops, where)
         written = {n.store.buffer.name for n in nests}
         read = {l.source.name for n in nests for l in _loads(n.store.value)}
+        if not ksplit:
+            self._permute(locals_, nests, where)
         outputs = {b.name for b in self.func.params}
         pre, post, kpre = [], [], []
         kh = HALF if kways == 2 else None
@@ -708,6 +810,50 @@ class Translator:
     def _block(self, dtype: str) -> int:
         return self.spec.block_elements(np.dtype(dtype).itemsize)
 
+    def _reference_order(self, nest, where) -> dict:
+        """The loop order the region's UB tiles follow for one statement: the loops' own, or
+        the order an access walks them in when that puts a longer loop innermost (a
+        transpose whose loops end in a short dim moves along the long one instead)."""
+        loops = list(nest.loops)
+        ext = {v: e for v, e in loops}
+        best = [v for v, _e in loops]
+        for acc in [nest.store, *_loads(nest.store.value)]:
+            seq = []
+            for idx in acc.indices:
+                coeffs, _k = _affine(idx, where)
+                inner = [v for v, c in coeffs.items() if c and v in ext]
+                if len(inner) == 1 and inner[0] not in seq:
+                    seq.append(inner[0])
+            if any(e > 1 and v not in seq for v, e in loops):
+                continue  # only an access that walks every loop (a transpose, not a reduction)
+            cand = [v for v, _e in loops if v not in seq] + seq
+            if cand and ext[cand[-1]] > ext[best[-1]]:
+                best = cand
+        return {v: i for i, v in enumerate(best)}
+
+    def _permute(self, locals_, nests, where):
+        """UB dim orders: a tensor whose every access in the region walks its dims in another
+        order than the loops (a transpose) is laid out in UB in the loops' order, the DMA
+        doing the transpose (GM strides in any order, UB strides in whole 32-byte blocks)."""
+        orders: dict[str, set] = defaultdict(set)
+        for nest in nests:
+            pos = self._reference_order(nest, where)
+            for acc in [nest.store, *_loads(nest.store.value)]:
+                keys = []
+                for d, idx in enumerate(acc.indices):
+                    coeffs, _k = _affine(idx, where)
+                    inner = [pos[v] for v, c in coeffs.items() if c and v in pos]
+                    keys.append((max(inner) if inner else -1, d))
+                orders[_buf(acc).name].add(tuple(d for _k, d in sorted(keys)))
+        for name, loc in locals_.items():
+            found = orders.get(name, set())
+            if len(found) != 1:
+                continue
+            perm = list(next(iter(found)))
+            live = [d for d in perm if loc.sizes[d] > 1]
+            if live != sorted(live):
+                loc.perm = perm
+
     def _extend_box(self, locals_, buf, indices, loops, where):
         inner = {v for v, _ in loops}
         ext = {v: e for v, e in loops}
@@ -726,7 +872,7 @@ class Translator:
             outer.append(out)
         loc = locals_.get(buf.name)
         if loc is None:
-            locals_[buf.name] = Local(buf.name, str(buf.dtype), [(o, l) for o, l in zip(outer, lo)],
+            locals_[buf.name] = Local(buf.name, _npu_dtype(buf.dtype), [(o, l) for o, l in zip(outer, lo)],
                                       [h - l + 1 for h, l in zip(hi, lo)], [])
             return
         for d in range(len(indices)):
@@ -740,16 +886,29 @@ class Translator:
             loc.sizes[d] = nh - nl + 1
 
     def _layout(self, loc: Local) -> int:
-        """Row-major strides of the box with the last dim padded to a 32-byte block; the
-        buffer's elements."""
+        """Row-major strides of the box (in `perm` order) with the last dim padded to a
+        32-byte block (dense: unpadded); the buffer's elements."""
         sizes = list(loc.sizes) or [1]
         block = self._block(loc.dtype)
-        last = sizes[-1] if len(sizes) == 1 or all(s == 1 for s in sizes[:-1]) else -(-sizes[-1] // block) * block
-        strides, acc = [], 1
-        for d in reversed(range(len(sizes))):
-            strides.append(acc)
-            acc *= last if d == len(sizes) - 1 else sizes[d]
-        loc.strides = list(reversed(strides))
+        order = list(loc.perm) if loc.perm is not None else list(range(len(sizes)))
+        live = [i for i, d in enumerate(order) if sizes[d] > 1]
+        if self.layout_mode in ("dense", "live"):
+            inner = live[-1] if live else len(order) - 1
+            lead = len(live) > 1 and not self.dense
+        else:
+            # padded: the innermost dim, even of one element (a reduction's one value per
+            # row then starts a 32-byte block, as its per-row instructions need)
+            inner = len(order) - 1
+            lead = any(sizes[d] > 1 for d in order[:-1])
+        strides, acc = [1] * len(sizes), 1
+        for i in reversed(range(len(order))):
+            d = order[i]
+            strides[d] = acc
+            if i == inner:
+                acc *= -(-sizes[d] // block) * block if lead else sizes[d]
+            elif i < inner:
+                acc *= sizes[d]
+        loc.strides = strides
         return max(acc, 1)
 
     def _dma(self, loc: Local, gm, into: bool, half):
@@ -757,7 +916,8 @@ class Translator:
         per DMA (outer dims as a loop)."""
         isa = self.isa
         gstrides = list(isa.contiguous_strides(gm.shape)) if gm.shape else [1]
-        dims = [(n, gs, ls) for n, gs, ls in zip(loc.sizes, gstrides, loc.strides) if n > 1]
+        order = list(loc.perm) if loc.perm is not None else list(range(len(loc.sizes)))
+        dims = [(loc.sizes[d], gstrides[d], loc.strides[d]) for d in order if loc.sizes[d] > 1]
         merged = []
         for n, gs, ls in dims:
             if merged and merged[-1][1] == gs * n and merged[-1][2] == ls * n:
@@ -773,9 +933,10 @@ class Translator:
         lbase = isa.Affine()
         if loc.halves:
             lbase = isa.var(half) * loc.slot_elems
-        loops = []
+        loops, loops_dims = [], []
         while len(merged) > 3:
             n, gs, ls = merged.pop(0)
+            loops_dims.append((n, gs, ls))
             v = self.fresh("d")
             loops.append((v, n))
             gbase = gbase + isa.var(v) * gs
@@ -783,6 +944,9 @@ class Translator:
         shape = tuple(n for n, _, _ in merged)
         gsd = tuple(g for _, g, _ in merged)
         lsd = tuple(l for _, _, l in merged)
+        if self.dense and any(n > 1 and ls != 1 and (ls * loc.buffer.itemsize) % self.spec.vector_block_bytes
+                              for n, _g, ls in merged + loops_dims):
+            raise _NotDense()
         ub = loc.buffer.ref(lbase)
         g = gm.ref(gbase)
         slot = (loc.buffer.name, HALF if loc.halves else None)
@@ -984,6 +1148,21 @@ class _Compute:
                     break
         return n, merged, rest
 
+    def _dense_ok(self, rest, vec, opds) -> None:
+        """Unpadded boxes need every statement as one contiguous range from aligned starts;
+        boxes padded only along their innermost non-unit dim need aligned rows."""
+        if self.tr.layout_mode == "padded":
+            return
+        if rest and self.tr.dense:
+            raise _NotDense()
+        for o in opds:
+            if o.kind != "ref" or (vec is not None and not o.coeffs.get(vec, 0) and o is not opds[0]):
+                continue
+            block = self.spec.block_elements(np.dtype(o.dtype).itemsize)
+            if o.base.const % block or any(c % block for _v, c in o.base.terms) or \
+                    any(o.coeffs.get(v, 0) % block for v, _e in rest):
+                raise _NotDense()
+
     def _bind(self, opd: Opd, rest, names) -> Opd:
         isa = self.isa
         base = opd.base
@@ -1002,6 +1181,7 @@ class _Compute:
                 raise NpuMappingError(f"{where}: operand of '{o.buffer.name}' is strided along the vector loop "
                                       f"(a transpose or a strided access: not supported yet)")
         n, merged, rest = self._geometry(nest.loops, vec, [dst, *loads])
+        self._dense_ok(rest, vec, [dst, *loads])
         rows = self._rows(rest, vec, n, [dst, *loads])
         if rows:
             return self._elementwise_rows(nest, dst, loads, vec, n, merged, rest, rows, where)
@@ -1085,6 +1265,14 @@ class _Compute:
                 raise NpuMappingError(f"{where}: a reduction over a strided operand of '{o.buffer.name}' "
                                       f"(not supported yet)")
         n, merged, rest = self._geometry(nest.loops, vec, [dst, *loads])
+        if rest and dst.coeffs.get(rest[-1][0], 0) == 1:  # contiguous results: dst written as a vector
+            if self.tr.dense:
+                raise _NotDense()
+            self._dense_ok(rest[:-1], vec, [dst])
+            if self.tr.layout_mode == "live":
+                self._dense_ok(rest, vec, [Opd("num", dst.dtype), *loads])
+        else:
+            self._dense_ok(rest, vec, [dst, *loads])
         names = {v: self.tr.fresh("v") for v, _ in rest}
         opmap = {_key(l): (self._bind(o, rest, names), o.coeffs.get(vec, 0)) for l, o in zip(_loads(src), loads)}
         if rest and dst.coeffs.get(rest[-1][0], 0) == 1:
@@ -1216,6 +1404,8 @@ class _Emitter:
         from tvm import tirx
 
         dtype = _dt(expr)
+        if dtype == "bool":
+            return self._bool_value(expr, opmap, dst)
         if dtype not in NPU_DTYPES:
             raise NpuMappingError(f"{self.where}: a {dtype} value (not supported yet)")
 
@@ -1226,6 +1416,9 @@ class _Emitter:
             opd, c = res
             if opd.kind == "ref" and c and opd.buffer is dst.buffer and opd.base == dst.base:
                 return res
+            if opd.kind == "ref" and opd.dtype != dst.dtype:
+                self.op("cast", dst, [self.as_ref(res, opd.dtype)])
+                return (dst, 1)
             if opd.kind == "num":
                 self.op("dup", dst, [res])
             elif not c:
@@ -1241,6 +1434,8 @@ class _Emitter:
             return into((Opd("num", dtype, value=float(expr.value) if dtype != "int32" else int(expr.value)), 0))
         if _is_load(expr):
             return into(opmap[_key(expr)])
+        if isinstance(expr, tirx.Cast) and _dt(expr.value) == "bool":
+            return into(self.indicator(expr.value, opmap, dtype))
         if isinstance(expr, tirx.Cast):
             src = self.evaluate(expr.value, opmap, None)
             if _dt(expr.value) == dtype or src[0].dtype == dtype:
@@ -1280,6 +1475,8 @@ class _Emitter:
             return into((self.iota(dtype), 1))
         if name == "Select":
             return into(self.select(expr, opmap, dtype))
+        if name == "Call" and expr.op.name.endswith("if_then_else"):
+            return into(self.choose(expr.args[0], expr.args[1], expr.args[2], opmap, dtype))
         if name == "Call":
             opname = _UNARY_CALLS.get(expr.op.name)
             if opname is None:
@@ -1327,12 +1524,147 @@ class _Emitter:
                 m *= 2
         return Opd("ref", dtype, buffer=buf, base=isa.Affine(), slot=(buf.name, None))
 
+    # bool values: 0 / 1 in a float dtype
+
+    _CMP = ("EQ", "NE", "LT", "LE", "GT", "GE")
+
+    def _bool_value(self, expr, opmap, dst):
+        """A bool expression into a bool tensor (float16 0 / 1) or a temp."""
+        if _is_load(expr):
+            res = opmap[_key(expr)]
+        else:
+            res = self.indicator(expr, opmap, dst.dtype if dst is not None else BOOL_AS)
+        if dst is None:
+            return res
+        opd, c = res
+        if opd.kind == "ref" and c and opd.buffer is dst.buffer and opd.base == dst.base:
+            return res
+        if opd.kind == "num" or not c:
+            self.op("dup", dst, [res])
+        elif opd.dtype != dst.dtype:
+            self.op("cast", dst, [res])
+        else:
+            self.op("mul", dst, [res, (Opd("num", dst.dtype, value=1), 0)])
+        return (dst, 1)
+
+    def _positive(self, d, dtype: str):
+        """1 where d > 0, else 0 (exact: a difference is 0 only for equal values, and the
+        smallest subnormal times the scales is past 1)."""
+        scale, times = (2.0 ** 15, 2) if dtype == "float16" else (2.0 ** 64, 3)
+        t = self.tmp(dtype)
+        self.op("relu", t, [d])
+        for _ in range(times):
+            self.op("mul", t, [(t, 1), (Opd("num", dtype, value=scale), 0)])
+        self.op("min", t, [(t, 1), (Opd("num", dtype, value=1.0), 0)])
+        return (t, 1)
+
+    def indicator(self, cond, opmap, dtype: str):
+        """A bool expression as 0 / 1 in float `dtype`."""
+        from tvm import tirx
+
+        kind = type(cond).__name__
+        one = (Opd("num", dtype, value=1.0), 0)
+        if _is_load(cond):
+            o = opmap[_key(cond)]
+            if o[0].dtype == dtype:
+                return o
+            o = self.as_ref(o, o[0].dtype)
+            t = self.tmp(dtype)
+            self.op("cast", t, [o])
+            return (t, 1)
+        if isinstance(cond, (tirx.IntImm,)):
+            return (Opd("num", dtype, value=float(bool(cond.value))), 0)
+        if kind == "Not":
+            a = self.as_ref(self.indicator(cond.a, opmap, dtype), dtype)
+            t = self.tmp(dtype)
+            self.op("sub", t, [one, a])
+            return (t, 1)
+        if kind in ("And", "Or"):
+            a = self.as_ref(self.indicator(cond.a, opmap, dtype), dtype)
+            b = self.indicator(cond.b, opmap, dtype)
+            t = self.tmp(dtype)
+            self.op("mul" if kind == "And" else "max", t, [a, b])
+            return (t, 1)
+        if isinstance(cond, tirx.Cast):  # x != 0
+            cd = _dt(cond.value)
+            return self._compare("NE", cond.value, tirx.const(0, cd), opmap, dtype)
+        if kind in self._CMP:
+            return self._compare(kind, cond.a, cond.b, opmap, dtype)
+        raise NpuMappingError(f"{self.where}: the bool value `{cond}` has no NPU vector mapping (not supported yet)")
+
+    def _compare(self, kind, ea, eb, opmap, dtype: str):
+        cd = _dt(ea)
+        if cd == "int32" or type(ea).__name__ == "Var" or "float" not in cd:
+            from tvm import tirx
+
+            e = tirx.Select(getattr(tirx, kind)(ea, eb), tirx.const(1.0, dtype), tirx.const(0.0, dtype))
+            return self.select(e, opmap, dtype)
+        a = self.evaluate(ea, opmap, None)
+        b = self.evaluate(eb, opmap, None)
+        if a[0].kind == "num" and b[0].kind == "num":
+            va, vb = a[0].value, b[0].value
+            res = {"EQ": va == vb, "NE": va != vb, "LT": va < vb, "LE": va <= vb, "GT": va > vb, "GE": va >= vb}[kind]
+            return (Opd("num", dtype, value=float(res)), 0)
+
+        def diff(x, y):
+            t = self.tmp(cd)
+            self.op("sub", t, [self.as_ref(x, cd) if x[0].kind == "num" and y[0].kind == "num" else x, y])
+            return (t, 1)
+
+        one = (Opd("num", cd, value=1.0), 0)
+        if kind in ("GT", "LE"):
+            ind = self._positive(diff(a, b), cd)
+        elif kind in ("LT", "GE"):
+            ind = self._positive(diff(b, a), cd)
+        else:
+            g1 = self._positive(diff(a, b), cd)
+            g2 = self._positive(diff(b, a), cd)
+            t = self.tmp(cd)
+            self.op("add", t, [g1, g2])
+            ind = (t, 1)
+        if kind in ("LE", "GE", "EQ"):
+            t = self.tmp(cd)
+            self.op("sub", t, [one, ind])
+            ind = (t, 1)
+        if cd != dtype:
+            t = self.tmp(dtype)
+            self.op("cast", t, [ind])
+            ind = (t, 1)
+        return ind
+
+    def choose(self, cond, tv_e, fv_e, opmap, dtype: str):
+        """cond ? tv : fv = fv + (tv - fv) * indicator (a bool condition on any operands)."""
+        if "float" not in dtype:
+            raise NpuMappingError(f"{self.where}: a {dtype} select (not supported yet)")
+        for e in (tv_e, fv_e):
+            if _may_be_nonfinite(e):
+                raise NpuMappingError(f"{self.where}: a select whose branch `{e}` may be NaN or inf (computed "
+                                      f"arithmetically, the other branch would turn NaN: the ISA has no vector "
+                                      f"select; not supported yet)")
+        ind = self.indicator(cond, opmap, dtype)
+        tv = self.evaluate(tv_e, opmap, None)
+        fv = self.evaluate(fv_e, opmap, None)
+        if tv[0].kind == "num" and fv[0].kind == "num":
+            t = self.tmp(dtype)
+            self.op("mul", t, [self.as_ref(ind, dtype), (Opd("num", dtype, value=tv[0].value - fv[0].value), 0)])
+            if fv[0].value:
+                self.op("add", t, [(t, 1), fv])
+            return (t, 1)
+        diff = self.tmp(dtype)
+        self.op("sub", diff, [self.as_ref(tv, dtype), fv])
+        self.op("mul", diff, [(diff, 1), ind])
+        self.op("add", diff, [(diff, 1), fv])
+        return (diff, 1)
+
     def select(self, expr, opmap, dtype: str):
         """select(a cmp b, tv, fv) for integer a, b: fv + (tv - fv) * indicator, the indicator
         from |a - b| (==, !=) or a clamped difference (<, <=, >, >=), exact for integers."""
         cond = expr.condition
         kind = type(cond).__name__
-        if kind not in ("EQ", "NE", "LT", "LE", "GT", "GE") or _dt(cond.a) != "int32" and \
+        if kind in self._CMP and "float" in _dt(cond.a) and type(cond.a).__name__ != "Var" or \
+                kind not in self._CMP and _dt(cond) == "bool":
+            return self.choose(cond, expr.true_value, expr.false_value, opmap, dtype)
+        if kind not in self._CMP or _dt(cond.a) != "int32" and \
                 type(cond.a).__name__ != "Var" or "float" not in dtype:
             raise NpuMappingError(f"{self.where}: select on `{cond}` (only integer comparisons; not supported yet)")
 
@@ -1563,10 +1895,13 @@ class NpuBackend(Backend):
 
         def run(*arrays):
             args = [np.asarray(a).reshape(p.shape) for p, a in zip(program.params, arrays)]
+            args = [a.astype(p.dtype) if a.dtype == np.bool_ else a for p, a in zip(program.params, args)]
             args += [None] * (n_args - len(args))
             result = simulate(program, spec, args, functional=True, races=False)
             for p, a in zip(program.params, arrays):
                 out = result.outputs[p.name]
+                if a.dtype == np.bool_:
+                    out = out != 0  # bool as float16 0 / 1
                 if a.dtype != out.dtype or a.size != out.size:
                     raise CompileError(f"npu-sim: argument '{p.name}' is {a.dtype}{list(a.shape)}, the program "
                                        f"takes {out.dtype}{list(out.shape)}")

@@ -82,7 +82,7 @@ def test_export_load_and_listing():
 
 
 def test_unmappable_kernels_raise_typed_errors():
-    g = graph(lambda b: b.output(b.transpose(b.input("t", (32, 48)), perm=[1, 0])))
+    g = graph(lambda b: b.output(b.op("sin", b.input("t", (32, 48)))))
     with pytest.raises(CompileError, match="not supported yet"):
         akg.build(g, target="npu")
     g = graph(lambda b: b.output(b.cast(b.input("x", (4, 5)), to="int8")))
@@ -98,4 +98,7 @@ def test_rows_fold_into_strided_repeats():
     k = check_npu(g)
     k.target.backend().report(k.executable, races=True)
     text = k.target.backend().source(k.executable)
-    assert "bcast(" in text and ",0,16) repeat=" in text
+    import re
+
+    # per-row values broadcast per repeat (at their row stride: 1 in an unpadded (rows, 1) tile)
+    assert "bcast(" in text and re.search(r",0,\d+\) repeat=", text)
