@@ -31,8 +31,10 @@ from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Select, Tensor
 from akg.polyhedral.model import PolyModel, Statement
 from akg.polyhedral.intrinsics import FAST_F32
 from akg.polyhedral.promote import Promoter, Promotion
-from akg.polyhedral.tree import MARK_PACK, MARK_PARALLEL, MARK_PROMOTE, MARK_UNROLL, MARK_VECTORIZE
+from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_UNROLL,
+                                 MARK_VECTORIZE)
 
+_BLOCKED_SUM_DTYPES = ("float16", "bfloat16", "float32")  # float64 sums need no blocking
 MAX_VECTOR = 64  # lanes; longer constant loops are left to LLVM's vectorizer
 MAX_UNROLL = 32
 
@@ -56,7 +58,15 @@ class LoweringHooks:
     (0: none) is the vector width of vector reductions, with `reduce_chains` accumulators;
     `fast_math` uses the vectorisable float32 expansions of exp/erf/tanh/sigmoid;
     `keep_marks` lists prefixes of mark names kept in the TIR as `AttrStmt(name, "akg.mark")`
-    around the code below the mark (for a backend that maps marked regions itself)."""
+    around the code below the mark (for a backend that maps marked regions itself);
+    `prefetch` builds the prefetch of one address (a `BufferLoad` of the element) for the
+    loops below a `prefetch.<distance>` mark (None: such marks are ignored); `reduce_block`
+    (0: off) is the number of terms a floating-point sum accumulates into a
+    fresh partial before adding it to its running total (blocked summation: the rounding error
+    of an n-term sum grows like block + n / block instead of n), per lane of a vector
+    reduction; `serial_block` (0: off) does the same for a serial sum loop that is not a vector
+    reduction (for a target whose compiler keeps such a loop's order: one that reorders it
+    into several accumulators itself is better left alone)."""
 
     fence: Callable[[tirx.PrimExpr, str], tirx.PrimExpr] | None = None
     local_alloc: Callable[[tirx.Buffer], tirx.Stmt] | None = None
@@ -64,6 +74,10 @@ class LoweringHooks:
     reduce_chains: int = 4
     fast_math: bool = True
     keep_marks: tuple[str, ...] = ()
+    reduce_block: int = 0
+    serial_block: int = 0
+    prefetch: Callable[[tirx.BufferLoad], tirx.Stmt] | None = None
+    line_bytes: int = 64  # cache line: one prefetch per line
 
 
 @dataclass
@@ -81,6 +95,8 @@ class TirLowering:
         self.fast_math = hooks.fast_math
         self.reduce_bits = hooks.reduce_bits  # vector width for reductions (0: scalar loops, LLVM decides)
         self.reduce_chains = hooks.reduce_chains
+        self.reduce_block = hooks.reduce_block
+        self._prefetch_pending = 0  # distance of a prefetch mark the next loop takes
         self._fence = hooks.fence or (lambda value, dtype: value)
         self._alloc = hooks.local_alloc or tirx.AllocBuffer
         self.promoter = promoter
@@ -266,6 +282,12 @@ class TirLowering:
             return self.stmt(inner, kind=name)
         if name.startswith((MARK_PROMOTE + ".", MARK_PACK + ".")):
             return self._promoted(node, inner)
+        if name.startswith(MARK_PREFETCH + ".") and self.hooks.prefetch is not None:
+            self._prefetch_pending = int(name.split(".")[1])
+            try:
+                return self.stmt(inner)
+            finally:
+                self._prefetch_pending = 0
         if self.hooks.keep_marks and name.startswith(self.hooks.keep_marks):
             return tirx.AttrStmt(name, "akg.mark", tirx.const(0, "int32"), self.stmt(inner))
         return self.stmt(inner)
@@ -287,6 +309,7 @@ class TirLowering:
         count = self.analyzer.simplify(count)
         bound = self.analyzer.const_int_bound(count)
         body_node = node.for_get_body()
+        distance, self._prefetch_pending = self._prefetch_pending, 0
 
         def loop(extent, for_kind) -> tirx.Stmt:
             var = tirx.Var(it, "int32")
@@ -297,7 +320,8 @@ class TirLowering:
             trips = int(extent.value) if isinstance(extent, tirx.IntImm) else max(1, int(bound.max_value))
             self.loop_stack.append((it, trips, _KIND_NAMES[for_kind]))
             try:
-                return tirx.For(var, 0, extent, for_kind, self.stmt(body_node))
+                ahead = self._prefetches(it, body_node, distance * inc) if distance else None
+                return tirx.For(var, 0, extent, for_kind, _seq([ahead, self.stmt(body_node)]))
             finally:
                 self.loop_stack.pop()
 
@@ -311,6 +335,11 @@ class TirLowering:
             vector = self._vector_reduction(it, init, int(count.value), body_node)
             if vector is not None:
                 return vector
+        if kind is None and self.hooks.serial_block and isinstance(count, tirx.IntImm) and inc == 1 \
+                and int(count.value) >= 2 * self.hooks.serial_block:
+            blocked = self._blocked_sum(it, init, int(count.value), body_node)
+            if blocked is not None:
+                return blocked
         if kind in (MARK_VECTORIZE, MARK_UNROLL):
             limit = MAX_VECTOR if kind == MARK_VECTORIZE else MAX_UNROLL
             fast = tirx.ForKind.VECTORIZED if kind == MARK_VECTORIZE else tirx.ForKind.UNROLLED
@@ -323,6 +352,76 @@ class TirLowering:
                 fast_loop = loop(tirx.const(full, "int32"), fast)
                 return tirx.IfThenElse(tirx.EQ(count, full), fast_loop, loop(count, tirx.ForKind.SERIAL))
         return loop(count, tirx.ForKind.SERIAL)
+
+    def _prefetches(self, it: str, body_node: isl.AstNode, ahead: int) -> tirx.Stmt | None:
+        """Prefetches, at the top of an iteration of loop `it`, of what the iteration `ahead`
+        steps later reads from the kernel's arguments: for each argument read below whose
+        first element moves by a constant stride along `it`, one prefetch per cache line of
+        that stride (inner loops at their first iteration). A prefetch is a hint: an address
+        past the end is not read."""
+        saved = dict(self.loop_vars)
+        calls: list[isl.AstExpr] = []
+
+        def visit(n: isl.AstNode) -> None:
+            t = n.get_type()
+            if t == isl.ast_node_type.block:
+                children = n.block_get_children()
+                for i in range(children.n_ast_node()):
+                    visit(children.get_at(i))
+            elif t == isl.ast_node_type.for_:
+                try:
+                    self.loop_vars[n.for_get_iterator().get_id().get_name()] = self.expr(n.for_get_init())
+                except LoweringError:
+                    return
+                visit(n.for_get_body())
+            elif t == isl.ast_node_type.if_:
+                visit(n.if_get_then_node())
+            elif t == isl.ast_node_type.mark:
+                visit(n.mark_get_node())
+            elif t == isl.ast_node_type.user:
+                calls.append(n.user_get_expr())
+
+        seen: dict[int, tuple] = {}
+        try:
+            visit(body_node)
+            here_value = self.loop_vars[it]
+            for call in calls:
+                stmt = self.model.statement(call.get_op_arg(0).get_id().get_name())
+                args = [call.get_op_arg(i) for i in range(1, call.get_op_n_arg())]
+                for load in (n for n in walk(stmt.expr) if isinstance(n, Load)):
+                    t = load.tensor
+                    if id(t) in seen or not any(b.same_as(self.buffers.get(id(t))) for b in self.params):
+                        continue
+                    at = {}
+                    try:
+                        for shift in (0, 1):
+                            self.loop_vars[it] = self.analyzer.simplify(here_value + (ahead + shift))
+                            env = dict(zip(stmt.iters, (self.expr(a) for a in args)))
+                            at[shift] = self.analyzer.simplify(self._flat(t, load.indices, env))
+                    except Exception:  # noqa: BLE001  (an index this loop nest does not bind)
+                        continue
+                    finally:
+                        self.loop_vars[it] = here_value
+                    stride = self.analyzer.simplify(at[1] - at[0])
+                    if isinstance(stride, tirx.IntImm) and int(stride.value) > 0:
+                        seen[id(t)] = (t, at[0], int(stride.value))
+        finally:
+            self.loop_vars.clear()
+            self.loop_vars.update(saved)
+        stmts = []
+        for k, (t, start, stride) in enumerate(seen.values()):
+            buf = self.buffers[id(t)]
+            size = int(np.prod(t.shape, dtype=np.int64))
+            per_line = max(1, self.hooks.line_bytes // np.dtype(t.dtype).itemsize)
+            lines = min(-(-stride // per_line), 512)
+            p = tirx.Var(f"{it}_pf{k}", "int32")
+            flat = tirx.min(start + p * per_line, size - 1)
+            index = []
+            for extent in reversed(t.shape):  # the flat element's indices, innermost last
+                index.insert(0, tirx.floormod(flat, int(extent)))
+                flat = tirx.floordiv(flat, int(extent))
+            stmts.append(tirx.For(p, 0, lines, tirx.ForKind.SERIAL, self.hooks.prefetch(tirx.BufferLoad(buf, index))))
+        return _seq(stmts) if stmts else None
 
     def _vector_reduction(self, it: str, init, extent: int, body_node: isl.AstNode) -> tirx.Stmt | None:
         """The loop `it` (of `extent` trips from `init`) around a single reduction update as a
@@ -374,13 +473,46 @@ class TirLowering:
         finally:
             self.loop_stack.pop()
         slot = chain * lanes + lane
-        body = tirx.BufferStore(acc, combine(tirx.BufferLoad(acc, [slot]), source), [slot])
-        main = tirx.For(outer, 0, extent // width, tirx.ForKind.SERIAL,
-                        tirx.For(chain, 0, chains, tirx.ForKind.UNROLLED,
-                                 tirx.For(lane, 0, lanes, tirx.ForKind.VECTORIZED, body)))
         e = tirx.Var(f"{it}_e", "int32")
-        start = tirx.For(e, 0, width, tirx.ForKind.VECTORIZED if width <= MAX_VECTOR else tirx.ForKind.SERIAL,
-                         tirx.BufferStore(acc, _identity(red.reducer, t.dtype), [e]))
+        e_kind = tirx.ForKind.VECTORIZED if width <= MAX_VECTOR else tirx.ForKind.SERIAL
+        start = tirx.For(e, 0, width, e_kind, tirx.BufferStore(acc, _identity(red.reducer, t.dtype), [e]))
+        trips = extent // width
+        block = self.reduce_block if red.reducer == "sum" and t.dtype in _BLOCKED_SUM_DTYPES else 0
+        allocs = [self._alloc(acc)]
+        if block >= 2 and trips >= 2 * block:
+            # blocked summation: each accumulator sums `block` vectors into a fresh partial
+            # (`part`) that is then added to its total (`acc`), so its rounding error grows
+            # with block + trips / block, not with trips
+            part = tirx.decl_buffer((width,), t.dtype, f"{name}_part", scope="global")
+            allocs.append(self._alloc(part))
+            zero = tirx.For(e, 0, width, e_kind, tirx.BufferStore(part, _identity("sum", t.dtype), [e]))
+            add = tirx.For(e, 0, width, e_kind, tirx.BufferStore(
+                acc, tirx.BufferLoad(acc, [e]) + self._fence(tirx.BufferLoad(part, [e]), t.dtype), [e]))
+            ob = tirx.Var(f"{it}_b", "int32")
+            full, rest = divmod(trips, block)
+
+            def blocked(first, count: int, tag: str) -> tirx.Stmt:  # vectors first .. first + count
+                o, j, l = (tirx.Var(f"{it}_{x}{tag}", "int32") for x in ("o", "j", "l"))
+                self.loop_stack.append((it, extent, "vector"))
+                try:
+                    src = self.value(red.source, env_at((first + o) * width + j * lanes + l))
+                finally:
+                    self.loop_stack.pop()
+                upd = tirx.BufferStore(part, tirx.BufferLoad(part, [j * lanes + l]) + src, [j * lanes + l])
+                inner = tirx.For(o, 0, count, tirx.ForKind.SERIAL,
+                                 tirx.For(j, 0, chains, tirx.ForKind.UNROLLED,
+                                          tirx.For(l, 0, lanes, tirx.ForKind.VECTORIZED, upd)))
+                return _seq([zero, inner, add])
+
+            main = [tirx.For(ob, 0, full, tirx.ForKind.SERIAL, blocked(ob * block, block, "b"))]
+            if rest:
+                main.append(blocked(tirx.const(full * block, "int32"), rest, "r"))
+            main = _seq(main)
+        else:
+            body = tirx.BufferStore(acc, combine(tirx.BufferLoad(acc, [slot]), source), [slot])
+            main = tirx.For(outer, 0, trips, tirx.ForKind.SERIAL,
+                            tirx.For(chain, 0, chains, tirx.ForKind.UNROLLED,
+                                     tirx.For(lane, 0, lanes, tirx.ForKind.VECTORIZED, body)))
         folds = []
         for j in range(1, chains):  # the chains into the first vector, then halves of it
             folds.append(_fold_into(acc, combine, lanes, j * lanes, f"{it}_c{j}", self._fence))
@@ -398,7 +530,64 @@ class TirLowering:
                 tail = tirx.For(rest, 0, extent % width, tirx.ForKind.SERIAL, self.statement(stmt, env))
             finally:
                 self.loop_stack.pop()
-        return _seq([self._alloc(acc), start, main, *folds, finish, tail])
+        return _seq([*allocs, start, main, *folds, finish, tail])
+
+    def _blocked_sum(self, it: str, init, extent: int, body_node: isl.AstNode) -> tirx.Stmt | None:
+        """The serial loop `it` around a single floating-point sum update as a blocked sum
+        (`serial_block` terms into a scalar partial, then the partial into the output), or None
+        where that does not apply: another body or reducer, or an output that moves along the
+        loop or is read by the summand."""
+        if body_node.get_type() != isl.ast_node_type.user:
+            return None
+        call = body_node.user_get_expr()
+        stmt = self.model.statement(call.get_op_arg(0).get_id().get_name())
+        red, t = stmt.op.reduce, stmt.op.output
+        if stmt.role != "update" or red is None or red.reducer != "sum" or t.dtype not in _BLOCKED_SUM_DTYPES:
+            return None
+        if any(isinstance(n, Load) and n.tensor is t for n in walk(red.source)):
+            return None
+        block = self.hooks.serial_block
+
+        def env_at(position) -> dict:
+            self.loop_vars[it] = position if _is_zero(init) else self.analyzer.simplify(init + position)
+            return dict(zip(stmt.iters, (self.expr(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg()))))
+
+        probe = tirx.Var(f"{it}_probe", "int32")
+        here, there = env_at(probe), env_at(probe + 1)
+        try:
+            delta = self.analyzer.simplify(self._flat(t, stmt.op.axes, there) - self._flat(t, stmt.op.axes, here))
+        except Exception:  # noqa: BLE001  (a data-dependent index)
+            return None
+        if not isinstance(delta, tirx.IntImm) or int(delta.value) != 0:
+            return None
+        name = _ident(t.name)
+        part = tirx.decl_buffer((1,), t.dtype, f"{name}_part", scope="global")
+        ob = tirx.Var(f"{it}_b", "int32")
+        full, rest = divmod(extent, block)
+        out_index = None
+
+        def blocked(first, count: int) -> tirx.Stmt:
+            nonlocal out_index
+            oi = tirx.Var(f"{it}_i{count}", "int32")
+            self.loop_stack.append((it, count, "serial"))
+            try:
+                env = env_at(first + oi)
+                self._record(stmt, call, env)
+                src = self.value(red.source, env)
+                out_index = [env[v] for v in stmt.op.axes]
+            finally:
+                self.loop_stack.pop()
+            zero = tirx.BufferStore(part, _identity("sum", t.dtype), [0])
+            loop = tirx.For(oi, 0, count, tirx.ForKind.SERIAL,
+                            tirx.BufferStore(part, tirx.BufferLoad(part, [0]) + src, [0]))
+            add = self._store(t, self._load(t, out_index) + self._fence(tirx.BufferLoad(part, [0]), t.dtype),
+                              out_index)
+            return _seq([zero, loop, add])
+
+        body = [tirx.For(ob, 0, full, tirx.ForKind.SERIAL, blocked(ob * block, block))]
+        if rest:
+            body.append(blocked(tirx.const(full * block, "int32"), rest))
+        return _seq([self._alloc(part), *body])
 
     # --- statements -----------------------------------------------------------------------------
 

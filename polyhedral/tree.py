@@ -20,6 +20,7 @@ MARK_VECTORIZE = "vectorize"
 MARK_UNROLL = "unroll"
 MARK_PROMOTE = "promote"  # "promote.<band>.<level>": memory promotion point
 MARK_PACK = "pack"  # "pack.<band>.<lanes>": read-only operands copied into a blocked local layout
+MARK_PREFETCH = "prefetch"  # "prefetch.<distance>": the loop below prefetches `distance` iterations ahead
 
 
 @dataclass(frozen=True)

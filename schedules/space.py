@@ -30,6 +30,7 @@ STEP_KINDS: dict[str, tuple[int, str | None]] = {
     "unroll": (6, UNROLL),
     "promote": (7, None),  # level: where reused tiles are kept (local buffers)
     "fast_math": (8, FAST_MATH),  # vectorisable exp/erf/tanh/sigmoid instead of libm calls
+    "prefetch": (9, None),  # arg: how many iterations of the band's outer loop ahead to prefetch
 }
 MAP_CAPABILITIES = {"cores": PARALLEL, "blocks": THREADS, "threads": THREADS}
 

@@ -14,6 +14,7 @@ from akg.polyhedral.deps import compute_dependences
 from akg.polyhedral.model import build_model
 from akg.polyhedral.schedule import schedule
 from akg.backends.cpu import host_cpu
+from akg.compiler import Pipeline
 
 
 def _reduce(op, shape, axes, dtype="float32", **attrs):
@@ -74,7 +75,7 @@ def test_other_reductions_are_left_alone(graph):
 
 def test_no_vector_reductions_without_vectorisation():
     graph = _reduce("sum", (64, 1024), [1])
-    pipeline = akg.compiler.Pipeline(lower_graph(graph), host_cpu(), "smart")
+    pipeline = Pipeline(lower_graph(graph), host_cpu(), "smart")
     config = pipeline.default_config().without("vectorize")
     func, _ = pipeline.lower(config)
     assert "_acc" not in func.script()
@@ -88,3 +89,76 @@ def test_width_and_chains_follow_the_arguments():
     avx2, _ = lower_to_tir(model, tree, hooks=LoweringHooks(llvm_fence, stack_alloc, reduce_bits=256, reduce_chains=2))
     assert "T.alloc_buffer((16,)" in avx2.script()  # 2 chains of 8 lanes
     assert "llvm.arithmetic.fence" in avx2.script()  # the chains are not merged back by LLVM
+
+
+# --- blocked summation (issue 15: long float32 reductions) ---------------------------------------
+
+
+def _mixed_magnitudes(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)).astype(np.float32)
+
+
+def test_long_vector_sums_are_blocked_and_exact_to_1e_6():
+    model = build_model(lower_graph(_reduce("sum", (4, 16384), [1])))
+    tree = schedule(model, compute_dependences(model), "smart").schedule
+    plain, _ = lower_to_tir(model, tree, hooks=LoweringHooks(llvm_fence, stack_alloc, reduce_bits=512))
+    blocked, _ = lower_to_tir(model, tree, hooks=LoweringHooks(llvm_fence, stack_alloc, reduce_bits=512,
+                                                                reduce_block=16))
+    assert "_part" not in plain.script() and "_part" in blocked.script()
+    kernel = akg.build(_reduce("sum", (4, 16384), [1]))  # the CPU blocks sums this long
+    assert "_part" in kernel.tir()
+    x = _mixed_magnitudes((4, 16384))
+    got = kernel(x)[0].astype(np.float64)
+    want = x.astype(np.float64).sum(1)
+    assert np.all(np.abs(got - want) <= 1e-6 * np.abs(x.astype(np.float64)).sum(1))
+
+
+@pytest.mark.parametrize("vectorize", [True, False], ids=["vector", "scalar"])
+def test_a_sum_of_a_million_mixed_magnitudes_is_within_1e_4_of_float64(vectorize):
+    graph = _reduce("sum", (1_000_000,), [0])
+    pipeline = Pipeline(lower_graph(graph), host_cpu(), "smart")
+    config = pipeline.default_config()
+    kernel = akg.build(graph, config=config if vectorize else config.without("vectorize"))
+    rng = np.random.default_rng(1)
+    x = (rng.random(1_000_000) * 10.0 ** rng.uniform(-3, 3, 1_000_000)).astype(np.float32)
+    want = x.astype(np.float64).sum()
+    assert abs(float(kernel(x)[0]) - want) <= 1e-4 * abs(want)
+
+
+def test_serial_float32_sums_are_blocked_where_asked():
+    graph = _reduce("sum", (8, 4096), [1])
+    model = build_model(lower_graph(graph))
+    tree = schedule(model, compute_dependences(model), "smart").schedule
+    plain, _ = lower_to_tir(model, tree, hooks=LoweringHooks(llvm_fence, stack_alloc))
+    func, _ = lower_to_tir(model, tree, hooks=LoweringHooks(llvm_fence, stack_alloc, serial_block=64))
+    assert "_part" not in plain.script() and "_part" in func.script()
+    pipeline = Pipeline(lower_graph(graph), host_cpu(), "smart")
+    run = host_cpu().backend().entry(pipeline.compile(func))
+    x = _mixed_magnitudes((8, 4096), seed=2)
+    out = np.zeros(8, np.float32)
+    import tvm
+
+    got = tvm.runtime.tensor(out)
+    run(tvm.runtime.tensor(x), got)
+    want = x.astype(np.float64).sum(1)
+    assert np.all(np.abs(got.numpy() - want) <= 1e-6 * np.abs(x.astype(np.float64)).sum(1))
+
+
+@pytest.mark.parametrize("rows", [1536, 4096])
+def test_a_fused_layer_norm_backward_over_1024_columns_matches_float64(rows):
+    from akg.verify import Reference, compare
+
+    b = GraphBuilder("ln_backward")
+    dy, x = b.input("dy", (rows, 1024)), b.input("x", (rows, 1024))
+    mean, rstd, g = b.input("mean", (rows, 1)), b.input("rstd", (rows, 1)), b.input("g", (1024,))
+    xhat = b.mul(b.sub(x, mean), rstd)
+    dyg = b.mul(dy, g)
+    m1 = b.mean(dyg, axes=[1], keepdims=True)
+    m2 = b.mean(b.mul(dyg, xhat), axes=[1], keepdims=True)
+    b.output(b.mul(rstd, b.sub(b.sub(dyg, m1), b.mul(xhat, m2))), b.sum(b.mul(dy, xhat), axes=[0]),
+             b.sum(dy, axes=[0]))
+    graph = b.build()
+    inputs = random_inputs(graph, 0)
+    inputs = {k: (v - 0.5 if v.ndim == 2 and v.shape[1] == 1024 else v) for k, v in inputs.items()}  # mixed signs
+    assert compare(graph, akg.build(graph)(**inputs), Reference.of(graph, inputs)) == []
