@@ -213,6 +213,24 @@ class Backend(abc.ABC):
         return [self.to_numpy(o) for o in outs]
 
 
+class HostArrays:
+    """Device memory for a backend whose tensors are NumPy arrays in host memory (a simulator,
+    an interpreter): mix it in before Backend."""
+
+    def to_device(self, array: np.ndarray) -> np.ndarray:
+        return np.array(array, order="C", copy=True)
+
+    def empty(self, shape: Sequence[int], dtype: str) -> np.ndarray:
+        return np.zeros(tuple(shape), dtype)
+
+    def view(self, arena: np.ndarray, shape: Sequence[int], dtype: str) -> np.ndarray:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        return arena[:nbytes].view(dtype).reshape(tuple(shape))
+
+    def to_numpy(self, tensor: np.ndarray) -> np.ndarray:
+        return np.array(tensor, copy=True)
+
+
 # --- registries --------------------------------------------------------------------------------
 
 

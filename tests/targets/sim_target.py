@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import numpy as np
 import tvm
 
 from akg.errors import LoweringError, ScheduleError
@@ -22,7 +21,7 @@ from akg.polyhedral import tree
 from akg.polyhedral.tree import MARK_PROMOTE, MARK_UNROLL, BandInfo
 from akg.schedules.recipe import Recipe
 from akg.schedules.space import Config, Space, Step, check_steps, divisors_and_powers
-from akg.target import (UNROLL, Artifact, Backend, MemoryLevel, Target, register_backend,
+from akg.target import (UNROLL, Artifact, Backend, HostArrays, MemoryLevel, Target, register_backend,
                         register_target)
 
 from tir_interp import compile_func
@@ -179,7 +178,7 @@ class SimExecutable:
         self.run(list(arrays))
 
 
-class SimBackend(Backend):
+class SimBackend(HostArrays, Backend):
     artifact_kind = "testsim-tir"
 
     def compile(self, func, target, *, reciprocal: bool = True):
@@ -200,19 +199,6 @@ class SimBackend(Backend):
 
     def entry(self, executable):
         return executable
-
-    def to_device(self, array):
-        return np.array(array, order="C", copy=True)
-
-    def empty(self, shape, dtype):
-        return np.zeros(tuple(shape), dtype)
-
-    def view(self, arena, shape, dtype):
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        return arena[:nbytes].view(dtype).reshape(tuple(shape))
-
-    def to_numpy(self, tensor):
-        return np.array(tensor, copy=True)
 
     def measure(self, executable, tensors, *, number: int, repeat: int) -> list[float]:
         out = []

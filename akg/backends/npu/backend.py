@@ -34,7 +34,7 @@ from typing import Callable
 import numpy as np
 
 from akg.errors import CompileError
-from akg.target import Artifact, Backend
+from akg.target import Artifact, Backend, HostArrays
 
 ARTIFACT_KIND = "npu-sim"
 NPU_DTYPES = ("float16", "float32", "int32")
@@ -1831,7 +1831,7 @@ def translate(func, target, double_buffer: bool | None = None):
     return Translator(func, spec, name, db).translate()
 
 
-class NpuBackend(Backend):
+class NpuBackend(HostArrays, Backend):
     """TIR -> isa.Program, run by the NPU simulator (artifacts of kind "npu-sim")."""
 
     artifact_kind = ARTIFACT_KIND
@@ -1909,19 +1909,6 @@ class NpuBackend(Backend):
             executable.last_report = result.report
 
         return run
-
-    def to_device(self, array):
-        return np.array(array, order="C", copy=True)
-
-    def empty(self, shape, dtype):
-        return np.zeros(tuple(shape), dtype)
-
-    def view(self, arena, shape, dtype):
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        return arena[:nbytes].view(dtype).reshape(tuple(shape))
-
-    def to_numpy(self, tensor):
-        return np.array(tensor, copy=True)
 
     def measure(self, executable, tensors, *, number: int = 1, repeat: int = 1) -> list[float]:
         from akg.backends.npu.sim import simulate
