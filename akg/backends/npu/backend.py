@@ -257,25 +257,6 @@ def _nonnegative(e) -> bool:
     return False
 
 
-def _may_be_nonfinite(e) -> bool:
-    """Can a value be NaN or inf from finite inputs (a division, a root, a log, an exp)?"""
-    name = type(e).__name__
-    if name in ("Div", "FloorDiv"):
-        return True
-    if name == "Call":
-        fn = str(e.op.name).split(".")[-1]
-        if fn == "sqrt" and _nonnegative(e.args[0]):
-            return _may_be_nonfinite(e.args[0])  # the root of a value >= 0 is finite
-        if fn in ("sqrt", "rsqrt", "log", "exp", "pow"):
-            return True
-        return any(_may_be_nonfinite(a) for a in e.args)
-    for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
-        sub = getattr(e, attr, None) if name != "Load" and not _is_load(e) else None
-        if sub is not None and hasattr(sub, "ty") and _may_be_nonfinite(sub):
-            return True
-    return False
-
-
 def _nests(items) -> list:
     for it in items:
         if isinstance(it, Nest):
@@ -1547,17 +1528,6 @@ class _Emitter:
             self.op("mul", dst, [res, (Opd("num", dst.dtype, value=1), 0)])
         return (dst, 1)
 
-    def _positive(self, d, dtype: str):
-        """1 where d > 0, else 0 (exact: a difference is 0 only for equal values, and the
-        smallest subnormal times the scales is past 1)."""
-        scale, times = (2.0 ** 15, 2) if dtype == "float16" else (2.0 ** 64, 3)
-        t = self.tmp(dtype)
-        self.op("relu", t, [d])
-        for _ in range(times):
-            self.op("mul", t, [(t, 1), (Opd("num", dtype, value=scale), 0)])
-        self.op("min", t, [(t, 1), (Opd("num", dtype, value=1.0), 0)])
-        return (t, 1)
-
     def indicator(self, cond, opmap, dtype: str):
         """A bool expression as 0 / 1 in float `dtype`."""
         from tvm import tirx
@@ -1592,132 +1562,60 @@ class _Emitter:
             return self._compare(kind, cond.a, cond.b, opmap, dtype)
         raise NpuMappingError(f"{self.where}: the bool value `{cond}` has no NPU vector mapping (not supported yet)")
 
-    def _compare(self, kind, ea, eb, opmap, dtype: str):
-        cd = _dt(ea)
-        if cd == "int32" or type(ea).__name__ == "Var" or "float" not in cd:
-            from tvm import tirx
+    def _cmp_operand(self, e, opmap):
+        if type(e).__name__ == "Var":
+            if not any(e.same_as(v) for v in self.index_vars):
+                raise NpuMappingError(f"{self.where}: loop index {e} as a value along a merged or outer "
+                                      f"loop (not supported yet)")
+            return (self.iota(_dt(e)), 1)
+        return self.evaluate(e, opmap, None)
 
-            e = tirx.Select(getattr(tirx, kind)(ea, eb), tirx.const(1.0, dtype), tirx.const(0.0, dtype))
-            return self.select(e, opmap, dtype)
-        a = self.evaluate(ea, opmap, None)
-        b = self.evaluate(eb, opmap, None)
+    def _compare(self, kind, ea, eb, opmap, dtype: str):
+        """a cmp b as 0 / 1 in `dtype`: one vector compare (`cmp_*`) into a condition temp."""
+        a = self._cmp_operand(ea, opmap)
+        b = self._cmp_operand(eb, opmap)
         if a[0].kind == "num" and b[0].kind == "num":
             va, vb = a[0].value, b[0].value
             res = {"EQ": va == vb, "NE": va != vb, "LT": va < vb, "LE": va <= vb, "GT": va > vb, "GE": va >= vb}[kind]
             return (Opd("num", dtype, value=float(res)), 0)
+        refs = [o[0].dtype for o in (a, b) if o[0].kind == "ref"]
+        cd = refs[0]
+        if cd == "float16" and "float32" in refs:
+            cd = "float32"
+        a, b = (self._as_dtype(o, cd) for o in (a, b))
+        t = self.tmp(dtype)
+        self.op(f"cmp_{kind.lower()}", t, [a, b])
+        return (t, 1)
 
-        def diff(x, y):
-            t = self.tmp(cd)
-            self.op("sub", t, [self.as_ref(x, cd) if x[0].kind == "num" and y[0].kind == "num" else x, y])
-            return (t, 1)
-
-        one = (Opd("num", cd, value=1.0), 0)
-        if kind in ("GT", "LE"):
-            ind = self._positive(diff(a, b), cd)
-        elif kind in ("LT", "GE"):
-            ind = self._positive(diff(b, a), cd)
-        else:
-            g1 = self._positive(diff(a, b), cd)
-            g2 = self._positive(diff(b, a), cd)
-            t = self.tmp(cd)
-            self.op("add", t, [g1, g2])
-            ind = (t, 1)
-        if kind in ("LE", "GE", "EQ"):
-            t = self.tmp(cd)
-            self.op("sub", t, [one, ind])
-            ind = (t, 1)
-        if cd != dtype:
-            t = self.tmp(dtype)
-            self.op("cast", t, [ind])
-            ind = (t, 1)
-        return ind
+    def _as_dtype(self, o, dtype: str):
+        if o[0].kind == "num" or o[0].dtype == dtype:
+            return o
+        o = self.as_ref(o, o[0].dtype)
+        t = self.tmp(dtype)
+        self.op("cast", t, [o])
+        return (t, 1)
 
     def choose(self, cond, tv_e, fv_e, opmap, dtype: str):
-        """cond ? tv : fv = fv + (tv - fv) * indicator (a bool condition on any operands)."""
-        if "float" not in dtype:
+        """cond ? tv : fv: the condition into a 0 / 1 buffer (compares: `cmp_*`; not / and / or:
+        1 - x, mul, max), then one `sel` per chunk; a lane reads only the branch it takes, so a
+        NaN or inf in the other branch stays out."""
+        if dtype not in NPU_DTYPES:
             raise NpuMappingError(f"{self.where}: a {dtype} select (not supported yet)")
-        for e in (tv_e, fv_e):
-            if _may_be_nonfinite(e):
-                raise NpuMappingError(f"{self.where}: a select whose branch `{e}` may be NaN or inf (computed "
-                                      f"arithmetically, the other branch would turn NaN: the ISA has no vector "
-                                      f"select; not supported yet)")
-        ind = self.indicator(cond, opmap, dtype)
         tv = self.evaluate(tv_e, opmap, None)
         fv = self.evaluate(fv_e, opmap, None)
-        if tv[0].kind == "num" and fv[0].kind == "num":
-            t = self.tmp(dtype)
-            self.op("mul", t, [self.as_ref(ind, dtype), (Opd("num", dtype, value=tv[0].value - fv[0].value), 0)])
-            if fv[0].value:
-                self.op("add", t, [(t, 1), fv])
-            return (t, 1)
-        diff = self.tmp(dtype)
-        self.op("sub", diff, [self.as_ref(tv, dtype), fv])
-        self.op("mul", diff, [(diff, 1), ind])
-        self.op("add", diff, [(diff, 1), fv])
-        return (diff, 1)
+        ind = self.indicator(cond, opmap, dtype)
+        if ind[0].kind == "num":  # a constant condition
+            return tv if ind[0].value else fv
+        if tv[0].kind == "num" and fv[0].kind == "num" and (tv[0].value, fv[0].value) == (1.0, 0.0):
+            return ind if ind[0].dtype == dtype else self._as_dtype(self.as_ref(ind, ind[0].dtype), dtype)
+        tv, fv = self._as_dtype(tv, dtype), self._as_dtype(fv, dtype)
+        t = self.tmp(dtype)
+        self.op("sel", t, [self.as_ref(ind, ind[0].dtype), tv, fv])
+        return (t, 1)
 
     def select(self, expr, opmap, dtype: str):
-        """select(a cmp b, tv, fv) for integer a, b: fv + (tv - fv) * indicator, the indicator
-        from |a - b| (==, !=) or a clamped difference (<, <=, >, >=), exact for integers."""
-        cond = expr.condition
-        kind = type(cond).__name__
-        if kind in self._CMP and "float" in _dt(cond.a) and type(cond.a).__name__ != "Var" or \
-                kind not in self._CMP and _dt(cond) == "bool":
-            return self.choose(cond, expr.true_value, expr.false_value, opmap, dtype)
-        if kind not in self._CMP or _dt(cond.a) != "int32" and \
-                type(cond.a).__name__ != "Var" or "float" not in dtype:
-            raise NpuMappingError(f"{self.where}: select on `{cond}` (only integer comparisons; not supported yet)")
-
-        def num(v):
-            return (Opd("num", dtype, value=v), 0)
-
-        def as_float(e):
-            if type(e).__name__ == "Var":
-                if not any(e.same_as(v) for v in self.index_vars):
-                    raise NpuMappingError(f"{self.where}: loop index {e} as a value along a merged or outer "
-                                          f"loop (not supported yet)")
-                return (self.iota(dtype), 1)
-            o = self.evaluate(e, opmap, None)
-            if o[0].kind == "num":
-                return num(float(o[0].value))
-            o = self.as_ref(o, o[0].dtype)
-            if o[0].dtype == dtype:
-                return o
-            t = self.tmp(dtype)
-            self.op("cast", t, [o])
-            return (t, 1)
-
-        a, b = as_float(cond.a), as_float(cond.b)
-        if kind in ("LT", "LE"):
-            a, b = b, a  # a < b  <=>  b - a >= 1
-        d = self.tmp(dtype)
-        self.op("sub", d, [a, b])
-        ind = self.tmp(dtype)
-        if kind in ("EQ", "NE"):
-            self.op("abs", ind, [(d, 1)])
-            self.op("sub", ind, [num(1.0), (ind, 1)])
-            self.op("relu", ind, [(ind, 1)])
-            if kind == "NE":
-                self.op("sub", ind, [num(1.0), (ind, 1)])
-        else:
-            if kind in ("LE", "GE"):
-                self.op("add", d, [(d, 1), num(1.0)])
-            self.op("relu", ind, [(d, 1)])
-            self.op("min", ind, [(ind, 1), num(1.0)])
-        tv = self.evaluate(expr.true_value, opmap, None)
-        fv = self.evaluate(expr.false_value, opmap, None)
-        if tv[0].kind == "num" and fv[0].kind == "num":
-            if (tv[0].value, fv[0].value) == (1.0, 0.0):
-                return (ind, 1)
-            self.op("mul", ind, [(ind, 1), num(tv[0].value - fv[0].value)])
-            if fv[0].value:
-                self.op("add", ind, [(ind, 1), num(fv[0].value)])
-            return (ind, 1)
-        diff = self.tmp(dtype)
-        self.op("sub", diff, [self.as_ref(tv, dtype), fv])
-        self.op("mul", diff, [(diff, 1), (ind, 1)])
-        self.op("add", diff, [(diff, 1), fv])
-        return (diff, 1)
+        """select(cond, tv, fv): as `choose`."""
+        return self.choose(expr.condition, expr.true_value, expr.false_value, opmap, dtype)
 
     def fold(self, op: str, src, opmap, part: Opd):
         """part[0:lanes] = src folded lane-wise across its repeats (the first n lanes when

@@ -375,7 +375,10 @@ VECTOR_OPS: dict[str, str] = {
     **{f"reduce_{r}": "reduce" for r in ("sum", "max", "min")},  # within a repeat -> 1 value
     **{f"reduce_{r}_block": "reduce_block" for r in ("sum", "max", "min")},  # per 32-byte block
     **{f"reduce_{r}_across": "reduce_across" for r in ("sum", "max", "min")},  # lane-wise over repeats
+    **{f"cmp_{c}": "cmp" for c in ("eq", "ne", "lt", "le", "gt", "ge")},  # per-lane condition: 1 / 0
+    "sel": "select",  # dst = cond != 0 ? a : b, per lane
 }
+CMP_OPS = frozenset(op for op, kind in VECTOR_OPS.items() if kind == "cmp")
 FLOAT_ONLY_OPS = frozenset({"div", "exp", "ln", "sqrt", "rsqrt", "rec"})
 CASTS = frozenset({("float16", "float32"), ("float32", "float16"), ("float32", "int32"),
                    ("float16", "int32"), ("int32", "float32"), ("int32", "float16")})
@@ -389,7 +392,14 @@ class Vector(Instr):
     a `Bcast` or a number. Reductions: `reduce_*` write one value per repeat at
     `dst + r * dst_stride.repeat` (default 1), `reduce_*_block` one per block at
     `dst + r * dst_stride.repeat + b * dst_stride.block` (default 8, 1), `reduce_*_across`
-    one repeat's lanes, lane-wise over all repeats."""
+    one repeat's lanes, lane-wise over all repeats.
+
+    Compare and select (Ascend's vcmp + vsel): `cmp_<eq|ne|lt|le|gt|ge> dst, a, b` compares
+    two sources of one dtype lane by lane (IEEE: a NaN compares false, except `ne`) and writes
+    a condition buffer, 1 where true and 0 where false in `dst`'s dtype (any NPU dtype);
+    `sel dst, cond, a, b` writes `a` where the lane of `cond` (a `Ref` of any dtype) is not
+    zero, else `b`: a lane takes its value from one source only, so a NaN or inf in the
+    other never reaches it."""
 
     op: str
     dst: Ref
@@ -409,7 +419,7 @@ class Vector(Instr):
         object.__setattr__(self, "src_strides", strides)
         if len(strides) != len(srcs):
             raise NpuProgramError(f"{len(strides)} source strides for {len(srcs)} sources: {self}")
-        arity = {"binary": 2, "dup": 1}.get(kind, 1)
+        arity = {"binary": 2, "cmp": 2, "select": 3, "dup": 1}.get(kind, 1)
         if len(srcs) != arity:
             raise NpuProgramError(f"vector {self.op} takes {arity} source(s), got {len(srcs)}: {self}")
         for i, s in enumerate(srcs):
@@ -430,7 +440,9 @@ class Vector(Instr):
             raise NpuProgramError(f"vector {self.op} takes a buffer source: {self}")
         if kind.startswith("reduce") and not isinstance(srcs[0], Ref):
             raise NpuProgramError(f"vector {self.op} reduces a Ref source: {self}")
-        if kind == "binary" and len(numbers) == 2:
+        if kind == "select" and not isinstance(srcs[0], Ref):
+            raise NpuProgramError(f"vector sel takes its condition from a Ref: {self}")
+        if kind in ("binary", "cmp") and len(numbers) == 2:
             raise NpuProgramError(f"vector {self.op} of two numbers: {self}")
         if self.dst.scope is not Scope.UB:
             raise NpuProgramError(f"vector destination {self.dst} is in {self.dst.scope}, not UB: {self}")
@@ -440,6 +452,13 @@ class Vector(Instr):
                 raise NpuProgramError(f"vector cast takes a Ref source: {self}")
             if (srcs[0].dtype, self.dst.dtype) not in CASTS:
                 raise NpuProgramError(f"no cast from {srcs[0].dtype} to {self.dst.dtype}: {self}")
+        elif kind == "cmp":
+            if len(dtypes) > 1:
+                raise NpuProgramError(f"vector {self.op} compares mixed dtypes {sorted(dtypes)}: {self}")
+        elif kind == "select":
+            values = {(s if isinstance(s, Ref) else s.ref).dtype for s in srcs[1:] if isinstance(s, (Ref, Bcast))}
+            if values - {self.dst.dtype}:
+                raise NpuProgramError(f"vector sel mixes dtypes {sorted(values | {self.dst.dtype})}: {self}")
         elif dtypes - {self.dst.dtype}:
             raise NpuProgramError(f"vector {self.op} mixes dtypes {sorted(dtypes | {self.dst.dtype})}: {self}")
         if self.op in FLOAT_ONLY_OPS and self.dst.dtype == "int32":
@@ -452,6 +471,16 @@ class Vector(Instr):
     @property
     def kind(self) -> str:
         return VECTOR_OPS[self.op]
+
+    @property
+    def number_dtype(self) -> str:
+        """The dtype a number source takes: the compared dtype for a compare (that of its
+        buffer source), else the destination's."""
+        if self.kind == "cmp":
+            for s in self.srcs:
+                if isinstance(s, (Ref, Bcast)):
+                    return (s if isinstance(s, Ref) else s.ref).dtype
+        return self.dst.dtype
 
     @property
     def pipe(self) -> Pipe:

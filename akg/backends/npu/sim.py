@@ -171,6 +171,8 @@ BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divid
 UNARY = {"abs": np.abs, "exp": np.exp, "ln": np.log, "sqrt": np.sqrt,
          "rsqrt": lambda x: np.reciprocal(np.sqrt(x)), "rec": np.reciprocal,
          "relu": lambda x: np.maximum(x, x.dtype.type(0)), "mov": lambda x: x}
+COMPARE = {"cmp_eq": np.equal, "cmp_ne": np.not_equal, "cmp_lt": np.less, "cmp_le": np.less_equal,
+           "cmp_gt": np.greater, "cmp_ge": np.greater_equal}
 REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
 
@@ -336,6 +338,7 @@ class _Compiler:
         geo = vector_geometry(instr, self.spec)
         repeat, kind = instr.repeat, instr.kind
         dst_dt = np.dtype(instr.dst.dtype)
+        num_dt = np.dtype(instr.number_dtype)
         accesses, readers = [], []
         for s, g in zip(instr.srcs, geo.srcs):
             if isinstance(s, Ref):
@@ -343,7 +346,7 @@ class _Compiler:
             elif isinstance(s, Bcast):
                 acc, read = self._bcast(s, repeat, geo.mask)
             else:
-                value = np.asarray(s, dst_dt)
+                value = np.asarray(s, num_dt)
                 acc, read = None, _constant(value)
             if acc is not None:
                 accesses.append(acc)
@@ -380,6 +383,11 @@ class _Compiler:
             return lambda xs: fn(xs[0])
         if kind == "cast":
             return lambda xs: xs[0].astype(dt)
+        if kind == "cmp":
+            fn = COMPARE[op]
+            return lambda xs: np.broadcast_to(fn(xs[0], xs[1]).astype(dt), shape)
+        if kind == "select":
+            return lambda xs: np.broadcast_to(np.where(xs[0] != 0, xs[1], xs[2]).astype(dt, copy=False), shape)
         if kind == "dup":
             return lambda xs: np.broadcast_to(xs[0], shape)
         reduction = op.split("_")[1]

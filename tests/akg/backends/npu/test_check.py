@@ -91,3 +91,14 @@ def test_paths_repeats_masks_and_flag_ids_follow_the_spec():
     b = Buffer(Scope.L0B, "b", (256,), "float16")
     with pytest.raises(NpuProgramError, match="multiplies float16 into float32"):
         _check([Mmad(c16[0], a[0], b[0], 16, 16, 16)], [a, b, c16], spec=f32)
+
+
+def test_the_condition_of_a_select_is_checked_like_any_lane_operand():
+    cond = Buffer(Scope.UB, "cond", (128,), "float32", offset=8192)
+    with pytest.raises(NpuAlignmentError, match="UB address of cond\\[4\\]"):
+        _check([Vector("sel", U[0], (cond[4], U[256], 0.0))], [U, cond])
+    with pytest.raises(NpuBoundsError, match="of 'cond'"):  # 64 float32 lanes a repeat: 192 > 128
+        _check([Vector("sel", U[0], (cond[0], U[256], 0.0), repeat=3)], [U, cond])
+    with pytest.raises(NpuProgramError, match="mask 65 exceeds the 64 lanes"):
+        _check([Vector("cmp_lt", U[0], (cond[0], 1.0), mask=65)], [U, cond])
+    assert _check([Vector("sel", U[0], (cond[0], U[256], 0.0), repeat=2)], [U, cond])

@@ -101,6 +101,31 @@ def test_vector_instructions_validate_their_operands():
             Vector(**kwargs)
 
 
+def test_compare_and_select_validate_their_operands():
+    a, b = ub_buf("a", "float32"), ub_buf("b", "float32", 512)
+    h, i = ub_buf("h", "float16", 1024), ub_buf("i", "int32", 2048)
+    cmp = Vector("cmp_ge", h[0], (a[0], 0.5), repeat=2)
+    assert cmp.kind == "cmp" and cmp.itemsize == 4 and cmp.number_dtype == "float32"
+    assert str(cmp) == "v.cmp_ge h[0], a[0], 0.5 repeat=2"
+    sel = Vector("sel", a[0], (h[0], b[0], Bcast(a[0])), mask=7)
+    assert sel.kind == "select" and str(sel) == "v.sel a[0], h[0], b[0], bcast(a[0],0,0) repeat=1 mask=7"
+    Vector("sel", i[0], (a[0], 1, 2))  # int32 values, a float32 condition
+    for bad, match in [
+        (lambda: Vector("cmp_lt", h[0], (a[0], i[0])), "compares mixed dtypes"),
+        (lambda: Vector("cmp_lt", h[0], (1.0, 2.0)), "of two numbers"),
+        (lambda: Vector("cmp_lt", h[0], (a[0],)), "takes 2 source"),
+        (lambda: Vector("sel", a[0], (1.0, a[0], b[0])), "condition from a Ref"),
+        (lambda: Vector("sel", a[0], (h[0], i[0], b[0])), "sel mixes dtypes"),
+        (lambda: Vector("sel", a[0], (h[0], a[0])), "takes 3 source"),
+    ]:
+        with pytest.raises(NpuProgramError, match=match):
+            bad()
+
+
+def ub_buf(name, dtype, offset=0):
+    return Buffer(Scope.UB, name, (256,), dtype, offset=offset)
+
+
 def test_mmad_scalar_flags_and_barriers_validate():
     a = Buffer(Scope.L0A, "a", (256,), "float16")
     b = Buffer(Scope.L0B, "b", (256,), "float16")

@@ -2,6 +2,7 @@
 with the race detector on): transposes put into the DMA, unpadded tiles of short rows,
 NCHW weights with 1 x 1 trailing dims, the UB reused by a kernel's independent loop nests."""
 
+import numpy as np
 from akg.graph import GraphBuilder
 from conftest_npu import check_npu
 
@@ -111,19 +112,22 @@ def test_bool_input_selects_between_finite_branches():
     build_checked(graph(build))
 
 
-def test_select_with_a_branch_that_may_be_nan_is_refused():
-    """The ISA has no vector select: an arithmetic select would turn the chosen branch NaN
-    where the other one is (sqrt of a negative): refused with a typed error, never wrong."""
-    import pytest
-
-    from akg.errors import CompileError
-
+def test_select_with_a_branch_that_may_be_nan_keeps_the_chosen_branch():
+    """where(x > 0, sqrt(x), x): sqrt of the negative lanes is NaN, but the vector select
+    (`cmp_gt` + `sel`) takes each lane from one branch only, so no NaN reaches the output."""
     def build(b):
         x = b.input("x", (32, 256))
         b.output(b.op("where", b.op("greater", x, 0.0), b.op("sqrt", x), x))
 
-    with pytest.raises(CompileError, match="NaN or inf"):
-        akg.build(graph(build), target="npu")
+    x = np.random.default_rng(0).standard_normal((32, 256)).astype(np.float32)
+    g = graph(build)
+    k = check_npu(g, inputs={"x": x})
+    k.target.backend().report(k.executable, races=True)
+    out = np.asarray(k(x)).reshape(x.shape)
+    assert not np.isnan(out).any()
+    np.testing.assert_allclose(out, np.where(x > 0, np.sqrt(np.abs(x)), x), rtol=1e-6)
+    text = k.executable.program.listing()
+    assert "v.cmp_gt" in text and "v.sel" in text
 
 
 def test_select_of_a_guarded_square_root():

@@ -114,6 +114,58 @@ def test_dup_and_broadcast_sources():
     assert np.array_equal(out["d"][256:], rows[256:])
 
 
+@pytest.mark.parametrize("op, fn", [("cmp_eq", np.equal), ("cmp_ne", np.not_equal), ("cmp_lt", np.less),
+                                    ("cmp_le", np.less_equal), ("cmp_gt", np.greater), ("cmp_ge", np.greater_equal)])
+def test_compare_writes_a_one_zero_condition_and_select_picks_per_lane(op, fn):
+    """vcmp + vsel: float32 sources (64 lanes a repeat) compared into a float16 condition,
+    NaN comparing false (except ne); sel takes each lane from one source only, so the NaN and
+    inf of the branch not chosen never reach the result. Each costs issue + repeat."""
+    n = 192
+    a, b = ub("a", n, "float32"), ub("b", n, "float32", 1024)
+    cond, out = ub("cond", n, "float16", 2048), ub("out", n, "float32", 2560)
+    x = RNG.standard_normal(n).astype(np.float32)
+    y = RNG.standard_normal(n).astype(np.float32)
+    y[::7] = x[::7]
+    x[5], y[9], x[11] = np.nan, np.inf, -np.inf
+    body = [Vector(op, cond[0], (a[0], b[0]), repeat=3), Vector("sel", out[0], (cond[0], a[0], b[0]), repeat=3)]
+    res, entry = run_staged([a, b], [cond, out], body, {"a": x, "b": y})
+    assert np.array_equal(res["cond"], fn(x, y).astype(np.float16))
+    assert np.array_equal(res["out"], np.where(fn(x, y), x, y), equal_nan=True)
+    assert entry.cycles == SPEC.vector_issue + 3 and entry.pipe == "V"
+    # a number and a broadcast source; the condition read at its own dtype's strides
+    s = ub("s", 16, "float32", 3584)
+    body = [Vector(op, cond[0], (a[0], 0.25), repeat=3),
+            Vector("sel", out[0], (cond[0], Bcast(s[0]), -1.0), repeat=3, mask=50)]
+    init = RNG.standard_normal(n).astype(np.float32)
+    res, _ = run_staged([a, s, out], [cond, out], body, {"a": x, "s": np.full(16, 7.0, np.float32), "out": init})
+    assert np.array_equal(res["cond"], fn(x, np.float32(0.25)).astype(np.float16))
+    expect = init.copy()
+    for r in range(3):
+        lanes_ = slice(64 * r, 64 * r + 50)
+        expect[lanes_] = np.where(fn(x[lanes_], np.float32(0.25)), 7.0, -1.0)
+    assert np.array_equal(res["out"], expect)
+
+
+def test_select_on_int32_and_a_nan_condition_lane_counts_as_true():
+    c, a, o = ub("c", 64, "float32"), ub("a", 64, "int32", 256), ub("o", 64, "int32", 512)
+    cv = np.float32([0, 1, np.nan, -0.0] * 16)
+    av = np.arange(64, dtype=np.int32)
+    res, _ = run_staged([c, a], [o], [Vector("sel", o[0], (c[0], a[0], -5))], {"c": cv, "a": av})
+    assert np.array_equal(res["o"], np.where(cv != 0, av, -5))
+
+
+def test_a_select_reading_its_condition_before_the_compare_is_synchronised_is_a_race():
+    g = Buffer(Scope.GM, "g", (128,), "float16")
+    cond, x, o = ub("cond", 128), ub("x", 128, offset=256), ub("o", 128, offset=512)
+    body = (Vector("dup", x[0], (1.0,)), Dma(g[0], cond[0], (128,)), Vector("sel", o[0], (cond[0], x[0], 0.0)))
+    with pytest.raises(NpuRaceError, match=r"race in UB: V reads bytes 0..255 at instruction 2 `v.sel o\[0\], "
+                                           r"cond\[0\], x\[0\], 0.0 repeat=1`.*MTE2 writes"):
+        simulate(Program("race", (g,), (cond, x, o), body), SPEC)
+    flags = (Vector("dup", x[0], (1.0,)), Dma(g[0], cond[0], (128,)), SetFlag(MTE2, V), WaitFlag(MTE2, V),
+             Vector("sel", o[0], (cond[0], x[0], 0.0)))
+    simulate(Program("ok", (g,), (cond, x, o), flags), SPEC)
+
+
 def test_reductions_within_repeats_blocks_and_across_repeats():
     a = ub("a", 512)
     r1, r2, r3 = ub("r1", 32, offset=1024), ub("r2", 64, offset=1088), ub("r3", 128, offset=1216)
