@@ -228,7 +228,7 @@ def test_rules_belong_to_differentiable_ops_only():
 NON_DIFFERENTIABLE = [
     "floor", "ceil", "round", "sign", "mod", "equal", "not_equal", "less", "less_equal", "greater",
     "greater_equal", "logical_and", "logical_or", "logical_not", "isnan", "isinf", "argmax", "argmin",
-    "one_hot",
+    "one_hot", "complex", "real", "imag",
 ]
 
 

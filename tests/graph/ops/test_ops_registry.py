@@ -16,6 +16,7 @@ from akg.graph.types import TensorType
 FAMILIES = {
     "akg.graph.ops.elementwise", "akg.graph.ops.layout", "akg.graph.ops.reduce",
     "akg.graph.ops.linalg", "akg.graph.ops.conv", "akg.graph.ops.nn", "akg.graph.ops.index",
+    "akg.graph.ops.complex",
 }
 
 
@@ -285,6 +286,9 @@ def test_shape_errors_are_prefixed_with_the_op_name():
 
 # (input types, attributes) for one representative call of every registered op.
 SAMPLES: dict[str, tuple[list[TensorType], dict]] = {
+    "complex": ([T((2, 3)), T((3,))], {}),
+    "real": ([T((2, 3), "complex64")], {}),
+    "imag": ([T((2, 3), "complex64")], {}),
     **{op: ([T((2, 3))], {}) for op in (
         "neg", "abs", "exp", "sqrt", "rsqrt", "reciprocal", "log", "tanh", "sigmoid", "relu",
         "relu6", "erf", "sin", "cos", "floor", "ceil", "round", "sign", "isnan", "isinf", "gelu",
