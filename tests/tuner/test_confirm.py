@@ -32,8 +32,9 @@ def _matmul(n=32, name="mm"):
 
 
 class PlantedRunner(InProcessRunner):
-    """Measures in this process, but one planted config looks 100x faster than it is when
-    measured alone, and 10x slower than the slowest contender in the final comparison."""
+    """Measures in this process, but one planted config looks faster than anything when
+    measured alone (1 ns: a fixed figure, so no slow spell of a loaded host can undo it),
+    and 10x slower than the slowest contender in the final comparison."""
 
     def __init__(self, planted: str | None = None):
         super().__init__(min_seconds=0.002, repeats=1)
@@ -49,7 +50,7 @@ class PlantedRunner(InProcessRunner):
             if self.planted is None and key != self.default and r.status == Status.OK:
                 self.planted = key
             if key == self.planted and r.cost is not None:
-                r.cost = r.cost / 100
+                r.cost = 1e-9
             out.append(done(r))
         return out
 
