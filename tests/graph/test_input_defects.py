@@ -345,7 +345,10 @@ def test_embedding_model_tunes_then_compiles(tmp_path):
     assert records and all(str(r.status).lower().endswith("ok") for r in records), \
         [(r.status, r.error) for r in records]
     compiled = akg.compile_model(graph, db=db)
-    assert compiled.stats["tuned_kernels"] >= 1
+    # every kernel's config is the database's choice: the tuned one, or the default where it won
+    # the final comparison (a loaded host can make either win; both came from the database)
+    sources = [k.source for k in compiled.kernels.values()]
+    assert sources and all(s.startswith("tuned") or s.startswith("default (") for s in sources), sources
     inputs = compiled.random_inputs(0)
     np.testing.assert_allclose(compiled(**inputs)[0], evaluate(graph, inputs)[0], rtol=1e-5, atol=1e-5)
 
