@@ -25,7 +25,12 @@ def tuned_config(graph, target: Target, db) -> tuple[Config | None, str]:
     from akg.graph.subgraph import workload_key
 
     database = db if isinstance(db, Database) else open_database(db)
-    choice = database.choice(workload_key(graph), target.key)
+    return chosen_config(database.choice(workload_key(graph), target.key))
+
+
+def chosen_config(choice) -> tuple[Config | None, str]:
+    """A database `Choice` (or None) as the config `akg compile` builds (None: the default)
+    and the words that say where it came from (the CLI's `akg db ls/best` print them too)."""
     if choice is None:
         return None, "default"
     verdict = choice.verdict

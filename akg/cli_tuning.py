@@ -227,12 +227,14 @@ def db_group() -> None:
 @db_group.command("ls")
 @click.option("--db", "db_url", default=None, help=DB_HELP)
 def db_ls(db_url: str | None) -> None:
-    """Workloads with their record counts and best times per target."""
+    """Workloads with their record counts, cheapest records and the config `akg compile`
+    uses (the final comparison's winner, which may be the default) per target."""
+    from akg.api import chosen_config
     from akg.db import open_database
 
     database = open_database(db_url)
     table = Table(title=f"tuning database {database_name(database, db_url)}")
-    for col in ("workload", "name", "target", "records", "best"):
+    for col in ("workload", "name", "target", "records", "cheapest", "compile uses"):
         table.add_column(col)
     rows = 0
     for w in database.workloads():
@@ -240,7 +242,8 @@ def db_ls(db_url: str | None) -> None:
             n = database.count(w.key, t.key)
             if n:
                 best = database.best(w.key, t.key)
-                table.add_row(w.key, w.name, t.key, str(n), _cost(best.cost, best.unit) if best else "-")
+                _, uses = chosen_config(database.choice(w.key, t.key))
+                table.add_row(w.key, w.name, t.key, str(n), _cost(best.cost, best.unit) if best else "-", uses)
                 rows += 1
     click.echo(f"database: {database_name(database, db_url)}")
     if rows:
@@ -255,7 +258,10 @@ def db_ls(db_url: str | None) -> None:
 @click.option("--target", default="cpu", show_default=True)
 @click.option("--db", "db_url", default=None, help=DB_HELP)
 def db_best(workload: str, target: str, db_url: str | None) -> None:
-    """The best record of a workload (key or unique key prefix)."""
+    """The config `akg compile` uses for a workload (key or unique key prefix): the winner of
+    the tuner's final comparison, which may be the default, else the cheapest record
+    (unconfirmed); then that config's JSON (`default` when the default is used)."""
+    from akg.api import chosen_config
     from akg.db import open_database
     from akg.errors import DatabaseError
     from akg.target import get_target
@@ -264,11 +270,15 @@ def db_best(workload: str, target: str, db_url: str | None) -> None:
     matches = [w for w in database.workloads() if w.key.startswith(workload)]
     if len(matches) != 1:
         raise DatabaseError(f"{len(matches)} workloads match '{workload}'")
-    best = database.best(matches[0].key, get_target(target).key)
-    if best is None:
-        raise DatabaseError(f"no successful record for {matches[0].key} on {get_target(target).key}")
-    console.print(f"{matches[0].key} ({matches[0].name}): {_cost(best.cost, best.unit)}")
-    click.echo(best.config)
+    key = get_target(target).key
+    choice = database.choice(matches[0].key, key)
+    if choice is None:
+        raise DatabaseError(f"no successful record for {matches[0].key} on {key}")
+    config, uses = chosen_config(choice)
+    best = database.best(matches[0].key, key)
+    cheapest = f"; cheapest record {_cost(best.cost, best.unit)}" if best is not None else ""
+    console.print(f"{matches[0].key} ({matches[0].name}): compile uses {uses}{cheapest}")
+    click.echo(config.to_json() if config is not None else "default")
 
 
 @db_group.command("export")

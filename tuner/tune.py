@@ -50,6 +50,10 @@ __all__ = ["KernelResult", "TaskScheduler", "TuneLoop", "TuneResult", "describe_
 
 WARM_START_LIMIT = 256  # records of other workloads used to warm-start the cost model
 ERROR_CHARS = 2000  # of a failed candidate's error text kept in its record (a crash report's top)
+# A timed contender must beat the default by more than this fraction in the final comparison
+# to replace it: a tuned config within the noise of alternating rounds is no gain, and a loaded
+# host's spell should never make a kernel slower. Simulated cycles are exact: no margin there.
+NOISE_MARGIN = 0.02
 
 
 @dataclass
@@ -270,12 +274,14 @@ def _contenders(task: TuningTask) -> list[tuple[str, Config, bool]]:
 def _verdict(task: TuningTask, target: Target, best: Config, contenders: list[tuple[str, Config, bool]],
              result: CompareResult) -> Verdict | None:
     """The verdict of a comparison (None if it failed): the cheapest contender wins, the
-    default config on a tie (then the earlier role)."""
+    default config on a tie or when the winner is cheaper by no more than the noise margin
+    (`NOISE_MARGIN`, for timed costs), then the earlier role."""
     if not result.ok:
         return None
     costs = result.costs
-    ranked = [(costs[k], not contenders[k][2], k) for k in range(len(contenders))
-              if k < len(costs) and costs[k] is not None]
+    margin = NOISE_MARGIN if str(target.cost_unit) == "s" else 0.0
+    ranked = [(costs[k] * (1 - margin) if contenders[k][2] else costs[k], not contenders[k][2], k)
+              for k in range(len(contenders)) if k < len(costs) and costs[k] is not None]
     if not ranked:
         return None
     winner = min(ranked)[2]

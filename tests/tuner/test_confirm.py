@@ -219,3 +219,25 @@ def test_the_cli_summary_says_what_compile_uses(tmp_path, capsys):
     compiled = capsys.readouterr().out
     assert ("confirmed" in compiled) != ("default (kept" in compiled)
     assert ("default (kept" in compiled) == (verdict.uses_default and verdict.role != "tuned")
+
+
+class _Task:
+    key = "workload"
+
+
+@pytest.mark.parametrize("tuned_cost, unit, winner", [
+    (0.99e-6, "s", "default"),     # 1% faster: within the noise margin, the default stays
+    (0.95e-6, "s", "tuned"),       # 5% faster: beyond it, the tuned config wins
+    (0.99e6, "cycles", "tuned"),   # simulated cycles are exact: any gain counts
+])
+def test_a_tuned_config_must_beat_the_default_beyond_the_noise_margin(tuned_cost, unit, winner):
+    from akg.schedules.space import Config
+    from akg.tuner.tune import NOISE_MARGIN, _verdict
+
+    assert 0.01 < NOISE_MARGIN < 0.05
+    default, tuned = Config("smart", ()), Config("none", ())
+    target = type("T", (), {"key": "t", "cost_unit": unit})()
+    base = 1e-6 if unit == "s" else 1e6
+    result = CompareResult([Status.OK, Status.OK], [[tuned_cost] * 3, [base] * 3], unit)
+    verdict = _verdict(_Task(), target, tuned, [("tuned", tuned, False), ("default", default, True)], result)
+    assert verdict.role == winner and verdict.uses_default == (winner == "default")

@@ -174,7 +174,14 @@ def test_cli_tune_and_db_commands(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "4 new measurements" in out
     assert main(["db", "ls", "--db", db]) == 0
-    assert "mm" in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert "mm" in listed and "compile uses" in listed and ("confirmed" in listed or "default (kept" in listed)
+    (workload,) = open_database(db).workloads()
+    assert main(["db", "best", workload.key[:12], "--db", db]) == 0
+    shown = capsys.readouterr().out
+    choice = open_database(db).choice(workload.key, get_target("cpu").key)
+    assert "compile uses" in shown and "cheapest record" in shown
+    assert shown.strip().splitlines()[-1] == (choice.config if choice.config is not None else "default")
     assert main(["db", "export", str(tmp_path / "r.jsonl"), "--db", db]) == 0
     lines = (tmp_path / "r.jsonl").read_text().splitlines()
     assert sum('"kind":"record"' in line.replace(" ", "") for line in lines) == 4
