@@ -39,5 +39,6 @@ def test_corpus_sample(load_script, corpus):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ~500 s alone on 2 cores; a loaded host needs more than the 600 s default
 def test_corpus_every_file(load_script, corpus):
     _run(load_script, corpus, every=1, all_sizes=True)
