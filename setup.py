@@ -70,7 +70,9 @@ setup(
             "hypothesis>=6.100",
             "pytest-timeout>=2.2",
             "import-linter>=2.1,<3",  # the import contracts (scripts/lint_imports.py)
+            "onnx>=1.16",  # the ONNX importer's tests and the generated ONNX node suite
         ],
+        "onnx": ["onnx>=1.16"],  # reading .onnx models (graph/io/onnx.py); tested with 1.23.2
     },
     entry_points={"console_scripts": ["akg = akg.cli:main"]},
 )

@@ -1,4 +1,5 @@
-"""The library API: `build` one kernel, `compile_model` a whole model, `tune` a model; each
+"""The library API: `build` one kernel, `compile` (or `run`) a whole model given as a path of any
+known format, a Graph or an in-memory model such as an `onnx.ModelProto`, `tune` a model; each
 takes names or objects (a target name or Target, a database URL or Database) and turns them
 into objects once, here at the edge. Tuned configs come from the tuning database."""
 
@@ -68,6 +69,31 @@ def build(subgraph, target: str | Target = "cpu", config: Config | None = None, 
     return _build(subgraph, get_target(target), config, choose=_chooser(db))
 
 
+def load(model):
+    """The Graph of `model`: a Graph as it is, a Subgraph's graph, a path of any format
+    `load_model` knows (`.mir`, `.onnx`, `.mindir`, composite JSON), or an in-memory model one
+    of its frontends takes (an `onnx.ModelProto`, MindIR bytes, a composite-JSON dict)."""
+    from akg.graph.io import load_model
+    from akg.graph.subgraph import Subgraph
+
+    return model.graph if isinstance(model, Subgraph) else load_model(model)
+
+
+def compile(model, target: str | Target = "cpu", db=None, progress=None):  # noqa: A001 - the public name
+    """A CompiledModel of `model` (anything `load` takes) for `target`, each kernel with its
+    best tuned config from `db` when there is one."""
+    return compile_model(load(model), target, db, progress)
+
+
+def run(model, inputs=None, target: str | Target = "cpu", db=None) -> list:
+    """Compile `model` (anything `load` takes) for `target` and run it once on `inputs` (a
+    mapping of input name -> array, or the arrays in input order); the outputs, in order."""
+    compiled = compile(model, target, db)
+    if inputs is None:
+        inputs = {}
+    return compiled(**inputs) if hasattr(inputs, "keys") else compiled(*inputs)
+
+
 def compile_model(graph, target: str | Target = "cpu", db=None, progress=None):
     """A CompiledModel of a whole model, each kernel with its best tuned config from `db` when
     there is one."""
@@ -75,7 +101,11 @@ def compile_model(graph, target: str | Target = "cpu", db=None, progress=None):
 
 
 def tune(model, target: str | Target = "cpu", trials: int = 64, db=None, **options):
-    """Tune a model's kernels, recording every measurement in the database (akg.tuner.tune)."""
+    """Tune a model's kernels (`model`: anything `load` takes, or a Subgraph), recording every measurement in the database (akg.tuner.tune)."""
+    from akg.graph.ir import Graph
+    from akg.graph.subgraph import Subgraph
     from akg.tuner.tune import tune as _tune
 
+    if not isinstance(model, (Graph, Subgraph)):
+        model = load(model)  # a path of any format, or an in-memory model such as an onnx.ModelProto
     return _tune(model, target=target, trials=trials, db=db, **options)

@@ -481,7 +481,7 @@ def grad(model: Path, loss: str, wrt: str, optimizer: str | None, lr: float | No
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The .mir to write; large weights go in an .npz beside it.")
 def convert(model: Path, output_path: Path) -> None:
-    """Write a model (.mindir, composite JSON, .mir) in akg's .mir text form."""
+    """Write a model (.onnx, .mindir, composite JSON, .mir) in akg's .mir text form."""
     from akg.graph.io import emit_mir, load_model, save_mir
 
     if output_path.suffix.lower() != ".mir":

@@ -12,6 +12,7 @@ from akg.graph.io.importer import FRONTENDS, Frontend, SuffixTable, frontend_for
 from akg.graph.io.mir import emit_mir, load_mir, parse_mir, save_mir  # noqa: F401
 from akg.graph.io.akg_json import load_akg_json, loads_akg_json, parse_akg_json  # noqa: F401
 from akg.graph.io.mindir import load_mindir, parse_mindir  # noqa: F401
+from akg.graph.io.onnx import load_onnx, parse_onnx  # noqa: F401
 from akg.graph.ir import Graph
 
 # suffix -> loader, derived from FRONTENDS (each format's module registers its frontend)
@@ -20,7 +21,7 @@ LOADERS = SuffixTable()
 
 def load_model(model: str | Path | Any) -> Graph:
     """A Graph from a model file (the reader chosen by its suffix) or an in-memory model: a
-    composite-JSON dict or list, MindIR bytes or a ModelProto, a str of `.mir` text (a str
+    composite-JSON dict or list, MindIR bytes or a ModelProto, an `onnx.ModelProto`, a str of `.mir` text (a str
     that is not `.mir` text is a path); a Graph is returned as it is."""
     if isinstance(model, Graph):
         return model

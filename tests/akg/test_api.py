@@ -49,3 +49,57 @@ def test_build_takes_an_old_form_record_from_the_database(tmp_path):
     np.testing.assert_allclose(kernel(a, w)[0], np.maximum(a @ w, 0), rtol=1e-4, atol=1e-4)
     model = akg.compile_model(graph, db=db)
     assert model.stats["tuned_kernels"] == 1
+
+
+# --- akg.compile / akg.run / akg.tune: one door for every model form ---------------------------
+
+
+def _matmul_onnx():
+    """_matmul() as an ONNX model, with the same input names."""
+    import pytest
+
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["mm"]), helper.make_node("Relu", ["mm"], ["y"])]
+    graph = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [48, 40]),
+                                            helper.make_tensor_value_info("w", TensorProto.FLOAT, [40, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [48, 64])])
+    return onnx, helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_compile_and_run_take_a_graph_a_path_and_an_onnx_model(tmp_path):
+    from akg.graph.io import save_mir
+
+    onnx, proto = _matmul_onnx()
+    onnx.save(proto, str(tmp_path / "mm.onnx"))
+    save_mir(_matmul(), tmp_path / "mm.mir")
+    a = np.random.default_rng(2).standard_normal((48, 40)).astype(np.float32)
+    w = np.random.default_rng(3).standard_normal((40, 64)).astype(np.float32)
+    want = np.maximum(a @ w, 0)
+    for model in (_matmul(), tmp_path / "mm.mir", str(tmp_path / "mm.onnx"), proto):
+        compiled = akg.compile(model, target="cpu")
+        assert [s.name for s in compiled.inputs] == ["a", "w"]
+        np.testing.assert_allclose(compiled(a=a, w=w)[0], want, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(akg.run(model, [a, w])[0], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(akg.run(proto, {"a": a, "w": w})[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_onnx_model_gets_the_tuned_config_of_the_same_graph_from_the_database(tmp_path):
+    _, proto = _matmul_onnx()
+    graph = _matmul()
+    target = get_target("cpu")
+    db = open_database(str(tmp_path / "tuned.db"))
+    db.register_target(TargetInfo.of(target))
+    db.register_workload(Workload.of(Subgraph(graph)))
+    db.add(Record(Subgraph(graph).workload_key, target.key, json.dumps(OLD_FORM, sort_keys=True), "ok", 1e-6))
+    assert akg.compile(proto, db=db).stats["tuned_kernels"] == 1  # the same workload as the .mir graph
+    assert akg.compile(proto).stats["tuned_kernels"] == 0
+
+
+def test_tune_takes_an_onnx_model(tmp_path):
+    _, proto = _matmul_onnx()
+    db = open_database(str(tmp_path / "tune.db"))
+    akg.tune(proto, target="cpu", trials=2, db=db, batch=2, confirm=False)
+    measured = db.records(Subgraph(_matmul()).workload_key, get_target("cpu").key)
+    assert len(measured) >= 1  # recorded under the workload of the same graph loaded from .mir

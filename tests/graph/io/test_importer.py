@@ -11,7 +11,7 @@ import pytest
 
 from akg.errors import ImportFormatError, MissingRuleError
 from akg.graph import GraphBuilder
-from akg.graph.io import FRONTENDS, LOADERS, load_akg_json, load_mindir, load_mir, load_model, save_mir
+from akg.graph.io import FRONTENDS, LOADERS, load_akg_json, load_mindir, load_mir, load_model, load_onnx, save_mir
 from akg.graph.io.akg_json import AKG_OPS
 from akg.graph.io.importer import (
     Frontend, ImportFail, OpContext, OpMapping, OpTable, graph_name_of, read_model_file, register_frontend,
@@ -77,11 +77,11 @@ def test_registry_decorator_registers_each_name_and_returns_the_function():
 
 
 def test_frontends_are_named_by_their_keys_and_own_the_suffixes():
-    assert list(FRONTENDS) == ["akg_json", "mindir", "mir"]
+    assert list(FRONTENDS) == ["akg_json", "mindir", "mir", "onnx"]
     for name, frontend in FRONTENDS.items():
         assert frontend.name == name and frontend.suffixes and frontend.takes
     assert dict(LOADERS) == {".json": load_akg_json, ".info": load_akg_json, ".mindir": load_mindir,
-                             ".mir": load_mir}
+                             ".mir": load_mir, ".onnx": load_onnx}
 
 
 def test_a_suffix_is_claimed_by_one_frontend():
@@ -174,8 +174,8 @@ def test_a_graph_passes_through():
 
 def test_unknown_suffix_lists_the_known_ones(tmp_path):
     with pytest.raises(ImportFormatError,
-                       match=r"model\.onnx: unknown model format '\.onnx' \(known: \.info, \.json, \.mindir, \.mir\)"):
-        load_model(tmp_path / "model.onnx")
+                       match=r"model\.pb: unknown model format '\.pb' \(known: \.info, \.json, \.mindir, \.mir, \.onnx\)"):
+        load_model(tmp_path / "model.pb")
     with pytest.raises(ImportFormatError, match=r"missing\.mir: no such file"):
         load_model(str(tmp_path / "missing.mir"))
 
@@ -186,7 +186,8 @@ def test_unknown_object_lists_the_frontends():
     message = str(info.value)
     assert message.startswith("cannot import a int: no frontend takes it (known: akg_json (")
     assert "mindir (the bytes of a .mindir file or a parsed ModelProto)" in message
-    assert message.endswith("mir (a str of .mir text))")
+    assert "mir (a str of .mir text)" in message
+    assert message.endswith("onnx (an onnx.ModelProto))")
 
 
 # --- the shared parts ---------------------------------------------------------------------------
