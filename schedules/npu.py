@@ -24,11 +24,14 @@ from akg.errors import ScheduleError
 from akg.polyhedral import tree
 from akg.polyhedral.tree import MARK_PARALLEL, BandInfo
 from akg.schedules.recipe import Recipe
+from akg.schedules.npu_conv import (ConvShape, cast_of, conv_chunks, conv_fits, conv_k_steps, conv_roles,
+                                    conv_shape, conv_tiles, fit_conv, fold_padding, member_tiles, on_cube, role_tiles)
 from akg.schedules.space import Config, Space, Step, check_steps
 
 MARK_TILE = "npu.tile"
 MARK_GRID = "npu.grid"  # above each member of a contraction band's block loops: the program's grid axes
 CUBE_LEVEL = "L0A"  # tile(band, "L0A", [kt]): the reduction tile of a contraction on the cube
+CHUNK_LEVEL = "L1"  # tile(band, "L1", [ct]): a convolution's input channels per L1 chunk
 MARK_PAR = "npu.par"  # above a point loop that carries no dependence (the backend may distribute it)
 LEVEL = "UB"
 UB_FILL = 0.5  # fraction of the (per-buffer) UB budget the estimate may fill: temporaries
@@ -50,12 +53,13 @@ class NpuBand:
     blocks: int = 1
     kt: int = 0
     grid: tuple[int, ...] = ()
+    chunk: int = 0  # a convolution's channels per L1 chunk (`tile(band, "L1", [ct])`); 0: not a convolution
 
 
 def band_plans(config: Config, bands: list[BandInfo]) -> list[NpuBand]:
     plans = []
     for k, info in enumerate(bands):
-        tile, blocks, kt, grid = tuple(info.extents), 1, 0, ()
+        tile, blocks, kt, grid, chunk = tuple(info.extents), 1, 0, (), 0
         for s in config.band_steps(k):
             if s.op == "tile" and s.level == LEVEL:
                 if len(s.arg) != info.members:
@@ -64,6 +68,8 @@ def band_plans(config: Config, bands: list[BandInfo]) -> list[NpuBand]:
                 tile = tuple(t if t else e for t, e in zip(s.arg, info.extents))
             elif s.op == "tile" and s.level == CUBE_LEVEL:
                 kt = int(s.arg[0]) if isinstance(s.arg, tuple) else int(s.arg)
+            elif s.op == "tile" and s.level == CHUNK_LEVEL:
+                chunk = int(s.arg[0]) if isinstance(s.arg, tuple) else int(s.arg)
             elif s.op == "map" and s.level == "cores":
                 if isinstance(s.arg, tuple) and len(s.arg) > 1 or kt:
                     grid = tuple(int(b) for b in (s.arg if isinstance(s.arg, tuple) else (s.arg,)))
@@ -72,7 +78,7 @@ def band_plans(config: Config, bands: list[BandInfo]) -> list[NpuBand]:
                 raise ScheduleError(f"band {k}: the NPU takes tile(UB), tile(L0A) and map(cores) steps, not '{s}'")
         if kt and not grid:
             grid = (blocks,) + (1,) * (info.members - 1)
-        plans.append(NpuBand(tile, math.prod(grid) if kt else blocks, kt, grid if kt else ()))
+        plans.append(NpuBand(tile, math.prod(grid) if kt else blocks, kt, grid if kt else (), chunk if kt else 0))
     return plans
 
 
@@ -122,11 +128,36 @@ def sixteens(n: int, cap: int = 256) -> list[int]:
     return [t for t in range(16, min(n, cap) + 1, 16) if n % t == 0]
 
 
-def cube_fits(spec, mt: int, nt: int, kt: int, buffers: int) -> bool:
-    """Do the L1 / L0A / L0B / L0C / UB buffers of an mt x nt x kt cube tile fit?"""
+def cube_fits(spec, mt: int, nt: int, kt: int, buffers: int, ub_bytes: int | None = None) -> bool:
+    """Do the L1 / L0A / L0B / L0C / UB buffers of an mt x nt x kt cube tile fit? `ub_bytes`:
+    UB bytes per output element (default: an epilogue with a few fp32 temporaries; 4 when
+    the epilogue is the accumulator's cast to fp16, converted on its way out of L0C)."""
+    ub = 2 + 2 + 2 * buffers + 4 if ub_bytes is None else ub_bytes
     return (2 * mt * kt * buffers <= spec.l0a_bytes and 2 * kt * nt * buffers <= spec.l0b_bytes
             and 2 * (mt + nt) * kt * buffers <= spec.l1_bytes and 4 * mt * nt <= spec.l0c_bytes
-            and mt * nt * (2 + 2 + 2 * buffers + 4) <= spec.ub_usable_bytes)
+            and mt * nt * ub <= spec.ub_usable_bytes)
+
+
+def cube_estimate(spec, tiles: int, mt: int, nt: int, K: int, kt: int, buffers: int) -> float:
+    """A rough time in cycles of `tiles` mt x nt cube tiles over K in steps of kt, one per block:
+    per wave, the busiest of the cube, MTE1 (L1 -> L0A / L0B, one DMA per 16 rows of B) and the
+    GM reads (at a core's path rate, or its share of the L2), plus the first step's load, the
+    write-out and the DMA latencies of the steps (the steps overlap under double buffering)."""
+    cores = min(tiles, spec.cores)
+    waves = -(-tiles // spec.cores)
+    steps = K // kt
+    shared = spec.l2_rate / cores if spec.l2_bytes else spec.gm_bytes_per_cycle / cores
+    rate = min(spec.rate("GM->L1"), shared)
+    cube = (mt // 16) * (nt // 16) * (K // 16) + steps * spec.cube_issue
+    mte1 = (mt * K * 2 / spec.rate("L1->L0A") + K * nt * 2 / spec.rate("L1->L0B")
+            + steps * (1 + kt // 16) * spec.dma_latency)
+    reads = (mt + nt) * K * 2 / rate + steps * 2 * spec.dma_latency
+    overlap = buffers == 2 and steps >= 2 and steps % 2 == 0
+    work = max(cube, mte1, reads) if overlap else cube + mte1 + reads
+    first = (mt + nt) * kt * 2 / rate + kt * nt * 2 / spec.rate("L1->L0B")
+    out = mt * nt * 4 / spec.rate("L0C->UB") + mt * nt * 2 / spec.rate("UB->GM") + 4 * spec.dma_latency
+    unique = (tiles * mt * nt * 2) / spec.gm_bytes_per_cycle
+    return max(waves * (work + first + out), unique)
 
 
 def buffers_of(config: Config) -> int:
@@ -142,6 +173,8 @@ def _steps(plans: list[NpuBand], buffers: int) -> tuple[Step, ...]:
         steps.append(Step("tile", k, LEVEL, p.tile))
         if p.kt:
             steps.append(Step("tile", k, CUBE_LEVEL, (p.kt,)))
+            if p.chunk:
+                steps.append(Step("tile", k, CHUNK_LEVEL, (p.chunk,)))
             steps.append(Step("map", k, "cores", tuple(p.grid)))
         else:
             steps.append(Step("map", k, "cores", (p.blocks,)))
@@ -162,8 +195,8 @@ class NpuRecipe(Recipe):
         return self.target.spec
 
     def prepare(self, program, dtype: str):
-        self._program = program
-        return program
+        self._program = fold_padding(program)
+        return self._program
 
     # --- sizing ------------------------------------------------------------------------------
 
@@ -247,6 +280,38 @@ class NpuRecipe(Recipe):
         fits = [b for b in divisors(count) if b <= self.spec.cores]
         return max(fits) if fits else 1
 
+    def conv(self, info: BandInfo) -> tuple[ConvShape, tuple[str, ...]] | None:
+        """(the window contraction, the role of each member) of a band that goes to the cube:
+        fp16, channels and filters in whole fractals, the accumulator's only other reader its
+        cast to the fp16 output (the cube's epilogue); None otherwise."""
+        if self._program is None or not 2 <= info.members <= 4:
+            return None
+        ops = self._program.ops()
+        picked = [ops[int(n[1:])] for n in info.statements
+                  if n.startswith("S") and n[1:].isdigit() and int(n[1:]) < len(ops)]
+        for op in picked:
+            shape = conv_shape(op)
+            if not on_cube(shape):
+                continue
+            others = [o for o in picked if o is not op]
+            if len(others) != 1 or not cast_of(others[0], op):
+                return None
+            roles = conv_roles(shape, info.extents)
+            return (shape, roles) if roles is not None else None
+        return None
+
+    def fit_conv(self, info: BandInfo, buffers: int) -> NpuBand:
+        """The convolution's cube tile with the best estimated time (`npu_conv.fit_conv`), every
+        tile its own block."""
+        shape, roles = self.conv(info)
+        found = fit_conv(self.spec, shape, buffers)
+        if found is None:
+            raise ScheduleError(f"band {info.index}: no convolution tile fits the buffers")
+        (bt, ft, yt), ct, kt = found
+        tile = member_tiles(roles, bt, ft, yt, shape)
+        grid = tuple(e // t for e, t in zip(info.extents, tile))
+        return NpuBand(tile, math.prod(grid), kt, grid, ct)
+
     def cube(self, info: BandInfo):
         """(roles, K) of a band whose contraction goes to the cube: fp16 operands, m, n and K
         in whole fractals; None otherwise (the vector path, or a typed error there)."""
@@ -270,21 +335,15 @@ class NpuRecipe(Recipe):
         M = info.extents[roles.index("m")]
         N = info.extents[roles.index("n")]
         batch = math.prod(e for r, e in zip(roles, info.extents) if r == "b")
+        ub = self.cube_ub_bytes(info)
         best = None
-        for mt in sixteens(M):
-            for nt in sixteens(N):
-                kts = [kt for kt in sixteens(K, 512) if cube_fits(spec, mt, nt, kt, buffers)]
-                if not kts:
-                    continue
-                kt = max(kts)
-                tiles = batch * (M // mt) * (N // nt)
-                waves = -(-tiles // spec.cores)
-                # cube cycles per core and GM bytes per tile, a rough time
-                cube = waves * (mt // 16) * (nt // 16) * (K // 16)
-                gm = tiles * (mt + nt) * K * 2 / spec.gm_bytes_per_cycle
-                cost = max(cube, gm) + waves * 200 + (K // kt) * 30 * waves
-                if best is None or cost < best[0]:
-                    best = (cost, mt, nt, kt)
+        for mt in sixteens(M, 512):
+            for nt in sixteens(N, 512):
+                for kt in sixteens(K, 512):
+                    if cube_fits(spec, mt, nt, kt, buffers, ub):
+                        cost = cube_estimate(spec, batch * (M // mt) * (N // nt), mt, nt, K, kt, buffers)
+                        if best is None or cost < best[0]:
+                            best = (cost, mt, nt, kt)
         if best is None:
             raise ScheduleError(f"band {info.index}: no cube tile fits the buffers")
         _c, mt, nt, kt = best
@@ -292,10 +351,26 @@ class NpuRecipe(Recipe):
         grid = tuple(e // t for e, t in zip(info.extents, tile))
         return NpuBand(tile, math.prod(grid), kt, grid)
 
+    def cube_ub_bytes(self, info: BandInfo) -> int | None:
+        """UB bytes per output element of a contraction band: 4 when its only other statement
+        is the accumulator's cast to fp16 (the accumulator leaves L0C as fp16, the output tile
+        beside it); None (the default, with temporaries) otherwise."""
+        if self._program is None:
+            return None
+        ops = self._program.ops()
+        picked = [ops[int(n[1:])] for n in info.statements
+                  if n.startswith("S") and n[1:].isdigit() and int(n[1:]) < len(ops)]
+        sums = [op for op in picked if op.reduce is not None]
+        others = [op for op in picked if op.reduce is None]
+        return 4 if len(sums) == 1 and len(others) == 1 and cast_of(others[0], sums[0]) else None
+
     def default_config(self, bands, dtype, fusion="smart") -> Config:
         buffers = 2
         plans = []
         for info in bands:
+            if self.conv(info) is not None:
+                plans.append(self.fit_conv(info, buffers))
+                continue
             if self.cube(info) is not None:
                 plans.append(self.fit_cube(info, buffers))
                 continue
@@ -307,11 +382,20 @@ class NpuRecipe(Recipe):
         per_band = []
         cubes = []
         for info in bands:
+            conv = self.conv(info)
             cube = self.cube(info)
-            cubes.append(cube is not None)
+            cubes.append(cube is not None or conv is not None)
+            if conv is not None:
+                shape, roles = conv
+                images, filters, rows = conv_tiles(shape)
+                chunks = conv_chunks(shape)
+                steps = sorted({k for c in chunks for k in conv_k_steps(shape, c)})
+                by_role = {"b": tuple(images), "f": tuple(filters), "y": tuple(rows), "x": (shape.out[1],)}
+                per_band.append((*(by_role[r] for r in roles), tuple(chunks), tuple(steps)))
+                continue
             if cube is not None:
                 roles, K = cube
-                tiles = [(1,) if r == "b" else tuple(sixteens(e)) for r, e in zip(roles, info.extents)]
+                tiles = [(1,) if r == "b" else tuple(sixteens(e, 512)) for r, e in zip(roles, info.extents)]
                 tiles.append(tuple(sixteens(K, 512)))  # the K step
                 per_band.append(tuple(tiles))
                 continue
@@ -333,6 +417,9 @@ class NpuRecipe(Recipe):
             raise ScheduleError(f"promote(UB) takes 1 or 2 buffers, not {buffers_of(config)}")
         plans = band_plans(config, bands)
         for k, (info, p) in enumerate(zip(bands, plans)):
+            if p.chunk:
+                self._validate_conv(k, info, p, buffers_of(config))
+                continue
             if p.kt:
                 self._validate_cube(k, info, p, buffers_of(config))
                 continue
@@ -347,6 +434,31 @@ class NpuRecipe(Recipe):
             if p.blocks > 1 and (len(bands) > 1 or not info.coincident[0]):
                 raise ScheduleError(f"band {k}: only the parallel outer loop of a single-band kernel is "
                                     f"split over cores")
+
+    def _validate_conv(self, k: int, info: BandInfo, p: NpuBand, buffers: int) -> None:
+        conv = self.conv(info)
+        if conv is None:
+            raise ScheduleError(f"band {k}: a convolution tile (tile L1) on a band without an fp16 window "
+                                f"contraction in whole channel and filter fractals")
+        shape, roles = conv
+        images, filters, rows = conv_tiles(shape)
+        bt, ft, yt, xt = role_tiles(roles, p.tile)
+        if bt not in images or ft not in filters or yt not in rows or xt != shape.out[1]:
+            raise ScheduleError(f"band {k}: convolution tile {list(p.tile)} of {list(info.extents)}: images "
+                                f"{images}, filters {filters} (multiples of 16), output rows {rows} (whole images "
+                                f"when the window reaches the padding rows), whole output rows")
+        if p.chunk not in conv_chunks(shape) or p.kt not in conv_k_steps(shape, p.chunk):
+            raise ScheduleError(f"band {k}: L1 chunk of {p.chunk} channels / K step {p.kt}: the chunk must be a "
+                                f"multiple of 16 dividing {shape.channels}, the step a multiple of 16 dividing "
+                                f"chunk x {shape.taps} taps")
+        if not conv_fits(self.spec, shape, (bt, ft, yt), p.chunk, p.kt, buffers):
+            raise ScheduleError(f"band {k}: convolution tile {list(p.tile)} (chunk {p.chunk}, K step {p.kt}) does "
+                                f"not fit L1/L0A/L0B/L0C/UB with {buffers} buffer(s)")
+        counts = [e // t for e, t in zip(info.extents, p.tile)]
+        if len(p.grid) != info.members or any(g < 1 or c % g for g, c in zip(p.grid, counts)):
+            raise ScheduleError(f"band {k}: grid {list(p.grid)} does not divide the tile counts {counts}")
+        if math.prod(p.grid) > MAX_BLOCKS:
+            raise ScheduleError(f"band {k}: {math.prod(p.grid)} blocks (> {MAX_BLOCKS})")
 
     def _validate_cube(self, k: int, info: BandInfo, p: NpuBand, buffers: int) -> None:
         cube = self.cube(info)
@@ -363,7 +475,7 @@ class NpuRecipe(Recipe):
         if p.kt < f or p.kt % f or K % p.kt:
             raise ScheduleError(f"band {k}: K step {p.kt} must be a multiple of {f} dividing K = {K}")
         mt, nt = p.tile[roles.index("m")], p.tile[roles.index("n")]
-        if not cube_fits(self.spec, mt, nt, p.kt, buffers):
+        if not cube_fits(self.spec, mt, nt, p.kt, buffers, self.cube_ub_bytes(info)):
             raise ScheduleError(f"band {k}: cube tile {mt}x{nt}x{p.kt} does not fit L0A/L0B/L1/L0C/UB "
                                 f"with {buffers} buffer(s)")
         counts = [e // t for e, t in zip(info.extents, p.tile)]
@@ -387,10 +499,14 @@ class NpuRecipe(Recipe):
         def apply_cube(node, k):
             p = plans[k]
             node = tree.tile_band(node, tuple(p.tile))
-            point = mark_points(tree.mark(tree.child(node), f"{MARK_TILE}.{k}.{buffers}.k{p.kt}"))
+            chunk = f".c{p.chunk}" if p.chunk else ""
+            point = mark_points(tree.mark(tree.child(node), f"{MARK_TILE}.{k}.{buffers}.k{p.kt}{chunk}"))
             node = tree.parent(point, 2)  # the tile band
             counts = tree.band_extents(node)
             node = tree.tile_band(node, tuple(c // g for c, g in zip(counts, p.grid)))
+            order = self.grid_order(bands[k], p)
+            if order != tuple(range(len(order))):
+                node = tree.permute_band(node, order)
             return tree.insert_marks_on_members(node, [MARK_GRID] * len(p.grid))
 
         def apply_band(node, k):
@@ -410,6 +526,50 @@ class NpuRecipe(Recipe):
             return node
 
         return tree.map_outer_bands(model, schedule, apply_band)
+
+    def grid_order(self, info: BandInfo, p: NpuBand) -> tuple[int, ...]:
+        """The order of a cube band's block axes (outermost first) whose first wave of blocks
+        reads the fewest distinct operand bytes: blocks of one wave run at once, so those that
+        read the same A (or filter) tile, or the same B (or input) tile, share it through the L2
+        (a 2 x 32 grid of a 512 x 4608 x 4608 matmul run n-major: each wave reads all of B;
+        m-major, two cores read each B tile)."""
+        operands = self._grid_operands(info, p)
+        if not operands:
+            return tuple(range(info.members))
+        cores = self.spec.cores
+
+        def first_wave_bytes(order):
+            dims = [p.grid[d] for d in order]
+            seen = [set() for _ in operands]
+            for block in range(min(cores, math.prod(dims))):
+                coord, rest = {}, block
+                for d, g in zip(reversed(order), reversed(dims)):
+                    rest, coord[d] = divmod(rest, g)
+                for (members, _b), s in zip(operands, seen):
+                    s.add(tuple(coord[m] for m in members))
+            return sum(len(s) * b for (_m, b), s in zip(operands, seen))
+
+        identity = tuple(range(info.members))
+        return min(itertools.permutations(identity), key=lambda o: (first_wave_bytes(o), o != identity))
+
+    def _grid_operands(self, info: BandInfo, p: NpuBand) -> list[tuple[tuple[int, ...], float]]:
+        """(the members an operand tile depends on, its bytes) for each operand of a cube band."""
+        conv = self.conv(info)
+        if conv is not None:
+            shape, roles = conv
+            bt, ft, yt, _xt = role_tiles(roles, p.tile)
+            idx = {r: d for d, r in enumerate(roles)}
+            weights = ((idx["f"],), ft * shape.k * 2.0)
+            fmap = (tuple(idx[r] for r in ("b", "y") if r in idx),
+                    bt * shape.channels * shape.rows_in(yt) * shape.size[1] * 2.0)
+            return [weights, fmap]
+        cube = self.cube(info)
+        if cube is None:
+            return []
+        roles, K = cube
+        batch = tuple(d for d, r in enumerate(roles) if r == "b")
+        m, n = roles.index("m"), roles.index("n")
+        return [((*batch, m), p.tile[m] * K * 2.0), ((*batch, n), p.tile[n] * K * 2.0)]
 
     def knob_features(self, config, bands) -> list[float]:
         plans = band_plans(config, bands) if bands else []
@@ -435,11 +595,13 @@ class NpuSpace(Space):
         return bool(self.cubes) and self.cubes[k]
 
     def _cube_band(self, k: int, sizes) -> NpuBand:
-        """A cube band from (member tiles..., kt): every (m, n) tile its own block."""
+        """A cube band from (member tiles..., kt), or a convolution's from (member tiles...,
+        ct, kt): every tile its own block."""
         info = self.infos[k]
-        tile, kt = tuple(sizes[:-1]), int(sizes[-1])
+        conv = len(sizes) == info.members + 2
+        tile, kt = tuple(sizes[:info.members]), int(sizes[-1])
         grid = tuple(e // t for e, t in zip(info.extents, tile))
-        return NpuBand(tile, math.prod(grid), kt, grid)
+        return NpuBand(tile, math.prod(grid), kt, grid, int(sizes[-2]) if conv else 0)
 
     def _blocks(self, k: int, tile: tuple[int, ...]) -> list[int]:
         info = self.infos[k]
@@ -490,7 +652,7 @@ class NpuSpace(Space):
             return self._config(plans, 3 - buffers)
         k = rng.randrange(len(plans))
         if self._cube(k):
-            sizes = [*plans[k].tile, plans[k].kt]
+            sizes = [*plans[k].tile, *([plans[k].chunk] if plans[k].chunk else []), plans[k].kt]
             d = rng.randrange(len(sizes))
             choices = list(self.tiles[k][d])
             i = choices.index(sizes[d]) if sizes[d] in choices else 0

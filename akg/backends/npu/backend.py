@@ -26,6 +26,7 @@ What it cannot map yet raises `CompileError` naming the statement and the reason
 
 from __future__ import annotations
 
+import contextvars
 import pickle
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -65,6 +66,10 @@ def _affine(e, where: str) -> tuple[dict, int]:
     if isinstance(e, tirx.IntImm):
         return {}, int(e.value)
     if isinstance(e, tirx.Var):
+        split = (_LOOP_SPLITS.get() or {}).get(e)
+        if split is not None:  # a loop split in two or reversed (`_split_divided_loops`)
+            (coeffs, const), _loops = split
+            return dict(coeffs), const
         return {e: 1}, 0
     if isinstance(e, (tirx.Add, tirx.Sub)):
         (ca, ka), (cb, kb) = _affine(e.a, where), _affine(e.b, where)
@@ -80,7 +85,137 @@ def _affine(e, where: str) -> tuple[dict, int]:
         if ca:
             return {v: c * kb for v, c in ca.items() if c * kb}, ka * kb
         return {v: c * ka for v, c in cb.items() if c * ka}, ka * kb
+    if isinstance(e, (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)) and isinstance(e.b, tirx.IntImm) \
+            and int(e.b.value) > 0:
+        return _divided(e, _affine(e.a, where), int(e.b.value), where)
     raise NpuMappingError(f"{where}: index {e} is not affine in the loops (not supported yet)")
+
+
+# the extents of the loops of the function being translated (Var -> extent), from its parse
+_LOOP_RANGES: contextvars.ContextVar = contextvars.ContextVar("npu_loop_ranges", default=None)
+# its region loops rewritten (Var -> ((coeffs, const), [(new Var, extent), ...])): split in two,
+# v = outer * k + inner, or reversed, v = (extent - 1) - v_r
+_LOOP_SPLITS: contextvars.ContextVar = contextvars.ContextVar("npu_loop_splits", default=None)
+
+
+def _divisions(e) -> list:
+    """The integer divisions and remainders (by a constant) in an index expression."""
+    from tvm import tirx
+
+    if isinstance(e, (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)):
+        found = [e] if isinstance(e.b, tirx.IntImm) and int(e.b.value) > 0 else []
+        return found + _divisions(e.a)
+    if isinstance(e, (tirx.Add, tirx.Sub, tirx.Mul)):
+        return _divisions(e.a) + _divisions(e.b)
+    return []
+
+
+def _split_divided_loops(items: list, where: str) -> list:
+    """Split the region loops that an index divides (the merged dims of a reshape, `input[c3 //
+    128, c3 % 128]` over c3 < 2048) at the divisor: c3 = 128 * c3_o + c3_i, so that the
+    quotient and the remainder are the two new loops and every index is affine again. A loop
+    is split by d / gcd(c, d) for a division by d of c * v + ..., when that divides its
+    extent; loops of `Serial` items stay whole."""
+    import math
+
+    from tvm import tirx
+
+    nests = list(_nests(items))
+    serial = []
+
+    def serial_vars(xs):
+        for it in xs:
+            if isinstance(it, Serial):
+                serial.append(it.var)
+                serial_vars(it.items)
+
+    serial_vars(items)
+    factors, extents = {}, {}
+    for nest in nests:
+        ext = dict(nest.loops)
+        for acc in [nest.store, *_loads(nest.store.value)]:
+            for div in (d for idx in acc.indices for d in _divisions(idx)):
+                try:
+                    coeffs, _k = _affine(div.a, where)
+                except NpuMappingError:
+                    continue
+                d = int(div.b.value)
+                for v, c in coeffs.items():
+                    if v not in ext or not c % d or any(v.same_as(w) for w in serial):
+                        continue
+                    k = d // math.gcd(abs(c), d)
+                    factor = math.lcm(factors.get(v, 1), k)
+                    if 1 < factor < ext[v] and ext[v] % factor == 0:
+                        factors[v], extents[v] = factor, ext[v]
+    reversed_ = _reversed_loops(nests, serial, where)
+    if not factors and not reversed_:
+        return items
+    splits, ranges = _LOOP_SPLITS.get(), _LOOP_RANGES.get()
+    if splits is None or ranges is None:
+        return items
+    for v, k in factors.items():
+        outer, inner = tirx.Var(f"{v.name}_o", "int32"), tirx.Var(f"{v.name}_i", "int32")
+        splits[v] = (({outer: k, inner: 1}, 0), [(outer, extents[v] // k), (inner, k)])
+        ranges[outer], ranges[inner] = extents[v] // k, k
+    for v, e in reversed_.items():
+        if v not in splits:
+            back = tirx.Var(f"{v.name}_r", "int32")
+            splits[v] = (({back: -1}, e - 1), [(back, e)])
+            ranges[back] = e
+    for nest in nests:
+        loops = []
+        for v, e in nest.loops:
+            loops += splits[v][1] if v in splits else [(v, e)]
+        nest.loops = loops
+    return items
+
+
+def _reversed_loops(nests, serial, where: str) -> dict:
+    """Loops to run backwards (Var -> extent): those of element-wise statements whose every
+    access walks them downwards (`x_1[i, 63 - c] = x[i, 63 - c]`, a schedule's reversed loop),
+    so that the vector instructions see ascending addresses. A statement's loop order does not
+    matter when its destination moves along the loop (no reduction over it)."""
+    found, refused = {}, []
+    for nest in nests:
+        for v, e in nest.loops:
+            if e < 2 or any(v.same_as(w) for w in serial):
+                continue
+            try:
+                dst = [_affine(i, where)[0].get(v, 0) for i in nest.store.indices]
+                srcs = [_affine(i, where)[0].get(v, 0) for l in _loads(nest.store.value) for i in l.indices]
+            except NpuMappingError:
+                refused.append(v)
+                continue
+            reads_dst = any(l.source.same_as(nest.store.buffer) for l in _loads(nest.store.value))
+            if any(c < 0 for c in dst) and all(c <= 0 for c in dst + srcs) and not reads_dst:
+                found[v] = e
+            else:
+                refused.append(v)
+    return {v: e for v, e in found.items() if not any(v.same_as(w) for w in refused)}
+
+
+def _divided(e, form: tuple[dict, int], d: int, where: str) -> tuple[dict, int]:
+    """`a // d` or `a % d` of an affine `a` (the floordiv / mod of a reshape's indices) as an
+    affine form where the loops' ranges make it one: a = d * q + r with q, r affine (each
+    coefficient and the constant split by divmod) and r in [0, d) for every loop value, so
+    a // d = q and a % d = r. `(16 * i + j) // 16` is i for j < 16; `i // 16` over i < 256 is
+    refused (not affine: the loop would have to be split at multiples of 16)."""
+    from tvm import tirx
+
+    coeffs, const = form
+    ranges = _LOOP_RANGES.get() or {}
+    if any(v not in ranges for v in coeffs):
+        raise NpuMappingError(f"{where}: index {e} divides a loop of unknown range (not supported)")
+    if isinstance(e, (tirx.Div, tirx.Mod)) and const + sum(min(0, c * (ranges[v] - 1)) for v, c in coeffs.items()) < 0:
+        raise NpuMappingError(f"{where}: index {e} truncates a negative value (not supported)")
+    qk, rk = divmod(const, d)
+    quotient = {v: c // d for v, c in coeffs.items() if c // d}
+    remainder = {v: c % d for v, c in coeffs.items() if c % d}
+    top = rk + sum(c * (ranges[v] - 1) for v, c in remainder.items())
+    if top >= d:
+        raise NpuMappingError(f"{where}: index {e} is not affine in the loops (its remainder spans {rk}..{top}, past "
+                              f"{d}: a tile that splits the divided loop at multiples of {d} would make it affine)")
+    return (quotient, qk) if isinstance(e, (tirx.FloorDiv, tirx.Div)) else (remainder, rk)
 
 
 # --- the parsed TIR ---------------------------------------------------------------------------------
@@ -127,12 +262,18 @@ def _mark_parts(name: str) -> tuple[int, int]:
 
 
 def _extent(loop, where: str) -> int:
+    """A loop's constant extent (from 0), recorded for the range checks of `_divided` (the
+    largest extent when a variable names several loops)."""
     from tvm import tirx
 
     if not isinstance(loop.min, tirx.IntImm) or int(loop.min.value) != 0 or not isinstance(loop.extent, tirx.IntImm):
         raise NpuMappingError(f"{where}: loop {loop.loop_var} has a bound that is not constant (a partial tile); "
                               f"NPU tiles must divide their loops")
-    return int(loop.extent.value)
+    extent = int(loop.extent.value)
+    ranges = _LOOP_RANGES.get()
+    if ranges is not None:
+        ranges[loop.loop_var] = max(extent, ranges.get(loop.loop_var, 0))
+    return extent
 
 
 def _seq(stmt) -> list:
@@ -154,7 +295,10 @@ def _parse_top(stmt, name: str) -> list:
             out.append(TopLoop(s.loop_var, _extent(s, name), s.kind == tirx.ForKind.PARALLEL,
                                _parse_top(s.body, name)))
         elif isinstance(s, tirx.AttrStmt) and s.attr_key == "akg.mark" and str(s.node).startswith("npu.tile"):
-            out.append(Region(str(s.node), _parse_region(s.body, [], name)))
+            items = _parse_region(s.body, [], name)
+            if not _mark_parts(str(s.node))[1]:  # vector regions (the cube maps its own loops)
+                items = _split_divided_loops(items, name)
+            out.append(Region(str(s.node), items))
         elif isinstance(s, tirx.AttrStmt) and s.attr_key == "akg.mark" and str(s.node).startswith("npu.grid") \
                 and isinstance(s.body, tirx.For):
             f = s.body
@@ -179,7 +323,7 @@ def _parse_region(stmt, loops: list, name: str, parallel: bool = False) -> list:
             out.extend(_parse_region(s.body, loops, name, parallel=str(s.node).startswith("npu.par")))
         elif isinstance(s, tirx.For):
             ext = _extent(s, name)
-            if parallel or _single_statement(s.body):
+            if parallel or _single_statement(s.body) or _independent_iterations(s, name):
                 out.extend(_parse_region(s.body, loops + [(s.loop_var, ext)], name))
             else:
                 out.append(Serial(s.loop_var, ext, _parse_region(s.body, [], name)))
@@ -193,6 +337,43 @@ def _parse_region(stmt, loops: list, name: str, parallel: bool = False) -> list:
             raise NpuMappingError(f"{name}: {type(s).__name__} in a tile region is not supported yet")
         parallel = False
     return out
+
+
+def _independent_iterations(loop, where: str) -> bool:
+    """Does a loop over several statements carry no dependence, so that it may be distributed
+    over them (loop fission, the statements' order kept)? Yes when every tensor written in it
+    is accessed at one index only, which moves with the loop: each iteration then reads and
+    writes its own elements (an accumulator written at the same element every iteration does
+    not qualify)."""
+    from tvm import tirx
+
+    stores, loads = [], []
+
+    def collect(stmt) -> bool:
+        for x in _seq(stmt):
+            if isinstance(x, (tirx.For, tirx.AttrStmt)):
+                if not collect(x.body):
+                    return False
+            elif isinstance(x, tirx.BufferStore):
+                stores.append(x)
+                loads.extend(_loads(x.value))
+            elif not isinstance(x, (tirx.AllocBuffer, tirx.Evaluate)):
+                return False
+        return True
+
+    if not collect(loop.body):
+        return False
+    for name in {st.buffer.name for st in stores}:
+        accesses = [a for a in stores if a.buffer.name == name] + [a for a in loads if a.source.name == name]
+        if len({tuple(str(i) for i in a.indices) for a in accesses}) != 1:
+            return False
+        try:
+            forms = [_affine(i, where)[0] for i in accesses[0].indices]
+        except NpuMappingError:
+            return False
+        if not any(c and v.same_as(loop.loop_var) for f in forms for v, c in f.items()):
+            return False
+    return True
 
 
 def _single_statement(stmt) -> bool:
@@ -463,6 +644,7 @@ class _NotDense(Exception):
 
 class Translator:
     layout_mode = "padded"  # UB boxes: "dense" unpadded, "live" innermost non-unit dim padded, "padded"
+    fold_rows = True  # rows of a statement folded into repeats where that is cheaper (`_Compute._rows`)
 
     @property
     def dense(self) -> bool:
@@ -554,6 +736,15 @@ class Translator:
                             _npu_dtype(buf.dtype))
             self.params[buf.name] = gm
             self.param_order.append(gm)
+        ranges, splits = _LOOP_RANGES.set({}), _LOOP_SPLITS.set({})
+        try:
+            return self._translate(func)
+        finally:
+            _LOOP_RANGES.reset(ranges)
+            _LOOP_SPLITS.reset(splits)
+
+    def _translate(self, func):
+        isa = self.isa
         top = _parse_top(func.body, self.name)
         for region in self._regions(top):
             for nest in _nests(region.items):
@@ -665,9 +856,13 @@ class Translator:
         state = (self.ub_offset, len(self.buffers), self.counter)
         # layouts tried in turn: unpadded (every statement one contiguous range: rows of a
         # few elements need no 32-byte padding), the innermost dim of more than one element
-        # padded (trailing unit dims are not rows), then the last dim padded whatever its size
-        for mode in (("dense", "live") if all(isinstance(it, Nest) for it in region.items) else ("live",)):
-            self.layout_mode = mode
+        # padded (trailing unit dims are not rows), then the last dim padded whatever its size;
+        # each first with rows folded into repeats, then (when their temps of several rows
+        # overflow the UB) without
+        modes = ("dense", "live") if all(isinstance(it, Nest) for it in region.items) else ("live",)
+        attempts = [(m, True) for m in modes] + [(m, False) for m in modes] + [("padded", True)]
+        for mode, rows in attempts:
+            self.layout_mode, self.fold_rows = mode, rows
             try:
                 records = self._region_tiles(region, half, where, state)
                 if self.ub_offset <= self.spec.ub_usable_bytes:
@@ -675,9 +870,13 @@ class Translator:
             except (_NotDense, NpuMappingError):
                 pass  # the next layout (the last one raises its typed error)
             finally:
-                self.layout_mode = "padded"
+                self.layout_mode, self.fold_rows = "padded", True
             self._restore(state)
-        return self._region_tiles(region, half, where, state)
+        self.fold_rows = False
+        try:
+            return self._region_tiles(region, half, where, state)
+        finally:
+            self.fold_rows = True
 
     def _restore(self, state) -> None:
         self.ub_offset, self.counter = state[0], state[2]
@@ -898,7 +1097,19 @@ class Translator:
         isa = self.isa
         gstrides = list(isa.contiguous_strides(gm.shape)) if gm.shape else [1]
         order = list(loc.perm) if loc.perm is not None else list(range(len(loc.sizes)))
-        dims = [(loc.sizes[d], gstrides[d], loc.strides[d]) for d in order if loc.sizes[d] > 1]
+        sizes, starts, shift = list(loc.sizes), [l for _o, l in loc.lo], 0
+        if into:
+            # a box that reaches past the tensor (the unchosen branch of a select: `c < 4 ?
+            # a[c] : b[c - 4]`) brings in only the part inside it, where the box does not move
+            # with the outer loops; the lanes outside are never chosen
+            for d, ((outer, lo), size) in enumerate(zip(loc.lo, loc.sizes)):
+                if outer or d >= len(gm.shape):
+                    continue
+                start, end = max(lo, 0), min(lo + size, gm.shape[d])
+                if (start, end) != (lo, lo + size) and end > start:
+                    sizes[d], starts[d] = end - start, start
+                    shift += (start - lo) * loc.strides[d]
+        dims = [(sizes[d], gstrides[d], loc.strides[d]) for d in order if sizes[d] > 1]
         merged = []
         for n, gs, ls in dims:
             if merged and merged[-1][1] == gs * n and merged[-1][2] == ls * n:
@@ -909,9 +1120,9 @@ class Translator:
         if not merged:
             merged = [(1, 1, 1)]
         gbase = isa.Affine()
-        for (o, l), gs in zip(loc.lo, gstrides):
+        for (o, _l), l, gs in zip(loc.lo, starts, gstrides):
             gbase = gbase + self.iaff(o, l) * gs
-        lbase = isa.Affine()
+        lbase = isa.Affine(shift)
         if loc.halves:
             lbase = isa.var(half) * loc.slot_elems
         loops, loops_dims = [], []
@@ -971,6 +1182,31 @@ def _reduction_loop(items, where: str):
     return best
 
 
+def _value_vars(expr) -> list:
+    """The loop variables an expression uses as values (outside the indices of its loads)."""
+    from tvm import tirx
+
+    found = []
+
+    def visit(e):
+        if isinstance(e, tirx.Var):
+            if not any(e.same_as(v) for v in found):
+                found.append(e)
+            return
+        if _is_load(e):
+            return
+        if type(e).__name__ == "Call":
+            for a in e.args:
+                visit(a)
+            return
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            if hasattr(e, name):
+                visit(getattr(e, name))
+
+    visit(expr)
+    return found
+
+
 def _key(load) -> tuple:
     return (load.source.name, tuple(str(i) for i in load.indices))
 
@@ -997,6 +1233,7 @@ def _same_coeffs(a: dict, b: dict) -> bool:
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 _UNARY_CALLS = {"tirx.exp": "exp", "tirx.log": "ln", "tirx.sqrt": "sqrt", "tirx.rsqrt": "rsqrt", "tirx.fabs": "abs"}
 _REDUCE = {"Add": "sum", "Max": "max", "Min": "min"}
+_BOOL_REDUCE = {"Or": "max", "And": "min"}  # any / all over bools as 0 / 1
 
 
 @dataclass
@@ -1082,11 +1319,12 @@ class _Compute:
         # a reduction: dst = dst op f(...) with dst invariant along a loop
         red = None
         name = type(value).__name__
-        if name in _REDUCE and loops:
+        reducers = _BOOL_REDUCE if _dt(value) == "bool" else _REDUCE
+        if name in reducers and loops:
             for a, b in ((value.a, value.b), (value.b, value.a)):
                 if _is_load(a) and a.source.same_as(store.buffer) and \
                         all(_affine(x, where) == _affine(y, where) for x, y in zip(a.indices, store.indices)):
-                    red = (_REDUCE[name], b)
+                    red = (reducers[name], b)
                     break
         loads = [self.operand(l, loops) for l in _loads(value)]
 
@@ -1109,18 +1347,21 @@ class _Compute:
                     break
         return self.elementwise(nest, dst, vec, where)
 
-    def _geometry(self, loops, vec, opds):
+    def _geometry(self, loops, vec, opds, keep=()):
         """Merge outer loops into the vector loop where every operand stays contiguous (or
-        broadcast); returns (n elements, merged vars, the other loops)."""
+        broadcast); returns (n elements, merged vars, the other loops). Loops whose index is a
+        value of the statement (`keep`) are not merged (nothing is, when the vector loop's is)."""
         if vec is None:
             return 1, [], list(loops)
         ext = dict((v, e) for v, e in loops)
         n, merged = ext[vec], [vec]
         rest = [(v, e) for v, e in loops if not v.same_as(vec)]
-        changed = True
+        changed = not any(vec.same_as(w) for w in keep)
         while changed:
             changed = False
             for v, e in reversed(rest):
+                if any(v.same_as(w) for w in keep):
+                    continue
                 if all(o.coeffs.get(v, 0) == o.coeffs.get(vec, 0) * n for o in opds):
                     n *= e
                     merged.append(v)
@@ -1161,13 +1402,15 @@ class _Compute:
             if c not in (0, 1):
                 raise NpuMappingError(f"{where}: operand of '{o.buffer.name}' is strided along the vector loop "
                                       f"(a transpose or a strided access: not supported yet)")
-        n, merged, rest = self._geometry(nest.loops, vec, [dst, *loads])
+        values = _value_vars(store.value)
+        n, merged, rest = self._geometry(nest.loops, vec, [dst, *loads], keep=values)
         self._dense_ok(rest, vec, [dst, *loads])
         rows = self._rows(rest, vec, n, [dst, *loads])
         if rows:
             return self._elementwise_rows(nest, dst, loads, vec, n, merged, rest, rows, where)
         names = {v: self.tr.fresh("v") for v, _ in rest}
         emit = _Emitter(self, n, where)
+        emit.outer_index = [(v, e, self.isa.var(names[v]), 0) for v, e in rest if any(v.same_as(w) for w in values)]
         opmap = {}
         for l, o in zip(_loads(store.value), loads):
             opmap[_key(l)] = (self._bind(o, rest, names), o.coeffs.get(vec, 0) if vec is not None else 0)
@@ -1180,15 +1423,13 @@ class _Compute:
 
     def _rows(self, rest, vec, n, opds) -> int:
         """Rows of the innermost outer loop to fold into repeats (a divisor of its extent, at
-        most max_repeat and temps of ROW_TEMP_BYTES), 0 when folding does not pay or the
-        operands' row strides are not whole 32-byte blocks."""
+        most max_repeat and temps of ROW_TEMP_BYTES), 0 when the operands' row strides are not
+        whole 32-byte blocks (each op then still picks its cheapest form: `_Emitter._rows_op`)."""
         if vec is None or not rest:
             return 0
         u, R = rest[-1]
-        lanes = self._lanes("float32")
-        chunks = -(-n // lanes)
-        if R < 2 or chunks >= R or opds[0].coeffs.get(u, 0) < n:
-            return 0  # not worth it, or rows that share destination elements (a reduction loop)
+        if not self.tr.fold_rows or R < 2 or opds[0].coeffs.get(u, 0) < n:
+            return 0  # rows that share destination elements (a reduction loop)
         for o in opds:
             c = o.coeffs.get(u, 0)
             block = self.spec.block_elements(np.dtype(o.dtype).itemsize)
@@ -1221,6 +1462,13 @@ class _Compute:
 
         emit = _Emitter(self, n, where)
         emit.rows = rows
+        values = _value_vars(store.value)
+        for v, e in rest:
+            if any(v.same_as(w) for w in values):
+                if v.same_as(u):
+                    emit.outer_index.append((v, e, isa.var(names[u]) * rows if groups > 1 else isa.Affine(), 1))
+                else:
+                    emit.outer_index.append((v, e, isa.var(names[v]), 0))
         opmap = {_key(l): (bind(o), o.coeffs.get(vec, 0)) for l, o in zip(_loads(store.value), loads)}
         emit.index_vars = (vec,) if len(merged) == 1 else ()
         emit.evaluate(store.value, opmap, bind(dst))
@@ -1254,6 +1502,10 @@ class _Compute:
                 self._dense_ok(rest, vec, [Opd("num", dst.dtype), *loads])
         else:
             self._dense_ok(rest, vec, [dst, *loads])
+        if rest and dst.coeffs.get(rest[-1][0], 0) == 1:
+            rows = self._reduction_rows(rest, vec, n, dst, loads)
+            if rows:
+                return self._reduce_rows(op, src, dst, loads, vec, n, merged, rest, rows, where)
         names = {v: self.tr.fresh("v") for v, _ in rest}
         opmap = {_key(l): (self._bind(o, rest, names), o.coeffs.get(vec, 0)) for l, o in zip(_loads(src), loads)}
         if rest and dst.coeffs.get(rest[-1][0], 0) == 1:
@@ -1293,6 +1545,103 @@ class _Compute:
         return self._wrap(emit.records, rest, names)
 
 
+    def _reduction_rows(self, rest, vec, n, dst, loads) -> int:
+        """Rows of a row reduction (contiguous results: one value per row of the innermost
+        outer loop) to fold into repeats together: a divisor R of the rows whose temps of R x n
+        fit ROW_TEMP_BYTES, each group of R results starting a 32-byte block; 0 when the
+        sources' row strides are not whole blocks."""
+        if not self.tr.fold_rows or vec is None:
+            return 0
+        u, ue = rest[-1]
+        for o in loads:
+            c = o.coeffs.get(u, 0)
+            block = self.spec.block_elements(np.dtype(o.dtype).itemsize)
+            if c < 0 or (o.coeffs.get(vec, 0) and c % block):
+                return 0
+        size = np.dtype(dst.dtype).itemsize
+        row_bytes = -(-n // 8) * 8 * 4
+        cap = min(self.spec.max_repeat, max(self.ROW_TEMP_BYTES // row_bytes, 1))
+        fits = [d for d in divisors_upto(ue, cap) if d == ue or (d * size) % self.spec.vector_block_bytes == 0]
+        return max(fits) if fits and max(fits) >= 2 else 0
+
+    def _reduce_rows(self, op, src, dst, loads, vec, n, merged, rest, rows, where) -> list:
+        """A row reduction over groups of `rows` rows at once: the source evaluated for all of
+        them (`rows` mode), each row folded to one repeat of partials (vadd / vmax of its
+        chunks across rows, or one `reduce_*_across` per row, whichever costs less), one
+        `reduce_*` over the group (a value per row, the repeat's lanes reduced within it) and
+        one combine into the results."""
+        isa, spec = self.isa, self.spec
+        dtype = dst.dtype
+        combine = {"sum": "add"}.get(op, op)
+        u, ue = rest[-1]
+        groups = ue // rows
+        outer = rest[:-1] + ([(u, groups)] if groups > 1 else [])
+        names = {v: self.tr.fresh("v") for v, _ in outer}
+
+        def bind(o, row: bool):
+            b = o.base
+            for v, _e in rest[:-1]:
+                if o.coeffs.get(v, 0):
+                    b = b + isa.var(names[v]) * o.coeffs[v]
+            c = o.coeffs.get(u, 0)
+            if groups > 1 and c:
+                b = b + isa.var(names[u]) * (c * rows)
+            return Opd(o.kind, o.dtype, o.value, o.buffer, b, {}, o.slot, row=c if row else 0)
+
+        emit = _Emitter(self, n, where)
+        emit.rows = rows
+        emit.index_vars = (vec,) if len(merged) == 1 else ()
+        opmap = {_key(l): (bind(o, True), o.coeffs.get(vec, 0)) for l, o in zip(_loads(src), loads)}
+        val = emit.as_ref(emit.evaluate(src, opmap, None), dtype)[0]
+        records = emit.records
+        lanes = self._lanes(dtype)
+        full, tail = divmod(n, lanes)
+        block = spec.block_elements(np.dtype(dtype).itemsize)
+        if full == 0:
+            part, width = val, n
+        else:
+            width = lanes
+            buf = self.temp(dtype, 92, rows * lanes)
+            part = Opd("ref", dtype, buffer=buf, base=isa.Affine(), slot=(buf.name, None), row=lanes)
+            issue = spec.vector_issue
+            across = (max(full - 1, 1) * (issue + rows) + (issue + rows if tail else 0))
+            per_row = rows * (spec.loop_cycles + issue + full + (issue + 1 if tail else 0))
+            if per_row < across and full <= spec.max_repeat:
+                var = self.tr.fresh("r")
+                r = isa.var(var)
+                pref = buf.ref(r * lanes)
+                body = [isa.Vector(f"reduce_{op}_across", pref, (val.buffer.ref(val.base + r * val.row),), full)]
+                if tail:
+                    body.append(isa.Vector(combine, pref, (pref, val.buffer.ref(val.base + r * val.row + full * lanes)),
+                                           1, tail))
+                records.append(("acc", isa.Loop(var, rows, tuple(body)), [val.slot], [part.slot]))
+            else:
+                chunk = _Emitter(self, lanes, where)
+                chunk.rows = rows
+
+                def at(k):
+                    return (Opd("ref", dtype, buffer=val.buffer, base=val.base + k * lanes, slot=val.slot,
+                                row=val.row), 1)
+
+                if full == 1:
+                    chunk.op("mul", part, [at(0), (Opd("num", dtype, value=1), 0)])
+                else:
+                    chunk.op(combine, part, [at(0), at(1)])
+                for k in range(2, full):
+                    chunk.op(combine, part, [(part, 1), at(k)])
+                if tail:
+                    chunk.n = tail
+                    chunk.op(combine, part, [(part, 1), at(full)])
+                records += chunk.records
+        res = self.temp(dtype, 93, rows)
+        records.append(("acc", isa.Vector(f"reduce_{op}", res.ref(0), (part.buffer.ref(part.base),), rows, width,
+                                          src_strides=(isa.Stride(block, part.row),)), [part.slot], [(res.name, None)]))
+        final = _Emitter(self, rows, where)
+        dsto = bind(dst, False)
+        final.op(combine, dsto, [(dsto, 1), (Opd("ref", dtype, buffer=res, base=isa.Affine(), slot=(res.name, None)), 1)])
+        return self._wrap(records + final.records, outer, names)
+
+
 class _Emitter:
     """Vector instructions over `n` elements (chunks of 256-byte repeats, the tail by mask)."""
 
@@ -1301,7 +1650,9 @@ class _Emitter:
         self.records = []
         self.ntemp = defaultdict(int)
         self.index_vars = ()  # loop vars whose values are the vector's element index
+        self.outer_index = []  # (var, extent, base, row): outer loops whose index is a value (`loop_index`)
         self.rows = 0  # > 0: every op runs over that many rows, one repeat each
+        self.memo = {}  # (expression text, dtype) -> its operand, computed once per statement
 
     def tmp(self, dtype: str) -> Opd:
         k = self.ntemp[dtype]
@@ -1324,49 +1675,83 @@ class _Emitter:
 
     def op(self, name: str, dst: Opd, srcs: list, lanes_dtype=None):
         """dst = name(srcs) over n elements; srcs are (Opd, coeff) pairs. With `rows`: the
-        same over that many rows, one repeat per row (operands at their `row` strides), one
-        instruction per repeat-wide chunk of the row."""
-        isa = self.isa
-        sizes = [np.dtype(dst.dtype).itemsize] + [np.dtype(s[0].dtype).itemsize for s in srcs if s[0].kind == "ref"]
+        same over that many rows (operands at their `row` strides, `_rows_op`)."""
+        # lanes of the widest operand that is a vector (a broadcast is one scalar, as in the ISA)
+        sizes = [np.dtype(dst.dtype).itemsize] + [np.dtype(o.dtype).itemsize for o, c in srcs if o.kind == "ref" and c]
         lanes = self.c.spec.vector_bytes // max(sizes)
         n = self.n
         reads = [s[0].slot for s in srcs if s[0].kind == "ref"]
         if self.rows:
-            def blk(o):
-                return self.c.spec.block_elements(np.dtype(o.dtype).itemsize)
+            self._rows_op(name, dst, srcs, lanes, reads)
+            return
+        for instr in self._ranges(name, dst, srcs, n, lanes):
+            self.records.append(("acc", instr, reads, [dst.slot]))
 
-            for start in range(0, n, lanes):
-                mask = None if n - start >= lanes else n - start
-                srcs_t, strides = [], []
-                for o, c in srcs:
-                    if o.kind == "num":
-                        srcs_t.append(o.value)
-                        strides.append(None)
-                    elif c:
-                        srcs_t.append(o.buffer.ref(o.base + start))
-                        strides.append(isa.Stride(blk(o), o.row))
-                    else:
-                        srcs_t.append(isa.Bcast(o.buffer.ref(o.base), 0, o.row))
-                        strides.append(None)
-                instr = isa.Vector(name, dst.buffer.ref(dst.base + start), tuple(srcs_t), self.rows, mask,
-                                   dst_stride=isa.Stride(blk(dst), dst.row), src_strides=tuple(strides))
+    def _rows_op(self, name: str, dst: Opd, srcs: list, lanes: int, reads: list) -> None:
+        """`op` over `rows` rows of n elements, in the cheapest of three forms: one range over
+        all rows when every operand's rows lie back to back (row stride n, broadcasts the same
+        for every row); across rows (one instruction per repeat-wide chunk of the row, repeat =
+        rows, operands at their row strides); per row (a loop over the rows, each one range)."""
+        isa, spec, n, rows = self.isa, self.c.spec, self.n, self.rows
+        back_to_back = dst.row == n and all(o.kind == "num" or (o.row == n if c else o.row == 0) for o, c in srcs)
+        if back_to_back:
+            for instr in self._ranges(name, dst, srcs, rows * n, lanes):
                 self.records.append(("acc", instr, reads, [dst.slot]))
             return
-        full, tail = divmod(n, lanes)
-        chunks = []
-        start = 0
+        chunks = -(-n // lanes)
+        across = chunks * (spec.vector_issue + rows)
+        per_row = rows * (spec.loop_cycles + sum(spec.vector_issue + r for _s, r, _m in self._chunks(n, lanes)))
+        if per_row < across:
+            var = self.c.tr.fresh("r")
+
+            def at_row(o):
+                return Opd(o.kind, o.dtype, o.value, o.buffer, o.base + isa.var(var) * o.row if o.kind == "ref" else None,
+                           {}, o.slot)
+
+            body = tuple(self._ranges(name, at_row(dst), [(at_row(o), c) for o, c in srcs], n, lanes))
+            self.records.append(("acc", isa.Loop(var, rows, body), reads, [dst.slot]))
+            return
+
+        def blk(o):
+            return spec.block_elements(np.dtype(o.dtype).itemsize)
+
+        for start in range(0, n, lanes):
+            mask = None if n - start >= lanes else n - start
+            srcs_t, strides = [], []
+            for o, c in srcs:
+                if o.kind == "num":
+                    srcs_t.append(o.value)
+                    strides.append(None)
+                elif c:
+                    srcs_t.append(o.buffer.ref(o.base + start))
+                    strides.append(isa.Stride(blk(o), o.row))
+                else:
+                    srcs_t.append(isa.Bcast(o.buffer.ref(o.base), 0, o.row))
+                    strides.append(None)
+            instr = isa.Vector(name, dst.buffer.ref(dst.base + start), tuple(srcs_t), rows, mask,
+                               dst_stride=isa.Stride(blk(dst), dst.row), src_strides=tuple(strides))
+            self.records.append(("acc", instr, reads, [dst.slot]))
+
+    def _chunks(self, count: int, lanes: int) -> list:
+        """(start, repeat, mask) of the instructions covering `count` contiguous elements:
+        repeats of `lanes`, at most max_repeat each, the tail by mask."""
+        full, tail = divmod(count, lanes)
+        out, start = [], 0
         while full > 0:
             r = min(full, self.c.spec.max_repeat)
-            chunks.append((start, r, None))
+            out.append((start, r, None))
             start += r * lanes
             full -= r
         if tail:
-            chunks.append((start, 1, tail))
-        reads = [s[0].slot for s in srcs if s[0].kind == "ref"]
-        for start, repeat, mask in chunks:
+            out.append((start, 1, tail))
+        return out
+
+    def _ranges(self, name: str, dst: Opd, srcs: list, count: int, lanes: int):
+        """The instructions of `name` over `count` contiguous elements from each operand's base
+        (broadcasts: one scalar for every lane)."""
+        for start, repeat, mask in self._chunks(count, lanes):
             srcs_t = tuple(self._src(s, True, start) for s in srcs)
-            instr = isa.Vector(name, dst.buffer.ref(dst.base + start), srcs_t, repeat, mask)
-            self.records.append(("acc", instr, reads, [dst.slot]))
+            yield self.isa.Vector(name, dst.buffer.ref(dst.base + start), srcs_t, repeat, mask)
 
     def as_ref(self, o, dtype: str):
         """An operand as a contiguous vector (numbers and broadcasts filled into a temp)."""
@@ -1381,7 +1766,17 @@ class _Emitter:
         return (t, 1)
 
     def evaluate(self, expr, opmap, dst: Opd | None):
-        """Evaluate expr over n elements into dst (or a temp); returns the operand."""
+        """Evaluate expr over n elements into dst (or a temp); returns the operand. A
+        subexpression that occurs twice (`(x - mean) * (x - mean)`) is computed once: its
+        temp is never reused within the statement."""
+        if dst is not None or _is_load(expr) or type(expr).__name__ in ("IntImm", "FloatImm", "Var"):
+            return self._evaluate(expr, opmap, dst)
+        key = (str(expr), _dt(expr))
+        if key not in self.memo:
+            self.memo[key] = self._evaluate(expr, opmap, None)
+        return self.memo[key]
+
+    def _evaluate(self, expr, opmap, dst: Opd | None):
         from tvm import tirx
 
         dtype = _dt(expr)
@@ -1423,6 +1818,9 @@ class _Emitter:
                 return into(src)
             if src[0].kind == "num":
                 return into((Opd("num", dtype, value=src[0].value), 0))
+            small = self._cast_broadcast(src, dtype)
+            if small is not None:
+                return into(small)
             src = self.as_ref(src, src[0].dtype)
             t = target()
             self.op("cast", t, [src])
@@ -1450,10 +1848,7 @@ class _Emitter:
             self.op(op, t, [a, b])
             return (t, 1)
         if isinstance(expr, tirx.Var):
-            if not any(expr.same_as(v) for v in self.index_vars):
-                raise NpuMappingError(f"{self.where}: loop index {expr} as a value along a merged or outer loop "
-                                      f"(not supported yet)")
-            return into((self.iota(dtype), 1))
+            return into(self.loop_index(expr))
         if name == "Select":
             return into(self.select(expr, opmap, dtype))
         if name == "Call" and expr.op.name.endswith("if_then_else"):
@@ -1467,6 +1862,26 @@ class _Emitter:
             self.op(opname, t, [a])
             return (t, 1)
         raise NpuMappingError(f"{self.where}: {name} has no NPU vector instruction (not supported yet)")
+
+    def _cast_broadcast(self, src, dtype: str):
+        """A broadcast operand (one value, or one per row) cast on its own values, not on a
+        vector filled with them: the result is again a broadcast. None when the values do not
+        start a 32-byte block (then the filled vector is cast)."""
+        opd, c = src
+        if opd.kind != "ref" or c:
+            return None
+        count = self.rows if self.rows and opd.row == 1 else 1 if not self.rows or opd.row == 0 else 0
+        block = self.c.spec.block_elements(np.dtype(opd.dtype).itemsize)
+        if not count or opd.base.const % block or any(k % block for _v, k in opd.base.terms):
+            return None
+        k = self.ntemp[dtype]
+        self.ntemp[dtype] += 1
+        buf = self.c.temp(dtype, k, count)
+        out = Opd("ref", dtype, buffer=buf, base=self.isa.Affine(), slot=(buf.name, None), row=1 if count > 1 else 0)
+        lanes = self.c.spec.vector_bytes // max(np.dtype(dtype).itemsize, np.dtype(opd.dtype).itemsize)
+        for instr in self._ranges("cast", out, [(opd, 1)], count, lanes):
+            self.records.append(("acc", instr, [opd.slot], [out.slot]))
+        return (out, 0)
 
     def _range_op(self, op: str, dst_ref, srcs, count: int):
         """One vector op over `count` contiguous elements (repeats, the tail by mask)."""
@@ -1484,26 +1899,40 @@ class _Emitter:
             yield isa.Vector(op, dst_ref.buffer.ref(dst_ref.offset + start), shifted, r, mask)
             start += r * lanes
 
-    def iota(self, dtype: str) -> Opd:
-        """A UB buffer holding 0, 1, ..., n-1, made once per region before its statements
-        (scalar moves for the first block, then doubling by vector adds)."""
+    def iota(self, dtype: str, count: int = 0) -> Opd:
+        """A UB buffer holding 0, 1, ..., count-1 (default n), made once per region before its
+        statements (scalar moves for the first block, then doubling by vector adds)."""
         isa = self.isa
-        key = (dtype, self.n)
+        count = count or self.n
+        key = (dtype, count)
         buf = self.c.iotas.get(key)
         if buf is None:
-            buf = self.c.tr.alloc(f"iota_{dtype}", (max(self.n, self.c._lanes(dtype)),), dtype)
+            buf = self.c.tr.alloc(f"iota_{dtype}", (max(count, self.c._lanes(dtype)),), dtype)
             self.c.iotas[key] = buf
             slot = (buf.name, None)
             block = self.c.spec.block_elements(np.dtype(dtype).itemsize)
-            for i in range(min(self.n, block)):
+            for i in range(min(count, block)):
                 self.c.prelude.append(("acc", isa.Scalar("mov", buf.ref(i), (float(i),)), [], [slot]))
             m = block
-            while m < self.n:
-                c = min(m, self.n - m)
+            while m < count:
+                c = min(m, count - m)
                 for instr in self._range_op("add", buf.ref(m), (buf.ref(0), float(m)), c):
                     self.c.prelude.append(("acc", instr, [slot], [slot]))
                 m *= 2
         return Opd("ref", dtype, buffer=buf, base=isa.Affine(), slot=(buf.name, None))
+
+    def loop_index(self, var):
+        """The value of a loop index in the expression: along the vector loop an index vector;
+        along an outer loop of the statement one element of an index vector of that loop's
+        extent, read at the loop's own index (a broadcast: each instruction sees one value)."""
+        if any(var.same_as(v) for v in self.index_vars):
+            return (self.iota(_dt(var)), 1)
+        for v, extent, base, row in self.outer_index:
+            if var.same_as(v):
+                opd = self.iota(_dt(var), extent)
+                return (Opd("ref", opd.dtype, buffer=opd.buffer, base=base, slot=opd.slot, row=row), 0)
+        raise NpuMappingError(f"{self.where}: loop index {var} as a value along a merged or outer loop "
+                              f"(not supported yet)")
 
     # bool values: 0 / 1 in a float dtype
 
@@ -1560,14 +1989,29 @@ class _Emitter:
             return self._compare("NE", cond.value, tirx.const(0, cd), opmap, dtype)
         if kind in self._CMP:
             return self._compare(kind, cond.a, cond.b, opmap, dtype)
+        if kind == "Call" and str(cond.op.name) in ("tirx.isnan", "tirx.isinf", "tirx.isfinite"):
+            return self._classify(str(cond.op.name).split(".")[-1], cond.args[0], opmap, dtype)
         raise NpuMappingError(f"{self.where}: the bool value `{cond}` has no NPU vector mapping (not supported yet)")
+
+    def _classify(self, test: str, arg, opmap, dtype: str):
+        """isnan(x) as x != x (only NaN differs from itself), isinf(x) as |x| == inf and
+        isfinite(x) as |x| < inf (false for NaN), each one `cmp_*` into a 0 / 1 temp."""
+        xd = _dt(arg)
+        if xd not in ("float16", "float32"):
+            return (Opd("num", dtype, value=float(test == "isfinite")), 0)  # integers: finite, never NaN
+        x = self.as_ref(self.evaluate(arg, opmap, None), xd)
+        t = self.tmp(dtype)
+        if test == "isnan":
+            self.op("cmp_ne", t, [x, x])
+            return (t, 1)
+        a = self.tmp(xd)
+        self.op("abs", a, [x])
+        self.op("cmp_eq" if test == "isinf" else "cmp_lt", t, [(a, 1), (Opd("num", xd, value=float("inf")), 0)])
+        return (t, 1)
 
     def _cmp_operand(self, e, opmap):
         if type(e).__name__ == "Var":
-            if not any(e.same_as(v) for v in self.index_vars):
-                raise NpuMappingError(f"{self.where}: loop index {e} as a value along a merged or outer "
-                                      f"loop (not supported yet)")
-            return (self.iota(_dt(e)), 1)
+            return self.loop_index(e)
         return self.evaluate(e, opmap, None)
 
     def _compare(self, kind, ea, eb, opmap, dtype: str):
@@ -1696,7 +2140,7 @@ class _Emitter:
 # --- the backend ---------------------------------------------------------------------------------------
 
 
-MAX_DYNAMIC = 200_000  # dynamic instructions: beyond this a vector mapping is hopeless
+MAX_DYNAMIC = 2_000_000  # dynamic instructions (all blocks): beyond this a vector mapping is hopeless
 
 
 def _dynamic_count(body) -> int:

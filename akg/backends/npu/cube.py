@@ -87,6 +87,10 @@ def _cast_only(expr, acc) -> bool:
 def cube_region(tr, region, half, kt: int, where: str) -> list:
     from akg.backends.npu.layout import ND, NZ, ZN, ZZ, layout_dmas
 
+    from akg.backends.npu.conv import chunk_of, conv_region
+
+    if chunk_of(region.name):
+        return conv_region(tr, region, half, kt, chunk_of(region.name), where)
     isa, spec = tr.isa, tr.spec
     nests = list(_nests(region.items))
     upd = next((n for n in nests if mac_operands(n, where) is not None), None)
@@ -211,6 +215,18 @@ def cube_region(tr, region, half, kt: int, where: str) -> list:
     loc = locals_[acc.name]
     if not acc_shared and epi and all(_cast_only(n.store.value, acc) for n in epi):
         loc.dtype = "float16"  # converted on the way out of L0C
+    # an epilogue that is only `out[i] = float16(acc[i])` with acc's box: acc's UB tile (fp16
+    # from L0C) is the output tile, written to GM as it is (no vector copy)
+    direct = None
+    if loc.dtype == "float16" and len(epi) == 1 and len(epi_items) == 1 and epi_items[0] is epi[0]:
+        store, value = epi[0].store, _strip_cast(epi[0].store.value)
+        same = [_affine(i, where) for i in upd.store.indices]
+        if (_is_load(value) and value.source.same_as(acc) and str(store.buffer.dtype) == "float16"
+                and [int(d) for d in store.buffer.shape] == [int(d) for d in acc.shape]
+                and [_affine(i, where) for i in value.indices] == same
+                and [_affine(i, where) for i in store.indices] == same):
+            direct = store.buffer
+            del locals_[direct.name]
     written = {n.store.buffer.name for n in epi} | {acc.name}
     read = {l.source.name for n in epi for l in _loads(n.store.value)}
     pre, post = [], []
@@ -230,6 +246,8 @@ def cube_region(tr, region, half, kt: int, where: str) -> list:
             pre.extend(tr._dma(lc, tr._gm(tir_bufs[name]), into=True, half=half))
         if copy_out:
             post.extend(tr._dma(lc, tr._gm(tir_bufs[name]), into=False, half=half))
+    if direct is not None:
+        post.extend(tr._dma(loc, tr._gm(direct), into=False, half=half))
     # the accumulator's m and n dims in its UB box: n last and contiguous
     dims = {}
     for d, idx in enumerate(upd.store.indices):
@@ -246,7 +264,7 @@ def cube_region(tr, region, half, kt: int, where: str) -> list:
     out = [("acc", d, [(c0.name, None)], [slot])
            for d in layout_dmas(c0.ref(0), loc.buffer.ref(ubase), mt, nt, ZN, ND, dst_ld=ld)]
     comp = _Compute(tr, locals_, half, where)
-    body = comp.items(epi_items)
+    body = [] if direct is not None else comp.items(epi_items)
     return pre + [cube] + out + body + post
 
 

@@ -549,6 +549,85 @@ class Mmad(Instr):
         return text + (" accumulate" if acc else "")
 
 
+@dataclass(frozen=True)
+class Img2col(Instr):
+    """Ascend's load3d: a convolution's im2col matrix, gathered on MTE1 from a feature map in L1
+    into the cube's B operand (nZ fractals in L0B), so the GM -> L1 load moves each input byte
+    once and the expansion by the kernel's taps costs only L1 -> L0B bandwidth.
+
+    `src` holds `fmap` = (c1, images, rows, cols): for each of c1 groups of 16 channels and each
+    image, rows x cols positions of 16 channels (`[c1][image][row][col][16]`, Ascend's NC1HWC0).
+    The matrix is K x N: k in the order (c1, ry, rx, c0) over the `kernel`'s taps, n over
+    (image, oy, ox) for the `out` = (oh, ow) positions of each image, each image's positions
+    padded with zero columns to whole fractals (`image_positions`). Element (k, n) is the fmap
+    at row oy * sh + ry * dh - top, column ox * sw + rx * dw - left of its image and channel
+    group; outside the map it is zero (the convolution's padding). `dst` receives the `k1`
+    fractal rows of K starting at fractal row `k_first` (affine: a K step), nZ:
+    `dst[k1][n1][n0][c0]`."""
+
+    src: Ref
+    dst: Ref
+    fmap: tuple[int, int, int, int]
+    out: tuple[int, int]
+    kernel: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    pad: tuple[int, int] = (0, 0)  # (top, left): may be negative (a tile that starts inside the map)
+    k_first: Index = 0
+    k1: int = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "k_first", Affine.of(self.k_first))
+        for name, n in (("fmap", 4), ("out", 2), ("kernel", 2), ("stride", 2), ("dilation", 2), ("pad", 2)):
+            value = tuple(int(v) for v in getattr(self, name))
+            if len(value) != n or (name != "pad" and min(value) < 1):
+                raise NpuProgramError(f"img2col {name} {value} needs {n} positive values: {self}")
+            object.__setattr__(self, name, value)
+        if self.src.scope is not Scope.L1 or self.dst.scope is not Scope.L0B:
+            raise NpuPathError(f"img2col loads L1 -> L0B, not {self.src.scope} -> {self.dst.scope}: {self}")
+        if self.src.dtype != "float16" or self.dst.dtype != "float16":
+            raise NpuProgramError(f"img2col moves float16 fractals: {self}")
+        if int(self.k1) < 1:
+            raise NpuProgramError(f"img2col needs at least one fractal row of K: {self}")
+
+    @property
+    def pipe(self) -> Pipe:
+        return Pipe.MTE1
+
+    @property
+    def path(self) -> str:
+        return "L1->L0B"
+
+    @property
+    def k_fractals(self) -> int:
+        """Fractal rows of the whole K: c1 groups x taps."""
+        return self.fmap[0] * self.kernel[0] * self.kernel[1]
+
+    @property
+    def image_positions(self) -> int:
+        """n columns per image: its oh x ow positions rounded up to whole fractals."""
+        return -(-(self.out[0] * self.out[1]) // 16) * 16
+
+    @property
+    def n(self) -> int:
+        return self.fmap[1] * self.image_positions
+
+    @property
+    def elements(self) -> int:
+        """Elements written to L0B."""
+        return self.k1 * 16 * self.n
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * 2
+
+    def __str__(self) -> str:
+        c1, images, rows, cols = self.fmap
+        return (f"img2col {self.dst} <- {self.src} fmap=({c1}x{images}x{rows}x{cols}x16) out={self.out} "
+                f"kernel={self.kernel} stride={self.stride} dilation={self.dilation} pad={self.pad} "
+                f"k=[{self.k_first}]+{self.k1}")
+
+
 SCALAR_OPS = frozenset({op for op, kind in VECTOR_OPS.items() if kind in ("binary", "unary")} | {"mov", "nop"})
 
 
@@ -698,6 +777,8 @@ def operand_refs(instr: Instr) -> Iterator[Ref]:
                 yield s.ref
     elif isinstance(instr, Mmad):
         yield from (instr.c, instr.a, instr.b)
+    elif isinstance(instr, Img2col):
+        yield from (instr.src, instr.dst)
     elif isinstance(instr, Scalar):
         if instr.dst is not None:
             yield instr.dst
@@ -713,6 +794,8 @@ def instr_vars(instr: Instr) -> frozenset[str]:
         names |= instr.id.vars
     if isinstance(instr, Mmad) and isinstance(instr.accumulate, Affine):
         names |= instr.accumulate.vars
+    if isinstance(instr, Img2col):
+        names |= instr.k_first.vars
     return frozenset(names)
 
 

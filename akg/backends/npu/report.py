@@ -146,3 +146,75 @@ class SimReport:
                                          for s in self.high_water if self.high_water[s]),
         ]
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ContractionBound:
+    """An attainable bound, in cycles, on an m x n x k fp16 contraction on the spec's cores,
+    next to the pure cube roofline: the cube work, and the GM reads that the best tiling which
+    fits the buffers still needs per core (at that core's GM -> L1 rate: its path rate, or its
+    share of the L2 rate when lower), its writes (UB -> GM), and the unique bytes at the HBM cap.
+    `tiling` says which tiling gave the reads ("C in L0C mt x nt", "A panel in L1", ...)."""
+
+    cube: float
+    reads: float
+    writes: float
+    hbm: float
+    tiling: str
+
+    @property
+    def bound(self) -> float:
+        return max(self.cube, self.reads, self.writes, self.hbm)
+
+    @property
+    def limit(self) -> str:
+        return max((self.cube, "cube"), (self.reads, "per-core GM reads"), (self.writes, "per-core GM writes"),
+                   (self.hbm, "HBM"))[1]
+
+    def fraction(self, cycles: float) -> float:
+        return self.bound / cycles if cycles > 0 else 0.0
+
+
+def contraction_bound(spec, m: int, n: int, k: int, b_column_bytes: float | None = None) -> ContractionBound:
+    """The attainable bound of `C[m, n] = A[m, k] @ B[k, n]` (fp16 in and out) on `spec`.
+
+    The output is split over the cores as any grid of per-core regions Mc x Nc; a core reads
+    its operands over its own GM -> L1 path. For each split the least per-core read traffic of
+    three tilings that fit is taken: C tiles of mt x nt held in L0C (fp32) while k streams
+    (A and B re-read per tile: Mc Nc k (1/nt + 1/mt) elements), or an A panel of mt x k kept
+    in L1 while B streams past it (A once, B once per panel), or the same with a B panel; tiles
+    and panels are whole (counts rounded up). A panel fits when it takes at most half of L1
+    (the other half streams). Each output element is computed by one core: the instruction
+    set has no atomic GM accumulate for a split of k over cores. `b_column_bytes`
+    is what one column of B costs in GM bytes (default 2 k; a convolution's im2col column
+    costs its share of the input map)."""
+    cores = spec.cores
+    col = 2.0 * k if b_column_bytes is None else float(b_column_bytes)
+    cube = m * n * k / (spec.fractal_macs * cores)
+    rate = spec.rate("GM->L1")
+    if spec.l2_bytes:
+        rate = min(rate, spec.l2_rate / cores)
+    half_l1 = spec.l1_bytes / 2
+    f = spec.fractal
+    best = None
+    for gm_ in (g for g in range(1, cores + 1) if cores % g == 0):
+        gn = cores // gm_
+        mc, nc = -(-m // gm_), -(-n // gn)  # the largest per-core region of this grid
+        a_bytes, b_bytes = mc * k * 2.0, nc * col
+        options = []
+        for mt in range(f, -(-mc // f) * f + 1, f):
+            cm = -(-mc // mt)
+            for nt in range(f, -(-nc // f) * f + 1, f):
+                if mt * nt * 4 <= spec.l0c_bytes:
+                    options.append((a_bytes * -(-nc // nt) + b_bytes * cm, f"C tiles {mt}x{nt} in L0C"))
+            if mt * k * 2 <= half_l1:
+                options.append((a_bytes + b_bytes * cm, f"A panels {mt}x{k} in L1"))
+            if mt * col <= half_l1 and mt <= nc:
+                options.append((b_bytes + a_bytes * -(-nc // mt), f"B panels {k}x{mt} in L1"))
+        reads, how = min(options)
+        writes = mc * nc * 2 / spec.rate("UB->GM")
+        cand = (max(reads / rate, writes), reads / rate, writes, f"{gm_}x{gn} core grid, {how}")
+        if best is None or cand[0] < best[0]:
+            best = cand
+    unique = (m * k * 2 + n * col + m * n * 2) / spec.gm_bytes_per_cycle
+    return ContractionBound(cube, best[1], best[2], unique, best[3])

@@ -31,8 +31,8 @@ import numpy as np
 
 from akg.backends.npu.check import LaneGeometry, check_program, vector_geometry
 from akg.backends.npu.errors import NpuRaceError, NpuSyncError
-from akg.backends.npu.isa import (BLOCK_VAR, PIPES, Affine, Bcast, Dma, Instr, Loop, Mmad, Pipe, PipeBarrier, Program,
-                                  Ref, Scalar, Scope, SetFlag, Vector, WaitFlag)
+from akg.backends.npu.isa import (BLOCK_VAR, PIPES, Affine, Bcast, Dma, Img2col, Instr, Loop, Mmad, Pipe, PipeBarrier,
+                                  Program, Ref, Scalar, Scope, SetFlag, Vector, WaitFlag)
 from akg.backends.npu.report import SimReport, TraceEntry, Wave
 from akg.backends.npu.spec import PATH_PIPES, NpuSpec, get_spec
 from akg.errors import InputDataError
@@ -200,6 +200,7 @@ class _Compiler:
         self.totals = _Totals()
         self.gm_ops: list[_GmOp] = []
         self.block_vars = frozenset(program.block_env(0))
+        self.trips = dict(program.block_trips())  # loop variables in scope -> trip counts
         self.body = self._body(program.body, 1, program.walk())
 
     def _body(self, instrs, mult: int, walk) -> list[_Op]:
@@ -209,7 +210,9 @@ class _Compiler:
             if isinstance(instr, Loop):
                 op = _Op(LOOP, index, instr)
                 op.var, op.trip = instr.var, instr.trip
+                self.trips[instr.var] = instr.trip
                 op.body = self._body(instr.body, mult * instr.trip, walk)
+                del self.trips[instr.var]
             else:
                 op = self._instr(index, instr, mult)
                 self.totals.instructions += mult
@@ -245,6 +248,18 @@ class _Compiler:
             op.cost = spec.cube_issue + m1 * k1 * n1
             totals.flops += mult * 2 * instr.m * instr.k * instr.n
             op.accesses, op.run = self._mmad(instr)
+        elif isinstance(instr, Img2col):
+            from akg.backends.npu import img2col
+
+            img2col.check_img2col(f"kernel '{self.program.name}', instruction {index} `{instr}`", instr, spec,
+                                  self.trips)
+            op = _Op(WORK, index, instr, MTE1)
+            op.cost = img2col.cost(instr, spec)
+            totals.path_bytes[instr.path] += mult * instr.nbytes
+            src_acc = _Access(instr.src, False, (), img2col.fmap_elements(instr) * 2)
+            dst_acc = _Access(instr.dst, True, (), instr.nbytes)
+            op.accesses = (src_acc, dst_acc)
+            op.run = img2col.runner(instr, src_acc, dst_acc, _evaluator(instr.k_first))
         elif isinstance(instr, Scalar):
             op = _Op(SCALAR, index, instr, S)
             op.cost = spec.scalar_cycles * instr.ops
