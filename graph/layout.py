@@ -15,6 +15,18 @@ load of the tile is one contiguous slice of a panel: 16 float32 with AVX2, 32 wi
 panel narrower than the strip makes every vector load a gather (on AVX-512, 16-column panels
 ran the transformer's dense layers 3.5x slower than 32-column ones). Without a target the width
 is `PANEL`.
+
+A convolution whose output rows are narrower than a vector (the 4x4 .. 1x1 images of a small
+CNN's later stages, ResNet-18's 7x7) has nothing to vectorise along its output width; the CPU
+mapping then vectorises over output channels instead (`akg.schedules.cpu.default_band`), which
+reads the weight along its first axis. `pack_weights` stores such a constant weight
+`[O, C/groups, KH, KW]` with the output channel last, `[C/groups, KH, KW, O]`, read back through
+a transpose that fusion folds into the conv kernel: each vector of output channels then loads
+one contiguous slice of the weight instead of gathering 16 elements `C * KH * KW` apart
+(ResNet-18 width 16's 3x3 conv at 4x4, 32 channels, batch 2: ~3x faster with the same mapping;
+scripts/bench/small_convs.py measures the layout and mapping together).
+Depthwise weights are left alone: their input is read along the channels as well, so the
+mapping keeps the output width innermost.
 """
 
 from __future__ import annotations
@@ -41,14 +53,49 @@ def weight_panel(target, dtype: str, columns: int) -> int | None:
     return target.weight_panel(dtype, columns)
 
 
+def channels_last_lanes(target, dtype: str, out_channels: int) -> int | None:
+    """Vector lanes over which a conv's output channels would be computed on `target`: the
+    target's lanes where it stores weights in vector-strip panels (`Target.weight_panel`; the
+    CPU), `PANEL` without a target; None where it does not (that target keeps its weights)."""
+    if target is None:
+        return PANEL
+    lanes = getattr(target, "vector_lanes", None)  # targets that only describe their panels: none
+    if lanes is None or target.weight_panel(dtype, out_channels) is None:
+        return None
+    return lanes(dtype)
+
+
+def wants_channels_last(node, weight: np.ndarray, target) -> bool:
+    """Whether a conv2d with constant `weight` [O, C/groups, KH, KW] is mapped over output
+    channels (its output rows are narrower than a vector, it has a vector of channels or
+    more) and so reads its weight best with the output channel last. Not depthwise or grouped
+    convs, whose input is read along the channels too."""
+    lanes = channels_last_lanes(target, node.outputs[0].dtype, weight.shape[0])
+    out_width = node.outputs[0].shape[-1]
+    return lanes is not None and node.attrs["groups"] == 1 and weight.shape[0] >= lanes and out_width < lanes
+
+
 def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
-    """Constant right operands of matmul stored as `[N / panel, K, panel]` panels; with a
-    `target`, each weight's panel width is `weight_panel(target, ...)` instead of `panel`."""
+    """Constant right operands of matmul stored as `[N / panel, K, panel]` panels (with a
+    `target`, each weight's panel width is `weight_panel(target, ...)` instead of `panel`), and
+    constant conv weights that the mapping reads along the output channels stored with the
+    output channel last (`wants_channels_last`)."""
     rw = _Rewriter(graph)
     widths = set()
     packed: dict[tuple[Value, bool], Value] = {}  # (weight, transposed) -> its unpacked view
+    channels_last: dict[Value, Value] = {}  # conv weight -> its [O, C, KH, KW] view
     for node in rw.walk():
         ins = rw.inputs(node)
+        if node.op == "conv2d":
+            weight = rw.constants.get(ins[1])
+            if weight is None or not wants_channels_last(node, weight, target):
+                rw.keep(node)
+                continue
+            if ins[1] not in channels_last:
+                channels_last[ins[1]] = _emit_channels_last(rw, ins[1], weight)
+            rw.emit("conv2d", [ins[0], channels_last[ins[1]]], node.attrs, node.outputs)
+            rw.changes += 1
+            continue
         weight = rw.constants.get(ins[1]) if node.op == "matmul" and len(ins) == 2 else None
         if weight is None or weight.ndim != 2:
             rw.keep(node)
@@ -66,16 +113,19 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
         attrs = {**node.attrs, "transpose_b": False}
         rw.emit("matmul", [ins[0], packed[key]], attrs, node.outputs)
         rw.changes += 1
-    if not packed:
+    if not packed and not channels_last:
         return graph
-    log.debug("pack_weights on %s: %d weight(s) stored as panels of %s columns", graph.name, len(packed),
-              "/".join(map(str, sorted(widths))))
+    log.debug("pack_weights on %s: %d weight(s) stored as panels of %s columns, %d conv weight(s) with "
+              "the output channel last", graph.name, len(packed), "/".join(map(str, sorted(widths))),
+              len(channels_last))
     return dce(rw.finish("pack_weights"))
 
 
 # The values pack_weights derives from a constant matmul weight %W: the weight stored as panels
-# and the transpose and reshape that read it back as [K, N] (".t": from a transposed weight).
-DERIVED_SUFFIXES = tuple(f"{t}{tail}" for t in ("", ".t") for tail in (".panels", ".panels.kmajor", ".kn"))
+# and the transpose and reshape that read it back as [K, N] (".t": from a transposed weight); from
+# a conv weight: the weight stored channels-last and the transpose that reads it back as OIHW.
+DERIVED_SUFFIXES = (*(f"{t}{tail}" for t in ("", ".t") for tail in (".panels", ".panels.kmajor", ".kn")),
+                    ".ihwo", ".oihw")
 
 
 def derived_names(planned, model) -> dict[str, str]:
@@ -101,4 +151,15 @@ def _emit_panels(rw: _Rewriter, w: Value, weight: np.ndarray, transposed: bool, 
     view = Value(f"{w.name}{suffix}.kn", TensorType((k, n), w.dtype))
     rw.emit("transpose", [stored], {"perm": [1, 0, 2]}, [moved])
     rw.emit("reshape", [moved], {"shape": [k, n]}, [view])
+    return view
+
+
+def _emit_channels_last(rw: _Rewriter, w: Value, weight: np.ndarray) -> Value:
+    """Add the conv weight stored as `[C, KH, KW, O]` and the transpose that reads it as
+    `[O, C, KH, KW]`."""
+    o, c, kh, kw = weight.shape
+    stored = Value(f"{w.name}.ihwo", TensorType((c, kh, kw, o), w.dtype))
+    rw.constants[stored] = np.ascontiguousarray(weight.transpose(1, 2, 3, 0))
+    view = Value(f"{w.name}.oihw", TensorType((o, c, kh, kw), w.dtype))
+    rw.emit("transpose", [stored], {"perm": [3, 0, 1, 2]}, [view])
     return view

@@ -3,8 +3,9 @@
 LLVM turns `exp` and friends into scalar libm calls, one per lane, even in vector loops.
 These expansions are polynomial/rational approximations built from multiplies, adds,
 compares and bit tricks that vectorise: exp and sigmoid are within ~1e-7 relative of the
-float64 result, erf within ~5e-7 absolute, tanh within ~3e-7 relative, rsqrt within ~2e-7
-relative. Infinities and NaNs behave as in libm.
+float64 result (exp within an ulp), erf within ~5e-7 absolute, tanh within ~3e-7 relative,
+rsqrt within ~2e-7 relative. Infinities and NaNs behave as in libm; exp flushes results
+below ~1.7e-38 to zero.
 
 rsqrt has a second reason: with fast-math flags LLVM rewrites `x * (1 / sqrt(v))` into
 `x / sqrt(v)`, so a per-row rsqrt hoisted out of a loop (layer_norm) turns back into one
@@ -37,9 +38,21 @@ def _horner(x, coeffs):
     return acc
 
 
-# Cephes-style expf: exp(x) = 2^n * exp(r), r = x - n*ln2 in [-ln2/2, ln2/2]
-_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
-             5.0000001201e-1)
+# expf as in Cephes: exp(x) = 2^n * exp(r), r = x - n*ln2 in [-ln2/2, ln2/2] (ln2 split in
+# two parts, so that r keeps its precision). The expansion evaluates 2 exp(r) = 2 + 2r +
+# r^2 P(r) as one Horner chain of degree 6 and scales it by 2^(n-1), so no final add or
+# doubling is needed, and no compare (below): 16 AVX-512 instructions per vector, 27 before. P's
+# coefficients were fitted to the relative error of 2 exp(r) on that interval (weighted least
+# squares on Chebyshev nodes, iterated toward minimax): 4e-9 before float32 rounding, so the
+# result is within an ulp (0.87 ulp measured); Cephes' degree-7 form is no more accurate.
+_EXP2_POLY = (2.7629226e-03, 1.673742e-02, 8.333678e-02, 3.3333042e-01, 9.999999e-01, 2.0, 2.0)
+# The clamps keep 2^(n-1) a float32 whose exponent bits are n + 126 in [0, 254]. Above: n
+# reaches 128 at most, and every x past log(FLT_MAX) = 88.7228 then overflows to inf in the
+# final multiply, so no compare is needed for it. Below: n = -126 gives exponent bits 0, the
+# float +0.0, so exp(x) is 0 below x ~ -86.99 (results under ~1.7e-38, subnormals among them,
+# are flushed to zero). A NaN passes through both clamps (TIR's min/max keep a NaN second
+# operand) and through the arithmetic, so it needs no compare either.
+_EXP_HIGH, _EXP_LOW = 89.0, -87.6
 
 
 def fast_exp(x):
@@ -49,20 +62,16 @@ def fast_exp(x):
 def _exp(x):
     def with_n(clamped):
         return _let(tirx.floor(clamped * _c(1.44269504088896341) + _c(0.5)), lambda n: _let(
-            clamped - n * _c(0.693359375) - n * _c(-2.12194440e-4), lambda r: _scale(
-                _horner(r, _EXP_POLY) * r * r + r + _c(1.0), n)))
+            clamped - n * _c(0.693359375) - n * _c(-2.12194440e-4), lambda r: _scale(_horner(r, _EXP2_POLY), n)))
 
-    value = _let(tirx.Max(tirx.Min(x, _c(88.7)), _c(-87.3)), with_n)
-    value = tirx.Select(x > _c(88.72), _c(float("inf")), value)
-    value = tirx.Select(x < _c(-87.33), _c(0.0), value)
-    return tirx.Select(tirx.isnan(x), x, value)
+    return _let(tirx.Max(_c(_EXP_LOW), tirx.Min(_c(_EXP_HIGH), x)), with_n)
 
 
 def _scale(y, n):
-    """y * 2^n, building 2^(n-1) from its exponent bits and doubling (n reaches 128 just below
-    exp's overflow threshold, one more than the largest float32 exponent)."""
+    """y * 2^(n-1), 2^(n-1) built from its exponent bits (n reaches 128 just below exp's
+    overflow threshold, one more than the largest float32 exponent; y carries the factor 2)."""
     exponent = tirx.shift_left(tirx.Cast("int32", n) + tirx.const(126, "int32"), tirx.const(23, "int32"))
-    return y * tirx.reinterpret(F32, exponent) * _c(2.0)
+    return y * tirx.reinterpret(F32, exponent)
 
 
 # erf(x) = x * P(x^2) / Q(x^2) on [-4, 4] (beyond that erf is +-1 in float32)

@@ -143,11 +143,24 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     order = list(range(n))
     if info.permutable and n > 1:
         best = max(range(n), key=lambda m: (info.contiguity[m], info.coincident[m], m))
+        depth = info.work // max(1, math.prod(info.extents))  # reduction points per point
+        wide = [m for m in range(n) if info.coincident[m] and info.contiguity[m] > 0
+                and info.extents[m] >= 2 * lanes]
+        if info.reduction_inner and info.extents[best] < lanes and wide and depth >= 4 * lanes:
+            # under a deep reduction, a loop narrower than a vector (a small conv's output
+            # width) yields to a contiguous loop two vectors wide or more (its output channels):
+            # a strided conv's 4-wide rows as the vector loop took 51 us, its channels 5 us (16 ->
+            # 32 channels, 8x8 -> 4x4). One vector of channels is a single accumulator chain that
+            # waits on each FMA (16 channels at 8x8 ran ~1.8x slower), and a shallow reduction (a
+            # 1x1 conv of 16 channels) does not pay for each point's own accumulators (~2x slower)
+            best = max(wide, key=lambda m: (info.contiguity[m], m))
         order.remove(best)
         order.append(best)
     ext = [info.extents[m] for m in order]
     coin = [info.coincident[m] for m in order]
     sink = info.reduction_inner and all(coin) and info.contiguity[order[-1]] >= max(info.inner_contiguity, 1)
+    if sink and vectorises_across_rows(info, order, lanes):
+        return channel_vector_band(order, ext, lanes, itemsize, register_bytes)
 
     register = [0] * n
     innermost_contiguous = info.contiguity[order[-1]] > 0 or not info.has_inner
@@ -196,13 +209,48 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         rows = (l1_bytes // 2) // row_bytes
         if rows >= 2:
             register[-1] = _largest_fitting(tile[-1] or ext[-1], rows)
+    whole_strip = register[-1] != 0 and register[-1] == (tile[-1] or ext[-1])
     for pos in range(n):
         t = tile[pos] or ext[pos]
         if register[pos] >= t:
             register[pos] = 0
+    if whole_strip and any(register[:-1]):
+        # a vector strip as wide as its loop (a conv's 16-wide output rows) stays the register
+        # tile's innermost loop under the rows tiled above it; left out, the loop went outside
+        # the register tile and the tile ran scalar (ResNet-18 width 16's 7x7 stem: 84 -> 29 us)
+        register[-1] = tile[-1] or ext[-1]
     # matmul-like bands: pack the operand panel that the other tiles reuse
     pack = sink and n == 2 and tile[-1] != 0
     return BandConfig(tuple(order), tuple(tile), tuple(register), sink, pack)
+
+
+def vectorises_across_rows(info: BandInfo, order: list[int], lanes: int) -> bool:
+    """Whether the loop chosen innermost is a vector wide but is not the band's row: the last
+    member (the written tensor's last index, a conv's output width) is narrower than a vector
+    yet streams data with unit stride, and another member streams more (a conv's output
+    channels along a channels-last weight)."""
+    n = info.members
+    row = n - 1
+    return (n > 1 and order[-1] != row and info.extents[row] < lanes <= info.extents[order[-1]]
+            and info.contiguity[row] > 0)
+
+
+def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: int,
+                        register_bytes: int) -> BandConfig:
+    """The mapping of a reduction band whose last member (the written tensor's row, a conv's
+    output width) is narrower than a vector, so the band's most contiguous other loop went
+    innermost instead (a conv's output channels, read along a channels-last weight; see
+    `akg.graph.layout`). That loop does not walk the output's last index, so accumulators over
+    any further loop would sit strided in the local buffer and each vector load or store of
+    them would be a gather: each point of the other loops is its own tile (size-1 cache tiles),
+    under which a strip of the channel loop, as wide as the accumulator budget allows, sinks
+    below the reduction as vector accumulators. ResNet-18 width 16's 3x3 convs at 4x4, 2x2 and
+    1x1 (32-128 channels, batch 2, + bn + relu): 101 -> 8, 70 -> 7 and 100 -> 7 us on 2 Zen cores
+    (scripts/bench/small_convs.py, with the channels-last weights)."""
+    n = len(order)
+    budget = max(lanes, register_bytes // itemsize // lanes * lanes)  # channels of accumulators
+    register = (0,) * (n - 1) + (budget if ext[-1] > budget else 0,)
+    return BandConfig(tuple(order), (1,) * (n - 1) + (0,), register, True, False)
 
 
 def default_bands(infos: list[BandInfo], target, dtype: str = "float32") -> tuple[BandConfig, ...]:
@@ -472,8 +520,9 @@ def _apply_band(node, index: int, bp: BandPlan, vectorize: bool, unroll: bool):
     extents = tree.band_extents(node)
     tile = tuple(t if 0 < t < e else e for t, e in zip(bp.tile, extents))
     reg_tiled = any(0 < r < t for r, t in zip(bp.register, tile))
-    # members without a register tile keep their whole point loop outside the register tile
-    register = tuple(r if 0 < r < t else (1 if reg_tiled else t) for r, t in zip(bp.register, tile))
+    # members without a register tile keep their whole point loop outside the register tile;
+    # one whose register tile is its whole cache tile keeps that loop inside it
+    register = tuple(r if 0 < r <= t else (1 if reg_tiled else t) for r, t in zip(bp.register, tile))
     tiled = tile != extents
     parallel = bp.parallel and coincident[0]
     pack = bp.pack and tiled and n > 1 and tile[-1] != extents[-1] and all(coincident)

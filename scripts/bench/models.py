@@ -1,21 +1,35 @@
 #!/usr/bin/env python
 """End-to-end model benchmark on CPU: akg (default configs, and tuned) against the reference
-interpreter, PyTorch eager, torch.compile (Inductor) and ONNX Runtime when installed, with
-the same weights, in one process. Needs `pip install torch==2.13.0` (a CPU wheel). The
-compiled contenders (akg default, akg tuned, eager, Inductor) are timed in alternating rounds;
-each reports the median call time of its best round (`timeit_interleaved`).
+interpreter, PyTorch eager, torch.compile (Inductor) and ONNX Runtime, with the same weights,
+in one process.
 
-    python scripts/bench/models.py [--models transformer_block,resnet_block,mindir]
-                                   [--trials 64] [--record docs/performance.md]
+Models: the examples (examples/*.mir), the shared MindIR models (`mindir`: mlp, lenet5,
+resnet_block, transformer_layer) and the models `torch_models.py` builds in akg's graph form
+(ResNet-18 at 224x224 and at width 16 on 32x32, MobileNetV2 blocks, a BERT-base layer, a
+2-layer BERT of hidden 128). PyTorch runs a torch function made from the same graph
+(`torch_function`), Inductor compiles that function and ONNX Runtime runs the ONNX file this
+script exports from it. Every contender's output is checked against the reference interpreter
+(`akg.verify.compare`); a contender that fails the check is named in the table's last column.
+
+The contenders are timed in alternating rounds, each reporting the median call of its best
+round (`timing.timeit_interleaved`). akg's model time is split into kernel time (the sum of
+every kernel call timed alone with TVM's time_evaluator on the model's own values, best of
+`--kernel-rounds` rounds) and call-path time (model call minus kernel time).
+
+Needs the benchmark extras: `pip install torch==2.13.0 onnx onnxruntime` (a CPU wheel).
+
+    python scripts/bench/models.py [--models resnet18_w16_32,bert2_h128,examples,mindir]
+                                   [--trials 64] [--per-kernel] [--record FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import os
-import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,12 +41,17 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import timeit_interleaved  # noqa: E402
+from torch_models import BUILT_MODELS  # noqa: E402
 
 from akg.graph import evaluate, random_inputs  # noqa: E402
 from akg.graph.io import load_model  # noqa: E402
+from akg.verify import Reference, compare  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
 MINDIR = ROOT.parent / "shared" / "corpus" / "mindir"
+MINDIR_MODELS = ("mlp", "lenet5", "resnet_block", "transformer_layer")
+DEFAULT_MODELS = "examples,mindir," + ",".join(BUILT_MODELS)
 
 
 def timeit(fn, min_seconds: float = 1.0, min_runs: int = 5) -> float:
@@ -48,6 +67,25 @@ def timeit(fn, min_seconds: float = 1.0, min_runs: int = 5) -> float:
     return statistics.median(samples)
 
 
+def load_graphs(names: str) -> list[tuple[str, object]]:
+    """(name, Graph) per entry of `--models`: `examples`, `mindir`, a built model's name
+    (`torch_models.BUILT_MODELS`) or an example's name."""
+    graphs = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        if name == "mindir":
+            graphs += [(p.stem, load_model(p)) for p in sorted(MINDIR.glob("*.mindir")) if p.stem in MINDIR_MODELS]
+        elif name == "examples":
+            graphs += [(p.stem, load_model(p)) for p in sorted(EXAMPLES.glob("*.mir"))]
+        elif name in BUILT_MODELS:
+            graphs.append((name, BUILT_MODELS[name]()))
+        elif (EXAMPLES / f"{name}.mir").exists():
+            graphs.append((name, load_model(EXAMPLES / f"{name}.mir")))
+        else:
+            known = ", ".join(["examples", "mindir", *BUILT_MODELS, *(p.stem for p in sorted(EXAMPLES.glob("*.mir")))])
+            raise SystemExit(f"unknown model '{name}' (known: {known})")
+    return graphs
+
+
 # --- the same graph as a PyTorch function ------------------------------------------------------
 
 
@@ -60,6 +98,8 @@ def torch_function(graph):
 
     def conv2d(x, w, strides, padding, dilation, groups):
         top, left, bottom, right = padding if len(padding) == 4 else (*padding, *padding)
+        if top == bottom and left == right:  # one conv call, as a torch model writes it
+            return F.conv2d(x, w, None, tuple(strides), (top, left), tuple(dilation), groups)
         return F.conv2d(F.pad(x, (left, right, top, bottom)), w, None, tuple(strides), 0, tuple(dilation), groups)
 
     ops = {
@@ -67,7 +107,7 @@ def torch_function(graph):
         "batch_matmul": lambda a, b, transpose_a, transpose_b: torch.matmul(
             a.transpose(-1, -2) if transpose_a else a, b.transpose(-1, -2) if transpose_b else b),
         "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-        "relu": torch.relu, "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+        "relu": torch.relu, "relu6": F.relu6, "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
         "reshape": lambda x, shape: x.reshape(shape),
         "transpose": lambda x, perm: x.permute(*(perm if perm is not None else reversed(range(x.dim())))),
         "softmax": lambda x, axis: torch.softmax(x, axis),
@@ -85,6 +125,9 @@ def torch_function(graph):
         "cross_entropy": lambda x, labels, reduction: F.cross_entropy(x, labels.long(), reduction=reduction),
         "dropout": lambda x, rate: x,
     }
+    missing = sorted({n.op for n in graph.nodes} - set(ops))
+    if missing:
+        raise NotImplementedError(f"{graph.name}: no torch mapping for {', '.join(missing)}")
 
     def run(*inputs):
         env = dict(consts)
@@ -98,73 +141,9 @@ def torch_function(graph):
     return run
 
 
-def bench_model(name: str, graph, trials: int, workdir: Path) -> dict:
-    import torch
-
-    from akg.api import compile_model
-    from akg.tuner.tune import tune
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    inputs = random_inputs(graph, 0)
-    ordered = [inputs[v.name] for v in graph.inputs]
-    row = {"model": name}
-    ref = evaluate(graph, inputs)
-    row["interpreter_s"] = timeit(lambda: evaluate(graph, inputs), min_seconds=0.5, min_runs=3)
-
-    default = compile_model(graph)
-    row["kernels"] = len(default.calls)
-    row["distinct_kernels"] = len(default.kernels)
-    row["peak_bytes"], row["naive_bytes"] = default.plan.peak_bytes, default.plan.naive_bytes
-    out = default(**inputs)
-    row["akg_default_err"] = max(float(np.abs(a - b).max()) for a, b in zip(out, ref))
-    contenders = {"akg_default_s": lambda: default(**inputs)}
-
-    if trials:
-        db = str(workdir / f"{name}.db")
-        t0 = time.perf_counter()
-        result = tune(graph, trials=trials, db=db)
-        row["tune_s"] = time.perf_counter() - t0
-        row["tune_trials"] = sum(k.trials for k in result.kernels)
-        tuned = compile_model(graph, db=db)
-        out = tuned(**inputs)
-        row["akg_tuned_err"] = max(float(np.abs(a - b).max()) for a, b in zip(out, ref))
-        contenders["akg_tuned_s"] = lambda: tuned(**inputs)
-
-    fn = torch_function(graph)
-    tensors = [torch.from_numpy(a) for a in ordered]
-    with torch.no_grad():
-        got = fn(*tensors)
-        row["torch_err"] = max(float(np.abs(g.numpy() - r).max()) for g, r in zip(got, ref))
-        contenders["torch_eager_s"] = lambda: fn(*tensors)
-        try:
-            compiled = torch.compile(fn)
-            compiled(*tensors)
-            contenders["torch_compile_s"] = lambda: compiled(*tensors)
-        except Exception as e:  # noqa: BLE001  (Inductor needs a working C++ toolchain)
-            row["torch_compile_error"] = str(e).splitlines()[0][:120]
-        row.update(timeit_interleaved(contenders))
-    try:
-        import onnxruntime as ort  # noqa: F401
-
-        row["onnxruntime_s"] = _onnxruntime(fn, tensors, workdir / f"{name}.onnx")
-    except ImportError:
-        row["onnxruntime_s"] = None
-    except Exception as e:  # noqa: BLE001
-        row["onnxruntime_error"] = str(e).splitlines()[0][:120]
-    return row
-
-
-def _onnxruntime(fn, tensors, path: Path) -> float:
-    import onnxruntime as ort
-    import torch
-
-    torch.onnx.export(_Module(fn), tuple(tensors), str(path))
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
-    return timeit(lambda: session.run(None, feeds))
-
-
 class _Module:
+    """`fn` as a torch.nn.Module, for torch.onnx.export."""
+
     def __new__(cls, fn):
         import torch
 
@@ -175,56 +154,202 @@ class _Module:
         return Wrapped()
 
 
+def onnx_session(fn, tensors, path: Path):
+    """An ONNX Runtime session of `fn` exported to `path` with example inputs `tensors`, and
+    a function of no arguments that runs it on them."""
+    import onnxruntime as ort
+    import torch
+
+    torch.onnx.export(_Module(fn), tuple(tensors), str(path), dynamo=False)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(os.environ["TVM_NUM_THREADS"])  # the threads akg's kernels get
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
+    return lambda: session.run(None, feeds)
+
+
+# --- akg's kernel time ------------------------------------------------------------------------
+
+
+def kernel_times(model, inputs: dict, rounds: int) -> list[float]:
+    """Seconds of every kernel call of `model`, each timed alone on the model's own values (its
+    inputs, weights and the outputs of the calls before), best of `rounds` rounds."""
+    from call_path import kernel_timers
+
+    timers = kernel_timers(model, inputs)
+    best = [math.inf] * len(timers)
+    for _ in range(rounds):
+        for i, (timer, args) in enumerate(timers):
+            best[i] = min(best[i], statistics.median(timer(*args).results))
+    return best
+
+
+def kernel_flops(graph) -> list[int]:
+    """Floating-point operations of every kernel call, in call order."""
+    from akg.graph.pipeline import plan_model
+    from akg.graph.stats import graph_stats
+    from akg.target import get_target
+
+    return [graph_stats(k.subgraph.graph).flops for k in plan_model(graph, get_target("cpu")).kernels]
+
+
+def _check(graph, outputs, reference: Reference) -> str | None:
+    """None when `outputs` match the reference interpreter, else what differs."""
+    bad = compare(graph, [np.asarray(o) for o in outputs], reference)
+    return "; ".join(map(str, bad)) or None
+
+
+def bench_model(name: str, graph, trials: int, workdir: Path, kernel_rounds: int = 3) -> dict:
+    import torch
+
+    from akg.api import compile_model
+    from akg.tuner.tune import tune
+
+    torch.set_num_threads(int(os.environ["TVM_NUM_THREADS"]))  # the threads akg's kernels get
+    inputs = random_inputs(graph, 0)
+    ordered = [inputs[v.name] for v in graph.inputs]
+    row = {"model": name, "failed": {}}
+    reference = Reference.of(graph, inputs)
+    row["interpreter_s"] = timeit(lambda: evaluate(graph, inputs), min_seconds=0.5, min_runs=3)
+
+    def checked(label: str, outputs) -> None:
+        problem = _check(graph, outputs, reference)
+        if problem:
+            row["failed"][label] = problem
+            print(f"   {label} does not match the reference interpreter: {problem}", flush=True)
+
+    default = compile_model(graph)
+    row["kernels"] = len(default.calls)
+    row["distinct_kernels"] = len(default.kernels)
+    row["call_names"] = [c.name for c in default.calls]
+    row["flops"] = kernel_flops(graph)
+    row["peak_bytes"], row["naive_bytes"] = default.plan.peak_bytes, default.plan.naive_bytes
+    checked("akg default", default(**inputs))
+    contenders = {"akg_default_s": lambda: default(**inputs)}
+    models = {"akg_default": default}
+
+    if trials:
+        db = str(workdir / f"{name}.db")
+        t0 = time.perf_counter()
+        result = tune(graph, trials=trials, db=db)
+        row["tune_s"] = time.perf_counter() - t0
+        row["tune_trials"] = sum(k.trials for k in result.kernels)
+        tuned = compile_model(graph, db=db)
+        checked("akg tuned", tuned(**inputs))
+        contenders["akg_tuned_s"] = lambda: tuned(**inputs)
+        models["akg_tuned"] = tuned
+
+    fn = torch_function(graph)
+    tensors = [torch.from_numpy(a) for a in ordered]
+    with torch.no_grad():
+        checked("PyTorch eager", [t.numpy() for t in fn(*tensors)])
+        contenders["torch_eager_s"] = lambda: fn(*tensors)
+        try:
+            compiled = torch.compile(fn)
+            checked("Inductor", [t.numpy() for t in compiled(*tensors)])
+            contenders["torch_compile_s"] = lambda: compiled(*tensors)
+        except Exception as e:  # noqa: BLE001  (Inductor needs a working C++ toolchain)
+            row["torch_compile_error"] = str(e).splitlines()[0][:120]
+        try:
+            run_ort = onnx_session(fn, tensors, workdir / f"{name}.onnx")
+            checked("ONNX Runtime", run_ort())
+            contenders["onnxruntime_s"] = run_ort
+        except ImportError:
+            pass
+        except Exception as e:  # noqa: BLE001
+            row["onnxruntime_error"] = str(e).splitlines()[0][:120]
+        row.update(timeit_interleaved(contenders))
+    for label, model in models.items():
+        row[f"{label}_kernel_times"] = kernel_times(model, inputs, kernel_rounds)
+        row[f"{label}_kernels_s"] = sum(row[f"{label}_kernel_times"])
+    return row
+
+
+# --- the report ------------------------------------------------------------------------------
+
+
 def fmt_ms(s):
-    return f"{s * 1e3:.2f} ms" if s else "n/a"
+    return f"{s * 1e3:.3f}" if s else "n/a"
 
 
 def ratio(a, b):
+    """How many times faster a is than b ("2.00x": a takes half b's time)."""
     return f"{b / a:.2f}x" if a and b else "n/a"
 
 
 def table(rows) -> str:
-    head = ("| model | kernels | akg default | akg tuned | interpreter | PyTorch eager | torch.compile | ONNX Runtime "
-            "| tuned vs eager | tuned vs Inductor | memory plan peak / naive |")
-    lines = [head, "|" + "---|" * 11]
+    head = ("| model | kernel calls | akg default ms (kernels + call path) | akg tuned ms (kernels + call path) "
+            "| interpreter ms | eager ms | Inductor ms | ONNX Runtime ms | tuned vs eager | tuned vs Inductor "
+            "| tuned vs ORT | fails the check |")
+    lines = [head, "|" + "---|" * 12]
+
+    def split(r, label):
+        total, kernels = r.get(f"{label}_s"), r.get(f"{label}_kernels_s")
+        if not total:
+            return "n/a"
+        return f"{fmt_ms(total)} ({fmt_ms(kernels)} + {fmt_ms(total - kernels)})"
+
     for r in rows:
         best = r.get("akg_tuned_s") or r["akg_default_s"]
         lines.append(
-            f"| {r['model']} | {r['kernels']} ({r['distinct_kernels']} distinct) | {fmt_ms(r['akg_default_s'])} "
-            f"| {fmt_ms(r.get('akg_tuned_s'))} | {fmt_ms(r['interpreter_s'])} | {fmt_ms(r['torch_eager_s'])} "
+            f"| {r['model']} | {r['kernels']} ({r['distinct_kernels']} distinct) | {split(r, 'akg_default')} "
+            f"| {split(r, 'akg_tuned')} | {fmt_ms(r['interpreter_s'])} | {fmt_ms(r['torch_eager_s'])} "
             f"| {fmt_ms(r.get('torch_compile_s'))} | {fmt_ms(r.get('onnxruntime_s'))} "
             f"| {ratio(best, r['torch_eager_s'])} | {ratio(best, r.get('torch_compile_s'))} "
-            f"| {r['peak_bytes'] / 2**20:.1f} / {r['naive_bytes'] / 2**20:.1f} MiB |")
+            f"| {ratio(best, r.get('onnxruntime_s'))} | {', '.join(r['failed']) or 'none'} |")
     return "\n".join(lines)
+
+
+def kernel_table(rows) -> str:
+    """Every kernel call of every model: default and tuned time and the tuned GFLOP/s."""
+    lines = ["| model | # | kernel | MFLOP | default us | tuned us | tuned GFLOP/s |", "|" + "---|" * 7]
+    for r in rows:
+        tuned = r.get("akg_tuned_kernel_times") or r["akg_default_kernel_times"]
+        for i, (label, flops, d, t) in enumerate(zip(r["call_names"], r["flops"], r["akg_default_kernel_times"],
+                                                     tuned)):
+            lines.append(f"| {r['model']} | {i} | {label} | {flops / 1e6:.2f} | {d * 1e6:.1f} | {t * 1e6:.1f} "
+                         f"| {flops / t / 1e9:.1f} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return "unknown"
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="transformer_block,resnet_block,mindir")
+    ap.add_argument("--models", default=DEFAULT_MODELS,
+                    help=f"comma-separated: examples, mindir, an example's or a built model's name "
+                         f"({', '.join(BUILT_MODELS)}); default: {DEFAULT_MODELS}")
     ap.add_argument("--trials", type=int, default=64, help="tuning trials per model (0: default configs only)")
-    ap.add_argument("--record", type=Path)
+    ap.add_argument("--kernel-rounds", type=int, default=3, help="rounds of timing every kernel call alone")
+    ap.add_argument("--per-kernel", action="store_true", help="also print every kernel call's time")
+    ap.add_argument("--record", type=Path, help="append the tables to this markdown file")
     args = ap.parse_args(argv)
-    graphs = []
-    for name in args.models.split(","):
-        if name == "mindir":
-            graphs += [(p.stem, load_model(p)) for p in sorted(MINDIR.glob("*.mindir"))
-                       if p.stem in ("lenet5", "resnet_block", "transformer_layer", "mlp")]
-        else:
-            graphs.append((name, load_model(ROOT / "examples" / f"{name}.mir")))
+    graphs = load_graphs(args.models)
     workdir = Path(tempfile.mkdtemp(prefix="akg-bench-models-"))
     rows = []
     for name, g in graphs:
         print(f"== {name}", flush=True)
-        rows.append(bench_model(name, g, args.trials, workdir))
+        rows.append(bench_model(name, g, args.trials, workdir, args.kernel_rounds))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
-    text = table(rows)
+    load = os.getloadavg()
+    text = "\n".join([
+        f"date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {machine()}; "
+        f"TVM_NUM_THREADS={os.environ['TVM_NUM_THREADS']}; load average at the end {load[0]:.2f}, {load[1]:.2f}",
+        f"command: `python scripts/bench/models.py {' '.join(argv if argv is not None else sys.argv[1:])}` "
+        f"(tuned: {args.trials} trials per model)", "", table(rows), ""])
+    if args.per_kernel:
+        text += "\n" + kernel_table(rows) + "\n"
     print(text)
     if args.record:
         with open(args.record, "a") as f:
-            f.write(f"\n## Models, end to end on CPU ({dt.date.today()})\n\n")
-            f.write(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores. "
-                    f"Command: `python scripts/bench/models.py {' '.join(argv or sys.argv[1:])}`. "
-                    f"Tuned: {args.trials} trials per model.\n\n{text}\n")
+            f.write(f"\n## Models, end to end on CPU\n\n{text}")
     return 0
 
 

@@ -90,3 +90,58 @@ def test_partition_for_a_target_packs_for_its_vectors():
     (kernel,) = partition(graph, target=target).kernels
     (panels,) = [a for v, a in kernel.subgraph.graph.constants.items() if v.name.endswith(".panels")]
     assert panels.shape[-1] == 2 * target.vector_lanes("float32")
+
+
+# --- conv weights stored with the output channel last --------------------------------------------
+
+
+def _conv(out_channels=32, channels=16, image=8, k=3, stride=2, groups=1, const=True, seed=0):
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("conv")
+    x = b.input("x", (2, channels, image, image))
+    shape = (out_channels, channels // groups, k, k)
+    w = b.const(rng.standard_normal(shape).astype(np.float32), name="w") if const else b.input("w", shape)
+    b.output(b.relu(b.conv2d(x, w, strides=[stride, stride], padding=[k // 2, k // 2], groups=groups)))
+    return b.build()
+
+
+def test_narrow_conv_weight_is_stored_channels_last_with_the_same_values():
+    # output 4x4, narrower than a vector of PANEL lanes: the mapping vectorises over the 32
+    # output channels and reads the weight along them
+    graph = _conv()
+    packed = pack_weights(graph)
+    ((stored, array),) = packed.constants.items()
+    (w,) = graph.constants.values()
+    assert stored.name == "w.ihwo" and array.shape == (16, 3, 3, 32)
+    np.testing.assert_array_equal(array[5, 1, 2], w[:, 5, 1, 2])  # one contiguous run of channels
+    inputs = random_inputs(graph, 1)
+    np.testing.assert_array_equal(evaluate(packed, inputs)[0], evaluate(graph, inputs)[0])
+
+
+@pytest.mark.parametrize("graph", [_conv(image=64), _conv(out_channels=8), _conv(channels=32, groups=32),
+                                   _conv(const=False)],
+                         ids=["output-rows-a-vector-wide", "fewer-channels-than-lanes", "depthwise",
+                              "weight-is-an-input"])
+def test_conv_weight_left_alone(graph):
+    assert pack_weights(graph) is graph
+
+
+def test_target_without_weight_panels_keeps_conv_weights():
+    class Keeps:
+        def weight_panel(self, dtype, columns):
+            return None
+
+    graph = _conv()
+    assert pack_weights(graph, target=Keeps()) is graph
+
+
+def test_conv_kernel_reads_the_channels_last_weight_in_place():
+    from akg.backends.cpu import host_cpu
+
+    graph = _conv(out_channels=64, channels=32, image=4, stride=1)
+    (kernel,) = partition(graph, target=host_cpu()).kernels
+    assert kernel.name.endswith("_conv2d_relu")  # the relayout is folded into the conv kernel
+    assert [v.name for v in kernel.subgraph.graph.constants] == ["w.ihwo"]
+    built = akg.build(kernel.subgraph)
+    inputs = random_inputs(graph, 0)
+    np.testing.assert_allclose(built(inputs["x"])[0], evaluate(graph, inputs)[0], rtol=1e-4, atol=1e-4)

@@ -1,0 +1,105 @@
+"""The CPU mapping of small convolutions (issue 15, item 4): a conv whose output rows are
+narrower than a vector is vectorised over its output channels, read along a channels-last
+weight (`akg.graph.layout`); every small, strided, 1x1 and depthwise shape of the benchmark's
+CNNs still matches the reference, with the layout and mapping the model pipeline chooses."""
+
+import numpy as np
+import pytest
+
+import akg
+from akg.api import compile_model
+from akg.graph import GraphBuilder, random_inputs
+from akg.graph.fuse import partition
+from akg.schedules.cpu import bands_of, channel_vector_band
+from akg.target import get_target
+from akg.verify import Reference, compare
+
+
+def _conv_bn_relu(batch, channels, out_channels, image, k, stride, groups=1, residual=False, seed=0):
+    """conv2d + an inference batch norm's scale and shift + relu (+ a residual input), as the
+    benchmark's ResNet and MobileNet blocks fuse them into one kernel."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("conv_bn")
+    x = b.input("x", (batch, channels, image, image))
+    w = b.const(rng.standard_normal((out_channels, channels // groups, k, k)).astype(np.float32), name="w")
+    y = b.conv2d(x, w, strides=[stride, stride], padding=[k // 2, k // 2], groups=groups)
+    y = b.batch_norm(y, *(b.const(rng.uniform(0.5, 1.5, out_channels).astype(np.float32)) for _ in range(2)),
+                     b.const(rng.standard_normal(out_channels).astype(np.float32) * 0.1),
+                     b.const(rng.uniform(0.5, 1.5, out_channels).astype(np.float32)))
+    if residual:
+        y = b.add(y, b.input("skip", y.shape))
+    b.output(b.relu(y))
+    return b.build()
+
+
+SHAPES = {  # batch, channels, out channels, image, kernel, stride, groups
+    "resnet-stem-7x7-s2": (2, 3, 16, 32, 7, 2, 1),
+    "3x3-8x8-16ch": (2, 16, 16, 8, 3, 1, 1),
+    "3x3-s2-to-4x4": (2, 16, 32, 8, 3, 2, 1),
+    "1x1-s2-downsample": (2, 16, 32, 8, 1, 2, 1),
+    "3x3-4x4-32ch": (2, 32, 32, 4, 3, 1, 1),
+    "3x3-2x2-64ch": (2, 64, 64, 2, 3, 1, 1),
+    "3x3-1x1-128ch": (2, 128, 128, 1, 3, 1, 1),
+    "3x3-odd-channels": (1, 24, 40, 5, 3, 1, 1),
+    "1x1-few-channels": (2, 8, 24, 6, 1, 1, 1),
+    "depthwise-3x3": (1, 48, 48, 14, 3, 1, 48),
+    "depthwise-3x3-s2": (1, 32, 32, 9, 3, 2, 32),
+    "grouped": (1, 32, 32, 6, 3, 1, 4),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+def test_small_conv_kernels_match_the_reference(shape):
+    graph = _conv_bn_relu(*shape, residual=shape[-1] == 1 and shape[5] == 1 and shape[1] == shape[2])
+    model = compile_model(graph)
+    assert len(model.calls) == 1  # conv, batch norm, relu (and the residual) in one kernel
+    inputs = random_inputs(graph, 1)
+    assert compare(graph, model(**inputs), Reference.of(graph, inputs)) == []
+
+
+def _kernel_config(graph):
+    target = get_target("cpu")
+    (kernel,) = partition(graph, target=target).kernels
+    return kernel, akg.build(kernel.subgraph, target)
+
+
+def test_narrow_conv_is_vectorised_over_output_channels():
+    lanes = get_target("cpu").vector_lanes("float32")
+    graph = _conv_bn_relu(2, 32, 2 * lanes, 4, 3, 1)  # 4 x 4 output rows, two vectors of channels
+    kernel, built = _kernel_config(graph)
+    conv_band = bands_of(built.config)[-1]
+    assert conv_band.sink and conv_band.register[-1] == 0
+    assert conv_band.tile == (1, 1, 1, 0)  # one output point per tile, all its channels below
+    assert "w_ihwo" in built.tir()
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
+def test_wide_conv_keeps_the_output_width_innermost():
+    graph = _conv_bn_relu(1, 16, 32, 32, 3, 1)
+    kernel, built = _kernel_config(graph)
+    assert not any(v.name.endswith(".ihwo") for v in kernel.subgraph.graph.constants)
+    conv_band = bands_of(built.config)[-1]
+    assert conv_band.tile != (1, 1, 1, 0)
+
+
+def test_channel_strip_stays_within_the_accumulator_budget():
+    # 512 output channels: 256 float32 of accumulators (1 KiB) at a time, as vectors
+    band = channel_vector_band([0, 2, 3, 1], [1, 7, 7, 512], 16, 4, 1024)
+    assert band.register == (0, 0, 0, 256) and band.tile == (1, 1, 1, 0) and band.sink
+    assert channel_vector_band([0, 2, 1], [2, 4, 32], 16, 4, 1024).register == (0, 0, 0)
+
+
+def test_a_vector_strip_as_wide_as_the_rows_stays_inside_the_register_tile():
+    # the 7x7 stem's 16-wide output rows are exactly one strip on AVX-512: the register tile of
+    # output channels x rows keeps the row loop as its vector loop instead of running scalar
+    lanes = get_target("cpu").vector_lanes("float32")
+    graph = _conv_bn_relu(2, 3, 16, 2 * lanes, 7, 2)
+    kernel, built = _kernel_config(graph)
+    conv_band = bands_of(built.config)[-1]
+    assert conv_band.register[-1] == lanes and any(conv_band.register[:-1])
+    lines = built.tir().splitlines()
+    (update,) = [i for i, line in enumerate(lines) if "_local[" in line and "_pad[" in line]
+    assert f"T.vectorized({lanes})" in lines[update - 1]  # the accumulators' update is one vector
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
