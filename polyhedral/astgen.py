@@ -594,7 +594,7 @@ class TirLowering:
     def _user(self, call: isl.AstExpr) -> tirx.Stmt:
         name = call.get_op_arg(0).get_id().get_name()
         stmt = self.model.statement(name)
-        args = [self.expr(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg())]
+        args = [self.analyzer.simplify(self.expr(call.get_op_arg(i))) for i in range(1, call.get_op_n_arg())]
         env = dict(zip(stmt.iters, args))
         self._record(stmt, call, env)
         return self.statement(stmt, env)

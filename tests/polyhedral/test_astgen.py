@@ -162,3 +162,13 @@ def test_a_fused_layer_norm_backward_over_1024_columns_matches_float64(rows):
     inputs = random_inputs(graph, 0)
     inputs = {k: (v - 0.5 if v.ndim == 2 and v.shape[1] == 1024 else v) for k, v in inputs.items()}  # mixed signs
     assert compare(graph, akg.build(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
+def test_statement_indices_are_simplified_before_vectorisation():
+    """Attention's context kernel at 4 heads of 8 (a BERT exported from PyTorch): the scheduler
+    reverses a loop, and the statement's head index came out as `(c - 7 + (8 h + 7 - c)) // 8`;
+    TVM's vectoriser then failed with "Divide by zero". Simplified, it is `h`."""
+    b = GraphBuilder("context")
+    p, v = b.input("p", (2, 4, 8, 8)), b.input("v", (2, 4, 8, 8))
+    b.output(b.reshape(b.transpose(b.batch_matmul(p, v), perm=[0, 2, 1, 3]), shape=[2, 8, 32]))
+    _check(b.build())
