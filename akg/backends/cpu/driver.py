@@ -136,8 +136,10 @@ class CpuDriver:
         block = layout.new()  # the outputs, and room for inputs that cannot be passed as they are
         args = []
         for i, a in enumerate(inputs):
-            if a.flags.c_contiguous and a.flags.writeable and not a.ctypes.data % ALIGN:
+            if a.size and a.flags.c_contiguous and a.flags.writeable and not a.ctypes.data % ALIGN:
                 args.append(a)  # zero-copy: the kernels only read it
+            # (an empty array may carry strides of 0, which TVM refuses as not compact: it is
+            # "copied", which copies nothing)
             else:  # one copy, into aligned memory
                 copy = layout.view(block, i)
                 np.copyto(copy, a)
