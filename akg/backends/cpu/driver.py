@@ -18,6 +18,7 @@ copied to TVM tensors once, at link time."""
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import uuid
 import weakref
@@ -118,7 +119,11 @@ class CpuDriver:
             first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             raise LoweringError(f"linking the model's driver failed: {first}") from e
         self._weights = [tvm.runtime.tensor(np.array(w, order="C"), tvm.cpu()) for w in program.weights]
-        self._direct = all(_exportable(dtype) for _, dtype in (*program.inputs, *program.outputs))
+        # NumPy's strides of an empty array (0 along its leading dims, or whatever its maker
+        # set) are not what TVM checks a compact DLPack tensor against: a program with an empty
+        # input or output takes the copying path (which copies nothing of them)
+        self._direct = all(_exportable(dtype) and math.prod(shape) > 0
+                           for shape, dtype in (*program.inputs, *program.outputs))
         self._block = AlignedBlock([*program.inputs, *program.outputs])
         self._n_outputs = len(program.outputs)
         self._local = threading.local()
@@ -136,10 +141,8 @@ class CpuDriver:
         block = layout.new()  # the outputs, and room for inputs that cannot be passed as they are
         args = []
         for i, a in enumerate(inputs):
-            if a.size and a.flags.c_contiguous and a.flags.writeable and not a.ctypes.data % ALIGN:
+            if a.flags.c_contiguous and a.flags.writeable and not a.ctypes.data % ALIGN:
                 args.append(a)  # zero-copy: the kernels only read it
-            # (an empty array may carry strides of 0, which TVM refuses as not compact: it is
-            # "copied", which copies nothing)
             else:  # one copy, into aligned memory
                 copy = layout.view(block, i)
                 np.copyto(copy, a)
@@ -150,7 +153,7 @@ class CpuDriver:
         return outs
 
     def _call_copying(self, inputs) -> list[np.ndarray]:
-        """Dtypes that NumPy cannot hand over by DLPack: copies in and out."""
+        """Dtypes that NumPy cannot hand over by DLPack, and empty tensors: copies in and out."""
         dev = tvm.cpu()
         args = [tvm.runtime.tensor(np.array(a, order="C"), dev) for a in inputs]
         outs = [tvm.runtime.empty(shape, dtype, dev) for shape, dtype in self.program.outputs]
