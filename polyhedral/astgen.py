@@ -43,6 +43,9 @@ _FLOAT_UNARY = {
     "sigmoid": tirx.sigmoid, "erf": tirx.erf, "sin": tirx.sin, "cos": tirx.cos,
     "floor": tirx.floor, "ceil": tirx.ceil, "round": tirx.nearbyint,
 }
+# Results no fast-math fold may combine: with reassociation allowed LLVM folds sin(x) / cos(x)
+# into a vector tan, which came out as x itself on x86 (ONNX's Tan, expanded to sin / cos)
+_FENCED_CALLS = ("sin", "cos")
 _COMPARE = {"eq": tirx.EQ, "ne": tirx.NE, "lt": tirx.LT, "le": tirx.LE, "gt": tirx.GT, "ge": tirx.GE}
 
 
@@ -693,6 +696,8 @@ class TirLowering:
                 out = tirx.if_then_else(c, a, b) if lazy else tirx.Select(c, a, b)
             elif isinstance(n, Call):
                 out = _call(n.op, [go(a) for a in n.args], n.args, n.dtype, self.fast_math)
+                if n.op in _FENCED_CALLS:
+                    out = self._fence(out, n.dtype)
             else:
                 raise LoweringError(f"cannot lower {type(n).__name__} here")
             if len(binds) > before or (isinstance(n, Call) and self.fast_math and n.op in FAST_F32):

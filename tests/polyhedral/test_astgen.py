@@ -172,3 +172,14 @@ def test_statement_indices_are_simplified_before_vectorisation():
     p, v = b.input("p", (2, 4, 8, 8)), b.input("v", (2, 4, 8, 8))
     b.output(b.reshape(b.transpose(b.batch_matmul(p, v), perm=[0, 2, 1, 3]), shape=[2, 8, 32]))
     _check(b.build())
+
+
+def test_sin_over_cos_is_not_folded_into_a_wrong_tan():
+    """ONNX's Tan is sin(x) / cos(x); with reassociation allowed LLVM folded the pair into a
+    vector tan that returned x itself (the kernel was silently wrong by up to 15%)."""
+    b = GraphBuilder("tan")
+    x = b.input("x", (3, 4, 16))
+    b.output(b.div(b.sin(x), b.cos(x)))
+    graph = b.build()
+    xs = np.random.default_rng(0).uniform(-1.4, 1.4, (3, 4, 16)).astype(np.float32)
+    np.testing.assert_allclose(akg.build(graph)(xs)[0], np.tan(xs.astype(np.float64)), rtol=2e-6, atol=1e-6)

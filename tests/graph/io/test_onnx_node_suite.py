@@ -559,17 +559,11 @@ EXPECTED_FAILURES: dict[str, str] = {name: why for why, names in _EXPECTED_BY_RE
 # Wrong results or crashes that are bugs of akg below the importer (reported to the lead), not
 # limits of the mapping: listed so the suite stays green, each to be removed when fixed.
 KNOWN_BUGS = {
-    "test_tan": "cpu kernel of sin(x) / cos(x) fused into one kernel is wrong (sin*cos, sin, cos alone are right)",
     "test_mod_float_edge_cases_fmod_0_float*": "floor mod by 0 / of inf in the cpu kernel differs from NumPy's "
                                                "(nan where NumPy gives inf, -0 or the dividend)",
     "test_mod_mixed_sign_float16": "float16 mod computed in float16 in the kernel (NumPy rounds once)",
     "test_dynamicquantizelinear*": "x / scale compiled as x * (1 / scale) (LLVM's reciprocal): a 1-ulp "
                                    "difference moves one value across a rounding boundary",
-    "test_reduce_*empty_set*": "a tensor with a zero-size axis crashes the linked cpu driver (DLTensor strides)",
-    "test_tril_zero": "a tensor with a zero-size axis crashes the linked cpu driver (DLTensor strides)",
-    "test_reshape_allowzero_reordered": "a tensor with a zero-size axis crashes the linked cpu driver",
-    "test_slice_start_out_of_bounds": "a zero-size result crashes the linked cpu driver (DLTensor strides)",
-    "test_causal_conv_with_state_kernel_size_one*": "a zero-size tensor crashes the linked cpu driver",
 }
 
 # The default run: one passing case per op family (fast ones), and a few expected failures.
