@@ -60,7 +60,11 @@ def _back(c: Ctx, y: Value, one_d: bool) -> Value:
 
 @ONNX_OPS.register_op("Conv", "conv2d, add")
 def _conv(c: Ctx):
-    x, w = c.v(0), c.v(1)
+    return conv(c, c.v(0), c.v(1), c.v(2) if c.has(2) else None)
+
+
+def conv(c: Ctx, x: Value, w: Value, bias: Value | None) -> Value:
+    """ONNX's Conv of x by w (plus a per-channel bias), the node's attributes as the spec's."""
     x2, one_d = _window_2d(c, x)
     if one_d:
         w = c.make("reshape", w, shape=[w.shape[0], w.shape[1], 1, w.shape[2]], what="w2d")
@@ -69,9 +73,9 @@ def _conv(c: Ctx):
     dilations = _pair(c.ints("dilations", None), one_d, 1)
     pads = _pads(c, list(x2.shape[2:]), kernel, strides, dilations, one_d)
     y = c.make("conv2d", x2, w, strides=strides, padding=pads, dilation=dilations, groups=c.int_("group", 1),
-               what="conv" if c.has(2) or one_d else None)
-    if c.has(2):
-        y = c.make("add", y, c.make("reshape", c.v(2), shape=[1, c.v(2).shape[0], 1, 1],
+               what="conv" if bias is not None or one_d else None)
+    if bias is not None:
+        y = c.make("add", y, c.make("reshape", bias, shape=[1, bias.shape[0], 1, 1],
                                     what="bias"), what="biased" if one_d else None)
     return _back(c, y, one_d)
 

@@ -99,17 +99,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
         'test_strnormalizer_export_monday_insensintive_upper_twodim',
         'test_strnormalizer_nostopwords_nochangecase',
     ),
-    'BitShift: no converter, and no ONNX function body made of supported ops': (
-        'test_bitshift_left_int16', 'test_bitshift_left_int32', 'test_bitshift_left_int32_negative_shift',
-        'test_bitshift_left_int32_overflow', 'test_bitshift_left_int32_shift_ge_width',
-        'test_bitshift_left_int64', 'test_bitshift_left_int8', 'test_bitshift_left_int8_negative_shift',
-        'test_bitshift_left_int8_overflow', 'test_bitshift_left_int8_shift_ge_width',
-        'test_bitshift_left_uint8', 'test_bitshift_right_int16', 'test_bitshift_right_int32',
-        'test_bitshift_right_int32_negative_input', 'test_bitshift_right_int32_negative_shift',
-        'test_bitshift_right_int32_shift_ge_width', 'test_bitshift_right_int64', 'test_bitshift_right_int8',
-        'test_bitshift_right_int8_negative_input', 'test_bitshift_right_int8_negative_shift',
-        'test_bitshift_right_int8_shift_ge_width', 'test_bitshift_right_uint8',
-    ),
     'FLOAT8E4M3FN tensors: not an akg dtype': (
         'test_cast_FLOAT16_to_FLOAT8E4M3FN', 'test_cast_FLOAT8E4M3FN_to_FLOAT',
         'test_cast_FLOAT8E4M3FN_to_FLOAT16', 'test_cast_FLOAT_to_FLOAT8E4M3FN',
@@ -300,12 +289,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
         'test_bitcast_float64_to_int64', 'test_bitcast_int32_to_float32', 'test_bitcast_int64_to_float64',
         'test_bitcast_int8_to_uint8', 'test_bitcast_scalar_float32_to_int32',
     ),
-    'QLinearMatMul: no converter, and no ONNX function body made of supported ops': (
-        'test_qlinearmatmul_2D_int8_float16', 'test_qlinearmatmul_2D_int8_float32',
-        'test_qlinearmatmul_2D_uint8_float16', 'test_qlinearmatmul_2D_uint8_float32',
-        'test_qlinearmatmul_3D_int8_float16', 'test_qlinearmatmul_3D_int8_float32',
-        'test_qlinearmatmul_3D_uint8_float16', 'test_qlinearmatmul_3D_uint8_float32',
-    ),
     'optional_type inputs: akg compiles tensors only': (
         'test_identity_opt', 'test_loop16_seq_none', 'test_optional_get_element_optional_sequence',
         'test_optional_get_element_optional_tensor', 'test_optional_has_element_empty_optional_input',
@@ -386,15 +369,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
         'test_resize_tf_crop_and_resize', 'test_resize_tf_crop_and_resize_axes_2_3',
         'test_resize_tf_crop_and_resize_axes_3_2', 'test_resize_tf_crop_and_resize_extrapolation_value',
     ),
-    'BitwiseAnd: no converter, and no ONNX function body made of supported ops': (
-        'test_bitwise_and_i16_3d', 'test_bitwise_and_i32_2d', 'test_bitwise_and_ui8_bcast_4v3d',
-    ),
-    'BitwiseOr: no converter, and no ONNX function body made of supported ops': (
-        'test_bitwise_or_i16_4d', 'test_bitwise_or_i32_2d', 'test_bitwise_or_ui8_bcast_4v3d',
-    ),
-    'BitwiseXor: no converter, and no ONNX function body made of supported ops': (
-        'test_bitwise_xor_i16_3d', 'test_bitwise_xor_i32_2d', 'test_bitwise_xor_ui8_bcast_4v3d',
-    ),
     'RoiAlign: no converter, and no ONNX function body made of supported ops': (
         'test_roialign_aligned_false', 'test_roialign_aligned_true', 'test_roialign_mode_max',
     ),
@@ -406,12 +380,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
     ),
     'ai.onnx.ml.TreeEnsemble: ops of domain ai.onnx.ml are not supported': (
         'test_ai_onnx_ml_tree_ensemble_set_membership', 'test_ai_onnx_ml_tree_ensemble_single_tree',
-    ),
-    'BitwiseNot: no converter, and no ONNX function body made of supported ops': (
-        'test_bitwise_not_2d', 'test_bitwise_not_4d',
-    ),
-    'ConvInteger: no converter, and no ONNX function body made of supported ops': (
-        'test_convinteger_with_padding', 'test_convinteger_without_padding',
     ),
     'Det: no converter, and no ONNX function body made of supported ops': (
         'test_det_2d', 'test_det_nd',
@@ -497,9 +465,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
     "node 16 'HannWindow_test_hannwindow_symmetric_expanded_function_Range' (Range): input 1 'HannWindow_": (
         'test_hannwindow_symmetric_expanded',
     ),
-    'MatMulInteger: no converter, and no ONNX function body made of supported ops': (
-        'test_matmulinteger',
-    ),
     'MaxPool: dilated pooling (dilations [2, 2]) is not modelled': (
         'test_maxpool_2d_dilations',
     ),
@@ -514,9 +479,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
     ),
     'OptionalGetElement: no converter, and no ONNX function body made of supported ops': (
         'test_optional_get_element_tensor',
-    ),
-    'QLinearConv: no converter, and no ONNX function body made of supported ops': (
-        'test_qlinearconv',
     ),
     "node 0 'reduced' (ReduceLogSumExp): op 'max': cannot take this reduction over an empty axis of f32[2": (
         'test_reduce_log_sum_exp_empty_set',
