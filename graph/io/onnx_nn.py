@@ -9,6 +9,7 @@ import numpy as np
 
 from akg.graph.io.onnx_ops import ONNX_OPS, OnnxOpContext as Ctx
 from akg.graph.ir import Value
+from akg.graph.types import is_float
 
 
 # --- windows: convolution and pooling -------------------------------------------------------------
@@ -97,7 +98,12 @@ def _pool(c: Ctx, op: str, count_pad: bool = False):
         # SAME auto-padding never counts the padding (ONNX's reference), explicit pads as asked
         include = count_pad or (bool(c.int_("count_include_pad", 0)) and c.str_("auto_pad", "NOTSET") in ("NOTSET", ""))
         attrs["count_include_pad"] = include
-    y = c.make(op, x, what="pool" if one_d or count_pad else None, **attrs)
+    dtype = x.dtype
+    if op == "max_pool2d" and not is_float(dtype):  # integers pool exactly in float64
+        x = c.make("cast", x, to="float64", what="float")
+    y = c.make(op, x, what="pool" if one_d or count_pad or x.dtype != dtype else None, **attrs)
+    if y.dtype != dtype:
+        y = c.make("cast", y, to=dtype, what="pooled" if one_d else None)
     return _back(c, y, one_d)
 
 

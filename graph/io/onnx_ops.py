@@ -266,13 +266,19 @@ def _mod(c: Ctx):
     return c.make("where", differ, c.make("sub", r, b), r)
 
 
-@ONNX_OPS.register_op("Pow", "pow")
+@ONNX_OPS.register_op("Pow", "pow (integers: in float64)")
 def _pow(c: Ctx):
     x, y = c.v(0), c.v(1)
-    if y.dtype != x.dtype:
+    if y.dtype != x.dtype and is_float(x.dtype):
         y = c.make("cast", y, to=x.dtype, what="exponent")
     if not is_float(x.dtype):
-        raise c.unsupported(f"Pow of {x.dtype} (akg's pow takes floating-point tensors)")
+        # integer x: the power in float64 (exact below 2^53), cast back as ONNX's reference does
+        # (an integer exponent rounds first, so a pow a hair below an integer stays that integer)
+        wide = c.make("pow", c.make("cast", x, to="float64", what="x64"), c.make("cast", c.v(1), to="float64",
+                                                                                 what="y64"), what="pow64")
+        if not is_float(c.v(1).dtype):
+            wide = c.make("round", wide, what="rounded")
+        return c.make("cast", wide, to=x.dtype)
     return c.make("pow", x, y)
 
 
@@ -671,13 +677,13 @@ def _tile(c: Ctx):
     return c.make("reshape", wide, shape=[r * d for r, d in zip(reps, x.shape)])
 
 
-@ONNX_OPS.register_op("Pad", "pad")
+@ONNX_OPS.register_op("Pad", "pad; gather (edge, reflect, wrap)")
 def _pad(c: Ctx):
     x = c.v(0)
     rank = len(x.shape)
     mode = c.str_("mode", "constant")
-    if mode != "constant":
-        raise c.unsupported(f"mode '{mode}' is not modelled (constant is)")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise c.fail(f"mode '{mode}' is not one of constant, edge, reflect, wrap")
     pads = c.known_ints(1, "pads") if c.has(1) else c.ints("pads")
     value = c.known(2, "constant_value")
     axes = c.known_ints(3, "axes") if c.has(3) else list(range(rank))
@@ -687,6 +693,15 @@ def _pad(c: Ctx):
         before[a], after[a] = pads[k], pads[k + len(axes)]
     if min(before + after) < 0:
         raise c.unsupported("negative pads (cropping) are not modelled")
+    if mode != "constant":  # each padded axis a gather by the positions np.pad's mode reads
+        out = x
+        for a in range(rank):
+            if before[a] or after[a]:
+                if x.shape[a] == 0 or mode == "reflect" and x.shape[a] == 1 and before[a] + after[a]:
+                    raise c.fail(f"cannot pad an axis of {x.shape[a]} in mode '{mode}'")
+                index = np.pad(np.arange(x.shape[a], dtype=np.int64), (before[a], after[a]), mode=mode)
+                out = c.make("gather", out, c.const(index, "int64", f"index{a}"), axis=a, what=f"axis{a}")
+        return c.make("reshape", out, shape=out.shape)
     fill = 0.0 if value is None else float(np.asarray(value).reshape(-1)[0]) if np.asarray(value).size else 0.0
     return c.make("pad", x, before=before, after=after, value=fill)
 
@@ -746,11 +761,12 @@ def _one_hot(c: Ctx):
     index = c.v(0)
     depth = int(np.asarray(c.known(1, "depth")).reshape(-1)[0])
     values = np.asarray(c.known(2, "values")).reshape(-1)
-    if not is_float(index.dtype):
-        index = c.make("where", c.make("less", index, c.scalar(0, index, "zero")),
-                     c.make("add", index, c.scalar(depth, index, "depth")), index, what="index")
-    else:
-        raise c.unsupported("floating-point indices are not modelled")
+    index = c.make("where", c.make("less", index, c.scalar(0, index, "zero")),
+                   c.make("add", index, c.scalar(depth, index, "depth")), index, what="index")
+    if is_float(index.dtype):  # a whole number picks its position, any other none (the reference)
+        whole = c.make("cast", index, to="int64", what="whole")
+        exact = c.make("equal", c.make("cast", whole, to=index.dtype, what="back"), index, what="exact")
+        index = c.make("where", exact, whole, c.scalar(-1, "int64", "none"), what="index64")
     return c.make("one_hot", index, depth=depth, off_value=float(values[0]), on_value=float(values[1]),
                 axis=c.int_("axis", -1), dtype=values.dtype.name)
 
@@ -787,8 +803,10 @@ def _scatter(c: Ctx, x: Value, flat: Value, flat_index: Value, updates: Value) -
     elements are zeroed first (a scattered count marks them); repeated indices, which ONNX
     leaves undefined for none, add up."""
     reduction = c.str_("reduction", "none")
-    if reduction not in ("none", "add"):
-        raise c.unsupported(f"reduction '{reduction}' is not modelled (none and add are)")
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise c.fail(f"reduction '{reduction}' is not one of none, add, mul, max, min")
+    if reduction in ("mul", "max", "min"):
+        return c.make("reshape", _scatter_dense(c, flat, flat_index, updates, reduction), shape=x.shape)
     if reduction == "none":
         ones = c.const(np.ones(updates.shape, np.float32), "float32", "ones")
         zeros = c.const(np.zeros(flat.shape, np.float32), "float32", "zeros")
@@ -799,7 +817,40 @@ def _scatter(c: Ctx, x: Value, flat: Value, flat_index: Value, updates: Value) -
     return c.make("reshape", out, shape=x.shape)
 
 
-@ONNX_OPS.register_op("ScatterElements", "scatter_add (flat indices), where")
+def _scatter_dense(c: Ctx, flat: Value, flat_index: Value, updates: Value, reduction: str) -> Value:
+    """flat combined (mul, max, min) with every update aimed at each position, repeated indices
+    included: a [positions, updates] match of the indices, the updates reduced along it with
+    the reduction's identity elsewhere. Quadratic in size; limited to 2^24 match cells."""
+    positions, count = flat.shape[0], flat_index.type.size
+    inner = list(flat.shape[1:])
+    if positions * count * max(math.prod(inner), 1) > 1 << 24:
+        raise c.unsupported(f"reduction '{reduction}' over {count} updates of {positions} positions "
+                            "(the dense form is quadratic; 2^24 cells are modelled)")
+    index = c.make("reshape", flat_index, shape=[1, count], what="index_row")
+    match = c.make("equal", c.const(np.arange(positions, dtype=np.int64).reshape(positions, 1), "int64",
+                                    "positions"), index, what="match")  # [positions, count]
+    hit = c.make("greater", c.make("sum", c.make("cast", match, to="int32", what="match32"), axes=[1],
+                                   keepdims=False, what="hits"), c.scalar(0, "int32", "none"), what="hit")
+    spread = [1] * len(inner)
+    match = c.make("reshape", match, shape=[positions, count, *spread], what="match_wide")
+    rows = c.make("reshape", updates, shape=[1, count, *inner], what="update_rows")
+    if reduction == "mul":
+        identity = 1
+    elif is_float(flat.dtype):
+        identity = -np.inf if reduction == "max" else np.inf
+    else:
+        info = np.iinfo(flat.dtype)
+        identity = info.min if reduction == "max" else info.max
+    aimed = c.make("where", match, rows, c.scalar(identity, flat, "identity"), what="aimed")
+    reduced = c.make({"mul": "prod", "max": "max", "min": "min"}[reduction], aimed, axes=[1], keepdims=False,
+                     what="reduced")
+    combined = c.make({"mul": "mul", "max": "maximum", "min": "minimum"}[reduction], flat, reduced,
+                      what="combined")
+    hit = c.make("reshape", hit, shape=[positions, *spread], what="hit_wide")
+    return c.make("where", hit, combined, flat, what="scattered")
+
+
+@ONNX_OPS.register_op("ScatterElements", "scatter_add (flat indices), where; dense match for mul/max/min")
 def _scatter_elements(c: Ctx):
     x, index, updates = c.v(0), c.v(1), c.v(2)
     flat = c.make("reshape", x, shape=[x.type.size], what="flat")
@@ -825,9 +876,37 @@ def _register_reduce(name: str, ops: str, fn: Callable[[Ctx, Value, list[int] | 
     ONNX_OPS.add(name, ops, lambda c: _reduce(c, c.v(0), lambda x, axes, keep: fn(c, x, axes, keep)))
 
 
-for _onnx, _akg in {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
-                    "ReduceProd": "prod"}.items():
+for _onnx, _akg in {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceProd": "prod"}.items():
     _register_reduce(_onnx, _akg, lambda c, x, axes, keep, _akg=_akg: c.make(_akg, x, axes=axes, keepdims=keep))
+
+
+def _reduced_shape(x: Value, axes: list[int] | None, keep: bool) -> list[int]:
+    axes = range(len(x.shape)) if axes is None else axes
+    return [1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes]
+
+
+def _extreme(akg_op: str):
+    """ReduceMax / ReduceMin: bools as any / all (through int8); over an empty axis, the
+    reduction's identity (-inf / +inf, the type's extremes for integers, False / True)."""
+    def fn(c: Ctx, x: Value, axes: list[int] | None, keep: bool) -> Value:
+        if x.type.size == 0:
+            if x.dtype == "bool":
+                fill = akg_op == "min"
+            elif is_float(x.dtype):
+                fill = -np.inf if akg_op == "max" else np.inf
+            else:
+                fill = np.iinfo(x.dtype).min if akg_op == "max" else np.iinfo(x.dtype).max
+            shape = _reduced_shape(x, axes, keep)
+            return c.imp.const(np.full(shape, fill, dtype=x.dtype), c.name)
+        if x.dtype == "bool":
+            wide = c.make(akg_op, c.make("cast", x, to="int8", what="int8"), axes=axes, keepdims=keep, what="int8_red")
+            return c.make("cast", wide, to="bool")
+        return c.make(akg_op, x, axes=axes, keepdims=keep)
+    return fn
+
+
+_register_reduce("ReduceMax", "max (bool: through int8)", _extreme("max"))
+_register_reduce("ReduceMin", "min (bool: through int8)", _extreme("min"))
 
 
 _register_reduce("ReduceL1", "sum, abs", lambda c, x, axes, keep: c.make(
@@ -852,6 +931,8 @@ def _cast_back(c: Ctx, x: Value, y: Value) -> Value:
 @ONNX_OPS.register_op("ReduceLogSumExp", "max, exp, sum, log")
 def _reduce_log_sum_exp(c: Ctx):
     def fn(x, axes, keep):
+        if x.type.size == 0:  # the log of an empty sum
+            return c.imp.const(np.full(_reduced_shape(x, axes, keep), -np.inf, dtype=x.dtype), c.name)
         m = c.make("max", x, axes=axes, keepdims=True, what="max")
         s = c.make("sum", c.make("exp", c.make("sub", x, m, what="shifted"), what="exp"), axes=axes, keepdims=True,
                  what="sum")
@@ -991,10 +1072,11 @@ ONNX_OPS.add("CumProd", "where (a constant mask), prod", _scan(None, "prod"))
 def _nd_index(c: Ctx, x: Value, index: Value) -> tuple[Value, Value]:
     """GatherND / ScatterND: x with its first k axes flattened into one, and the indices'
     last axis (k long, negative entries wrapped) as positions along it."""
-    if c.int_("batch_dims", 0):
-        raise c.unsupported("batch_dims > 0 is not modelled")
+    batch = c.int_("batch_dims", 0)
+    if batch and c.op != "GatherND":
+        raise c.fail("batch_dims is GatherND's")
     k = index.shape[-1]
-    lead = x.shape[:k]
+    lead = x.shape[batch:batch + k]
     index = c.make("cast", index, to="int64", what="index64") if index.dtype != "int64" else index
     dims = c.const(np.asarray(lead, np.int64), "int64", "dims")
     index = c.make("where", c.make("less", index, c.scalar(0, index, "zero"), what="negative"),
@@ -1002,7 +1084,12 @@ def _nd_index(c: Ctx, x: Value, index: Value) -> tuple[Value, Value]:
     strides = np.asarray([math.prod(lead[m + 1:]) for m in range(k)], np.int64)
     flat_index = c.make("sum", c.make("mul", index, c.const(strides, "int64", "strides"), what="scaled"),
                         axes=[len(index.shape) - 1], keepdims=False, what="flat_index")
-    flat = c.make("reshape", x, shape=[math.prod(lead), *x.shape[k:]], what="flat")
+    if batch:  # each batch entry addresses its own block of x
+        grid = np.indices(index.shape[:-1], dtype=np.int64)[:batch]
+        block = sum(grid[m] * math.prod(x.shape[m + 1:batch]) for m in range(batch)) * math.prod(lead)
+        flat_index = c.make("add", flat_index, c.const(np.asarray(block, np.int64), "int64", "block"),
+                            what="batched_index")
+    flat = c.make("reshape", x, shape=[math.prod(x.shape[:batch + k]), *x.shape[batch + k:]], what="flat")
     return flat, flat_index
 
 
@@ -1012,7 +1099,7 @@ def _gather_nd(c: Ctx):
     return c.make("gather", flat, flat_index, axis=0)
 
 
-@ONNX_OPS.register_op("ScatterND", "mul, sum, scatter_add (flat indices), where")
+@ONNX_OPS.register_op("ScatterND", "mul, sum, scatter_add (flat indices), where; dense match for mul/max/min")
 def _scatter_nd(c: Ctx):
     x = c.v(0)
     flat, flat_index = _nd_index(c, x, c.v(1))
