@@ -81,15 +81,104 @@ def conv(c: Ctx, x: Value, w: Value, bias: Value | None) -> Value:
     return _back(c, y, one_d)
 
 
+def _window_taps(c: Ctx, in_shape: list[int], count_pad: bool) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Any-rank pooling windows as constants: for each output cell and window tap, the flat
+    input position it reads, and whether the tap is a value (1), padding that counts (2, for
+    count_include_pad) or nothing (0: outside the padding, or the padding of max and of
+    uncounted averages). Returns (source, kind, output shape)."""
+    rank = len(in_shape)
+    kernel = c.ints("kernel_shape")
+    strides = c.ints("strides", None) or [1] * rank
+    dilations = c.ints("dilations", None) or [1] * rank
+    ceil_mode = bool(c.int_("ceil_mode", 0))
+    auto = c.str_("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = c.ints("pads", None) or [0] * (2 * rank)
+    elif auto == "VALID":
+        pads = [0] * (2 * rank)
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        lo, hi = [], []
+        for size, k, st, d in zip(in_shape, kernel, strides, dilations):
+            total = max((-(-size // st) - 1) * st + (k - 1) * d + 1 - size, 0)
+            small, big = total // 2, total - total // 2
+            lo.append(small if auto == "SAME_UPPER" else big)
+            hi.append(big if auto == "SAME_UPPER" else small)
+        pads = lo + hi
+    else:
+        raise c.fail(f"auto_pad '{auto}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+    per_axis, out_shape = [], []
+    for i, (n, k, st, d) in enumerate(zip(in_shape, kernel, strides, dilations)):
+        before, after = pads[i], pads[i + rank]
+        span = (k - 1) * d + 1
+        room = (n + before + after - span) / st + 1
+        out = math.ceil(room) if ceil_mode else math.floor(room)
+        if ceil_mode and (out - 1) * st >= n + before:  # the last window starts in the input or left pad
+            out -= 1
+        q = np.arange(out)[:, None] * st + np.arange(k)[None, :] * d - before  # [out, k] input positions
+        kind = np.where((q >= 0) & (q < n), 1, np.where((q >= -before) & (q < n + after), 2, 0))
+        per_axis.append((np.clip(q, 0, n - 1), kind))
+        out_shape.append(out)
+    strides_in = [math.prod(in_shape[i + 1:]) for i in range(rank)]
+    source = np.zeros([1] * (2 * rank), np.int64)
+    kind = np.ones([1] * (2 * rank), np.int64)
+    for i, (q, kd) in enumerate(per_axis):
+        shape = [1] * (2 * rank)
+        shape[i], shape[rank + i] = q.shape
+        source = source + q.reshape(shape) * strides_in[i]
+        kind = np.where((kind == 0) | (kd.reshape(shape) == 0), 0, np.maximum(kind, kd.reshape(shape)))
+    taps = math.prod(kernel)
+    source = np.broadcast_to(source, [*out_shape, *kernel]).reshape(-1, taps)
+    kind = np.broadcast_to(kind, [*out_shape, *kernel]).reshape(-1, taps)
+    if not count_pad:
+        kind = np.where(kind == 2, 0, kind)
+    return source, kind, out_shape
+
+
+def _pool_any(c: Ctx, x: Value, op: str, count_pad: bool) -> Value:
+    """Pooling of any rank and dilation as a gather of every window tap ([N, C, cells, taps])
+    and a max or mean over the taps: the form for what max_pool2d / avg_pool2d do not take."""
+    if c.n_outputs > 1:
+        raise c.unsupported("the Indices output is not modelled")
+    if c.int_("storage_order", 0):
+        raise c.unsupported("storage_order=1 is not modelled")
+    n, ch, *spatial = x.shape
+    include = op == "avg_pool2d" and (count_pad or bool(c.int_("count_include_pad", 0))
+                                      and c.str_("auto_pad", "NOTSET") in ("NOTSET", ""))
+    source, kind, out_shape = _window_taps(c, spatial, include)
+    if source.size * n * ch > 1 << 26:
+        raise c.unsupported(f"a pooling window of {source.shape[1]} taps over {source.shape[0]} cells is too large "
+                            "for the gathered form (2^26 elements)")
+    flat = c.make("reshape", x, shape=[n * ch, math.prod(spatial)], what="flat")
+    # the index shaped [*cells, taps]: a flat [cells, taps] one, max-reduced and reshaped to unit
+    # axes, hit a divide by zero in LLVM lowering (reported)
+    taps = c.make("gather", flat, c.const(source.reshape(*out_shape, -1), "int64", "taps_index"), axis=1,
+                  what="taps")
+    valid, last = (kind == 1).reshape(*out_shape, -1), len(out_shape) + 1
+    if op == "max_pool2d":
+        fill = -np.inf if is_float(x.dtype) else np.iinfo(x.dtype).min
+        picked = taps if (kind == 1).all() else c.make("where", c.const(valid, "bool", "valid"), taps,
+                                                        c.scalar(fill, x, "fill"), what="picked")
+        y = c.make("max", picked, axes=[last], keepdims=False, what="pooled")
+    else:
+        picked = taps if (kind == 1).all() else c.make("where", c.const(valid, "bool", "valid"), taps,
+                                                        c.scalar(0, x, "zero"), what="picked")
+        total = c.make("sum", picked, axes=[last], keepdims=False, what="total")
+        count = np.maximum((kind > 0).sum(axis=1), 1).astype(x.dtype).reshape(out_shape)
+        y = c.make("div", total, c.const(count, x.dtype, "count"), what="pooled")
+    return c.make("reshape", y, shape=[n, ch, *out_shape], what="pool" if count_pad else None)
+
+
 def _pool(c: Ctx, op: str, count_pad: bool = False):
+    rank = len(c.v(0).shape)
+    dilations = c.ints("dilations", None)
+    if rank not in (3, 4) or dilations is not None and set(dilations) != {1}:
+        return _pool_any(c, c.v(0), op, count_pad)
     x, one_d = _window_2d(c, c.v(0))
     if c.n_outputs > 1:
         raise c.unsupported("the Indices output is not modelled")
     kernel = _pair(c.ints("kernel_shape"), one_d, 1)
     strides = _pair(c.ints("strides", None), one_d, 1)
-    dilations = _pair(c.ints("dilations", None), one_d, 1)
-    if dilations != [1, 1]:
-        raise c.unsupported(f"dilated pooling (dilations {c.ints('dilations')}) is not modelled")
+    dilations = _pair(dilations, one_d, 1)
     if c.int_("storage_order", 0):
         raise c.unsupported("storage_order=1 is not modelled")
     pads = _pads(c, list(x.shape[2:]), kernel, strides, dilations, one_d)
@@ -107,7 +196,7 @@ def _pool(c: Ctx, op: str, count_pad: bool = False):
     return _back(c, y, one_d)
 
 
-@ONNX_OPS.register_op("LpPool", "abs, pow, avg_pool2d, mul")
+@ONNX_OPS.register_op("LpPool", "abs, pow, avg_pool2d (any rank: gather, sum), mul")
 def _lp_pool(c: Ctx):
     """(sum over the window of |x|^p)^(1/p): the mean with padding counted, times the window."""
     x = c.v(0)
@@ -119,8 +208,8 @@ def _lp_pool(c: Ctx):
     return c.make("pow", total, c.scalar(1 / p, x, "inv_p"))
 
 
-ONNX_OPS.add("MaxPool", "max_pool2d", lambda c: _pool(c, "max_pool2d"))
-ONNX_OPS.add("AveragePool", "avg_pool2d", lambda c: _pool(c, "avg_pool2d"))
+ONNX_OPS.add("MaxPool", "max_pool2d; gather, max (3-D, dilated)", lambda c: _pool(c, "max_pool2d"))
+ONNX_OPS.add("AveragePool", "avg_pool2d; gather, sum, div (3-D, dilated)", lambda c: _pool(c, "avg_pool2d"))
 
 
 @ONNX_OPS.register_op("GlobalAveragePool", "mean")

@@ -297,14 +297,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
         'test_tfidfvectorizer_tf_onlybigrams_levelempty', 'test_tfidfvectorizer_tf_onlybigrams_skip5',
         'test_tfidfvectorizer_tf_uniandbigrams_skip5',
     ),
-    'AveragePool: 3-D windows are not modelled (1-D and 2-D are)': (
-        'test_averagepool_3d_default',
-        'test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_False',
-        'test_averagepool_3d_dilations_large_count_include_pad_is_0_ceil_mode_is_True',
-        'test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_False',
-        'test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True',
-        'test_averagepool_3d_dilations_small',
-    ),
     'Einsum: no converter, and no ONNX function body made of supported ops': (
         'test_einsum_batch_diagonal', 'test_einsum_batch_matmul', 'test_einsum_inner_prod',
         'test_einsum_scalar', 'test_einsum_sum', 'test_einsum_transpose',
@@ -340,10 +332,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
     'Loop: no converter, and no ONNX function body made of supported ops': (
         'test_loop11', 'test_range_float16_type_positive_delta_expanded',
         'test_range_float_type_positive_delta_expanded', 'test_range_int32_type_negative_delta_expanded',
-    ),
-    'MaxPool: 3-D windows are not modelled (1-D and 2-D are)': (
-        'test_maxpool_3d_default', 'test_maxpool_3d_dilations', 'test_maxpool_3d_dilations_use_ref_impl',
-        'test_maxpool_3d_dilations_use_ref_impl_large',
     ),
     'Resize: antialias=1 is not modelled': (
         'test_resize_downsample_scales_cubic_antialias', 'test_resize_downsample_scales_linear_antialias',
@@ -385,9 +373,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
     ),
     'ai.onnx.ml.Binarizer: ops of domain ai.onnx.ml are not supported': (
         'test_ai_onnx_ml_binarizer',
-    ),
-    'AveragePool: dilated pooling (dilations [2, 2]) is not modelled': (
-        'test_averagepool_2d_dilations',
     ),
     "node 16 'BlackmanWindow_test_blackmanwindow_expanded_function_Range' (Range): input 1 'BlackmanWindo": (
         'test_blackmanwindow_expanded',
@@ -431,17 +416,8 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
     "node 16 'HannWindow_test_hannwindow_symmetric_expanded_function_Range' (Range): input 1 'HannWindow_": (
         'test_hannwindow_symmetric_expanded',
     ),
-    'MaxPool: dilated pooling (dilations [2, 2]) is not modelled': (
-        'test_maxpool_2d_dilations',
-    ),
     'MelWeightMatrix: no converter, and no ONNX function body made of supported ops': (
         'test_melweightmatrix',
-    ),
-    'LpPool: 3-D windows are not modelled (1-D and 2-D are)': (
-        'test_lppool_3d_default',
-    ),
-    'LpPool: dilated pooling is not modelled': (
-        'test_lppool_2d_dilations',
     ),
 }
 EXPECTED_FAILURES: dict[str, str] = {name: why for why, names in _EXPECTED_BY_REASON.items() for name in names}
