@@ -297,10 +297,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
         'test_tfidfvectorizer_tf_onlybigrams_levelempty', 'test_tfidfvectorizer_tf_onlybigrams_skip5',
         'test_tfidfvectorizer_tf_uniandbigrams_skip5',
     ),
-    'Einsum: no converter, and no ONNX function body made of supported ops': (
-        'test_einsum_batch_diagonal', 'test_einsum_batch_matmul', 'test_einsum_inner_prod',
-        'test_einsum_scalar', 'test_einsum_sum', 'test_einsum_transpose',
-    ),
     'GRU: no converter, and no ONNX function body made of supported ops': (
         'test_gru_batchwise', 'test_gru_bidirectional', 'test_gru_defaults', 'test_gru_reverse',
         'test_gru_seq_length', 'test_gru_with_initial_bias',
@@ -352,9 +348,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
     ),
     'ai.onnx.ml.TreeEnsemble: ops of domain ai.onnx.ml are not supported': (
         'test_ai_onnx_ml_tree_ensemble_set_membership', 'test_ai_onnx_ml_tree_ensemble_single_tree',
-    ),
-    'Det: no converter, and no ONNX function body made of supported ops': (
-        'test_det_2d', 'test_det_nd',
     ),
     'MaxPool: the Indices output is not modelled': (
         'test_maxpool_with_argmax_2d_precomputed_pads', 'test_maxpool_with_argmax_2d_precomputed_strides',
