@@ -110,7 +110,7 @@ def random_array(t: TensorType, rng: np.random.Generator, high: int | None = Non
         wide = "float64" if t.dtype == "float64" else "float32"
         return rng.standard_normal(t.shape, dtype=wide).astype(t.dtype, copy=False)
     if is_int(t.dtype):
-        lo, hi = (0 if t.dtype == "uint8" else -8, 8)
+        lo, hi = (0 if t.dtype.startswith("uint") else -8, 8)
         return rng.integers(lo, hi, size=t.shape, dtype=t.dtype)
     return rng.integers(0, 2, size=t.shape, dtype=np.uint8).astype(bool)
 

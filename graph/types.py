@@ -18,6 +18,9 @@ _SHORT = {
     "int32": "i32",
     "int64": "i64",
     "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
     "float16": "f16",
     "float32": "f32",
     "float64": "f64",
@@ -30,7 +33,8 @@ FLOAT_DTYPES = ("float16", "float32", "float64")
 # index reaches, and NumPy's limit. Whether the memory is there is checked where arrays are
 # made (akg.graph.memory).
 MAX_ELEMENTS = 2**63 - 1
-INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+UINT_DTYPES = ("uint8", "uint16", "uint32", "uint64")
 COMPLEX_DTYPES = ("complex64",)
 # the real dtype of each complex dtype's parts
 COMPLEX_PART = {"complex64": "float32"}
@@ -63,6 +67,10 @@ def is_float(dtype: str) -> bool:
 
 def is_int(dtype: str) -> bool:
     return dtype in INT_DTYPES
+
+
+def is_unsigned(dtype: str) -> bool:
+    return dtype in UINT_DTYPES
 
 
 def is_complex(dtype: str) -> bool:

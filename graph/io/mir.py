@@ -328,10 +328,12 @@ def _const_array(value: Any, t: TensorType) -> np.ndarray:
     if not kinds <= allowed:
         names = ", ".join(sorted(k.__name__ for k in kinds - allowed))
         raise ValueError(f"{names} values do not fit {short_dtype(t.dtype)}")
+    if np.dtype(t.dtype).kind in "iu":
+        info = np.iinfo(t.dtype)
+        if not all(info.min <= x <= info.max for x in array.flat):
+            raise ValueError(f"values out of range for {short_dtype(t.dtype)}")
     with np.errstate(over="ignore"):  # a float literal beyond the dtype's range is inf
         out = np.asarray(array.tolist(), dtype=t.dtype)
-    if np.dtype(t.dtype).kind in "iu" and not np.array_equal(out, array.astype(np.int64)):
-        raise ValueError(f"values out of range for {short_dtype(t.dtype)}")
     return np.broadcast_to(out, t.shape).copy()
 
 

@@ -48,8 +48,8 @@ FOLD_LIMIT = 1 << 22  # results larger than this (elements) are left to the grap
 NOT_FOLDED = frozenset({"dropout"})  # ops whose result is not a function of their inputs
 
 # TensorProto.DataType -> akg dtype
-DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
-          10: "float16", 11: "float64", 14: "complex64"}
+DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
+          10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 14: "complex64"}
 
 
 ONNX_TYPES = {dtype: code for code, dtype in DTYPES.items()}

@@ -146,8 +146,28 @@ def where(cond, a, b):
 
 @defop("cast", kind=ELEMWISE, infer=lambda x, to: x.with_dtype(to), attrs=[Attr("to", "dtype")])
 def cast(x, to):
-    """Convert dtype; float -> int truncates toward zero, anything -> bool is x != 0."""
+    """Convert dtype; float -> int truncates toward zero, anything -> bool is x != 0. Float ->
+    uint32/uint64 wraps modulo 2^bits (as NumPy on x86 does for values from -2^63 to 2^64; the
+    C cast is undefined outside the target's range, so kernels and this reference define it)."""
+    if x.dtype.kind == "f" and to in _WRAPPED_UNSIGNED:
+        return _float_to_unsigned(x, to)
     return x.astype(to)
+
+
+# float -> these unsigned types goes through int64 (uint8/16 already wrap through int32)
+_WRAPPED_UNSIGNED = ("uint32", "uint64")
+
+
+def _float_to_unsigned(x: np.ndarray, to: str) -> np.ndarray:
+    """x truncated toward zero and wrapped modulo 2^bits, through int64; for uint64, values from
+    2^63 on are offset by 2^63 first. NaN and values out of [-2^63, 2^64) are undefined (as
+    in C and ONNX's Cast)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        low = x.astype(np.int64).view(np.uint64)
+        if to == "uint64":
+            high = (x - x.dtype.type(2.0**63)).astype(np.int64).view(np.uint64) + np.uint64(2**63)
+            low = np.where(x >= x.dtype.type(2.0**63), high, low)
+    return low.astype(to)
 
 
 # --- compute definitions ----------------------------------------------------------------------
@@ -240,7 +260,19 @@ def _where_compute(ctx, c, a, b):
 def _cast_compute(ctx, x, to):
     if to == "bool":
         return _map(ctx, lambda v: call("ne", v, const(0, v.dtype)), x)
+    if is_float(x.dtype) and to in _WRAPPED_UNSIGNED:
+        return _map(ctx, lambda v: _float_to_unsigned_expr(v, to), x)
     return _map(ctx, lambda v: cast_expr(to, v), x)
+
+
+def _float_to_unsigned_expr(v, to):
+    """The kernel form of `_float_to_unsigned` (LLVM's fptoui is poison below zero)."""
+    low = cast_expr(to, cast_expr("int64", v))
+    if to != "uint64":
+        return low
+    top = const(2.0**63, v.dtype)
+    high = call("add", cast_expr(to, cast_expr("int64", call("sub", v, top))), const(2**63, to))
+    return select(call("ge", v, top), high, low)
 
 
 # --- VJP rules ----------------------------------------------------------------------------------

@@ -62,6 +62,20 @@ def test_casts_and_special_values(check_kernel):
     check_kernel(graph(body))
 
 
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_unsigned_integer_kernels(dtype, check_kernel):
+    """Arithmetic that wraps, division, a reduction and casts both ways (a negative float cast
+    to uint32/uint64 wraps, as the reference defines it)."""
+    def body(b):
+        x, y = b.input("x", (5, 6), dtype), b.input("y", (6,), dtype)
+        d = b.add(y, b.const(np.dtype(dtype).type(1)))
+        f = b.input("f", (5, 6))
+        b.output(b.sub(y, x), b.mul(x, y), b.div(x, d), b.mod(x, d), b.maximum(x, y), b.less(x, y),
+                 b.sum(x, axes=[1]), b.cast(x, to="float32"), b.cast(b.mul(f, b.const(np.float32(1e3))), to=dtype),
+                 b.cast(x, to="int8"), b.cast(b.cast(x, to="int64"), to=dtype))
+    check_kernel(graph(body))
+
+
 def test_layout_ops(check_kernel):
     def body(b):
         x = b.input("x", (6, 4))
