@@ -13,6 +13,13 @@ PRIMITIVE_FUNCTION ones (MatMul, BatchNorm, Reshape, ...) take them as extra Con
   are dropped; `MakeTuple` / `TupleGetItem` build and pick tuples (multi-output ops such as
   BatchNorm and LayerNorm give a tuple whose item 0 is the result; the other items, batch
   statistics, are unsupported if used).
+* Training graphs (a TrainOneStepCell export): ops that write parameters in place
+  (`mindir_train.WRITTEN_INPUTS`: Assign, SGD, ApplyMomentum, ...) make the parameters they
+  write graph inputs named after them, and add the outputs `new.<parameter>` (their value after
+  the last write) after the file's own, as `akg grad` names a training step's next state. The
+  side-effect states are then followed: `Load(p, U)` and a write's own reference inputs read `p`
+  as the writes before state U left it. `load_mindir_step` also gives the file's values of those
+  parameters. Any other op that writes memory (`side_effect_mem`) is unsupported, never dropped.
 * Each node's result is checked against the type MindSpore recorded for it (the node's
   `shape` attribute): a mapping that disagrees is an error, never a silently wrong graph.
   Cast takes its target dtype from there.
@@ -39,6 +46,8 @@ from akg.errors import ImportFormatError, UnsupportedError
 from akg.graph.io.importer import (Frontend, ImportFail, Importer, brief, graph_name_of, read_model_file,
                                    register_frontend)
 from akg.graph.io.mindir_ops import MINDIR_OPS, MONAD, MindirOpContext, _Const, _describe, _flatten, _Missing
+from akg.graph.io.mindir_train import WRITTEN_INPUTS, Writes
+from akg.graph.train import NEW
 from akg.graph.ir import Graph, Value
 from akg.graph.types import TensorType
 
@@ -185,6 +194,26 @@ class _Opaque:
     kind: str
 
 
+@dataclass(frozen=True)
+class _State:
+    """A side-effect state of a training graph: the parameters written before it (full name ->
+    their value there); the others still hold their value from the file (the inputs)."""
+
+    values: dict[str, Value]
+
+
+@dataclass(frozen=True)
+class _Written:
+    """The result of a write op: its own output, the parameters it wrote and the state after it."""
+
+    result: Any
+    writes: dict[str, Value]
+    state: _State
+
+
+_START = _State({})
+
+
 # --- the importer -------------------------------------------------------------------------------
 
 
@@ -212,6 +241,9 @@ class MindirImporter(Importer):
         self.params = {p.name: p for p in self.graph.parameter}
         self.env: dict[str, Any] = {}
         self._prim_cache: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.written: dict[str, Value] = {}  # parameters some op writes: full name -> its input
+        self.initial: dict[str, np.ndarray] = {}  # their values in the file, by input name
+        self._known: dict[int, np.ndarray] = {}  # id(constant made from a weight) -> its data
 
     # --- names and values ---------------------------------------------------------------------
 
@@ -220,6 +252,8 @@ class MindirImporter(Importer):
 
     def tensor_of(self, item: Any, where: str, dtype: str | None = None) -> Value:
         """A graph value for an op input: constants become graph constants (of `dtype`)."""
+        if isinstance(item, _Written):
+            item = item.result
         if isinstance(item, Value):
             return item
         if isinstance(item, _Const) and not isinstance(item.value, (str, tuple, _Opaque)) \
@@ -233,6 +267,14 @@ class MindirImporter(Importer):
         if isinstance(item, _Missing):
             raise self.unsupported_error(item.op, f"{item.what} is not modelled ({where})")
         raise ImportFail(f"{where}: expected a tensor, got {_describe(item)}")
+
+    def known(self, item: Any) -> np.ndarray | None:
+        """The data of an op input known at import time (a constant, or a weight that no op
+        writes), else None."""
+        if isinstance(item, _Const) and not isinstance(item.value, (str, tuple, _Opaque)) \
+                and item.value is not None:
+            return np.asarray(item.value)
+        return self._known.get(id(item)) if isinstance(item, Value) else None
 
     # --- the whole graph ----------------------------------------------------------------------
 
@@ -254,23 +296,63 @@ class MindirImporter(Importer):
                                        "shapes are supported")
             v = self.input(self.short(vi.name), TensorType(tuple(t.dims), _DTYPES[t.data_type]))
             self.env[vi.name] = v
+        writes = self.scan_writes()
         out_names = [f"output_{i}" for i in range(len(self.graph.output))]
         self.names.update(out_names)  # reserved: graph outputs get these names
+        self.names.update(NEW + v.name for v in self.written.values())
         results: list[Value] = []
         for vi in self.graph.output:
             item = self.resolve(vi.name)
             for leaf in _flatten(item):
                 results.append(self.tensor_of(leaf, f"graph output '{self.short(vi.name)}'"))
-        return self.finish(results)
+        names = [f"output_{i}" for i in range(len(results))]
+        final: dict[str, Value] = {}
+        for node in writes:  # in file order: the last write of a parameter is its new value
+            final.update(self.resolve(node.output[0] if node.output else node.name).writes)
+        for name, v in self.written.items():
+            results.append(final.get(name, v))
+            names.append(NEW + v.name)
+        return self.finish(results, names)
 
-    def finish(self, results: list[Value]) -> Graph:
-        """Name the outputs output_0, ...; an input, a constant or a value that is already an
-        output is copied first (an identity reshape)."""
+    def scan_writes(self) -> list:
+        """The nodes that write parameters (WRITTEN_INPUTS), in file order; each parameter they
+        write becomes a graph input named after it (in the file's parameter order), whose value
+        in the file is kept in `initial`. A file without them is imported as before."""
+        nodes, names = [], set()
+        for node in self.graph.node:
+            if not node.op_type.startswith("REF::") or node.op_type[5:] not in self.prims:
+                continue
+            op, attrs = self.primitive(node)
+            where = f"node '{self.short(node.name)}' ({op})"
+            if op not in WRITTEN_INPUTS:
+                if attrs.get("side_effect_mem") is True:  # a write we would otherwise drop unseen
+                    raise self.unsupported_error(op, f"it writes parameters in place; of such ops only "
+                                                     f"{', '.join(sorted(WRITTEN_INPUTS))} are modelled ({where})")
+                continue
+            for i in WRITTEN_INPUTS[op]:
+                if i >= len(node.input):
+                    raise ImportFail(f"{where}: missing input {i}, the parameter it writes")
+                if node.input[i] not in self.params:
+                    raise ImportFail(f"{where}: writes input {i} '{self.short(node.input[i])}', which "
+                                     "is not a parameter (a weight of the file)")
+                names.add(node.input[i])
+            nodes.append(node)
+        for p in self.graph.parameter:
+            if p.name in names and p.name not in self.written:
+                where = f"weight '{self.short(p.name)}'"
+                data = self.dec.tensor(p, where)
+                v = self.input(p.ref_key or self.short(p.name), TensorType.of(data))
+                self.written[p.name] = self.env[p.name] = v
+                self.initial[v.name] = data
+        return nodes
+
+    def finish(self, results: list[Value], names: list[str]) -> Graph:
+        """Name the outputs (output_0, ..., then new.<parameter>); an input, a constant or a
+        value that is already an output is copied first (an identity reshape)."""
         outputs: list[Value] = []
         named: set[int] = set()
         produced = {id(v) for v in self.results}
-        for i, v in enumerate(results):
-            want = f"output_{i}"
+        for v, want in zip(results, names):
             self.names.discard(want)  # reserved in run()
             if id(v) not in produced or id(v) in named:
                 v = self.emit("reshape", [v], want, shape=v.shape)
@@ -315,7 +397,9 @@ class MindirImporter(Importer):
             raise ImportFail(f"value '{name}' is used but never defined (not an input, weight or node)")
         where = f"weight '{self.short(name)}'"
         data = self.dec.tensor(p, where)
-        return self.const(data, p.ref_key or self.short(name))
+        v = self.const(data, p.ref_key or self.short(name))
+        self._known[id(v)] = data
+        return v
 
     def primitive(self, node) -> tuple[str, dict[str, Any]]:
         """(primitive type, its attributes) of a node."""
@@ -339,6 +423,8 @@ class MindirImporter(Importer):
         if node.op_type == "Constant":
             return []
         op = self.primitive(node)[0]
+        if self.written:  # a training graph: states are followed, to read parameters right
+            return list(node.input[:1]) if op == "Depend" else list(node.input)
         if op == "UpdateState":
             return []
         if op in ("Depend", "Load"):
@@ -356,9 +442,18 @@ class MindirImporter(Importer):
             raise ImportFail(f"constant '{short}' has no 'value'")
         op, attrs = self.primitive(node)
         where = f"node '{short}' ({op})"
-        if op == "UpdateState":
+        if op == "UpdateState" and not self.written:
             return MONAD
         args = [self.env[i] for i in self.needed(node)]
+        if self.written:
+            if op == "UpdateState":
+                return self.update_state(args, where)
+            if op == "Load":
+                if not args:
+                    raise ImportFail(f"{where}: no inputs")
+                state = _state_of(args[-1]) if len(args) > 1 else _START
+                return state.values.get(node.input[0], args[0])
+            state, inputs, args = self.at_state(node, args)
         if op in ("Load", "Depend", "Identity"):
             if not args:
                 raise ImportFail(f"{where}: no inputs")
@@ -380,7 +475,58 @@ class MindirImporter(Importer):
         for a in node.attribute:
             if a.name == "shape":
                 declared = self.dec.declared(a)
-        return self.apply(mapping, MindirOpContext(self, op, attrs, args, declared, short, where))
+        result = self.apply(mapping, MindirOpContext(self, op, attrs, args, declared, short, where))
+        if isinstance(result, Writes):
+            if not self.written:
+                raise ImportFail(f"{where}: writes a parameter outside a training graph")
+            writes = {}
+            for i, v in result.values.items():
+                if inputs[i] not in self.written:
+                    raise ImportFail(f"{where}: writes input {i} '{self.short(inputs[i])}', which is not "
+                                     "a parameter (a weight of the file)")
+                writes[inputs[i]] = v
+            return _Written(result.result, writes, _State({**state.values, **writes}))
+        return result
+
+    # --- side effects of training graphs ------------------------------------------------------
+
+    def update_state(self, args: list[Any], where: str) -> _State:
+        """UpdateState(U, x, ...): the state U, then the writes of every x that is a write."""
+        if not args:
+            raise ImportFail(f"{where}: no inputs")
+        values = dict(_state_of(args[0]).values)
+        for item in _flatten(tuple(args[1:])):
+            if isinstance(item, _Written) or _is_state(item):
+                values.update(_state_of(item).values)
+        return _State(values)
+
+    def at_state(self, node, args: list[Any]) -> tuple[_State, list[str], list[Any]]:
+        """A node's inputs with its state inputs taken out and the written parameters it takes
+        by name read at that state: (the state, the input names kept, their values)."""
+        states = [a for a in args if _is_state(a)]
+        state = _state_of(states[-1]) if states else _START
+        names, values = [], []
+        for name, a in zip(node.input, args):
+            if _is_state(a):
+                continue
+            names.append(name)
+            values.append(state.values.get(name, a) if name in self.written else a)
+        return state, names, values
+
+
+def _is_state(item: Any) -> bool:
+    """A side-effect state: the monad constant (the start) or an UpdateState."""
+    return isinstance(item, _State) or item is MONAD or (isinstance(item, _Const) and item.value is MONAD)
+
+
+def _state_of(item: Any) -> _State:
+    if isinstance(item, _State):
+        return item
+    if isinstance(item, _Written):
+        return item.state
+    if _is_state(item):
+        return _START
+    raise ImportFail(f"expected a side-effect state, got {_describe(item)}")
 
 
 # --- entry points -------------------------------------------------------------------------------
@@ -425,6 +571,10 @@ def parse_mindir(data: bytes | Any, name: str = "<mindir>", base_dir: str | Path
     """Turn the bytes of a `.mindir` file (or a parsed ModelProto) into a Graph; `name` is the
     file (for errors and the graph's name), `base_dir` the folder external weight files are
     relative to."""
+    return _importer(data, name, base_dir).import_graph()
+
+
+def _importer(data: bytes | Any, name: str, base_dir: str | Path | None) -> MindirImporter:
     pb = _bindings()
     from google.protobuf.message import DecodeError
 
@@ -445,13 +595,25 @@ def parse_mindir(data: bytes | Any, name: str = "<mindir>", base_dir: str | Path
                                 "(a damaged file?)")
     graph_name = graph_name_of(name, "<mindir>", "mindir")
     base = Path(base_dir) if base_dir is not None else None
-    return MindirImporter(model, pb, name, base, graph_name).import_graph()
+    return MindirImporter(model, pb, name, base, graph_name)
 
 
 def load_mindir(path: str | Path) -> Graph:
     """Read a MindSpore `.mindir` model into a Graph."""
     path = Path(path)
     return parse_mindir(read_model_file(path, text=False), str(path), path.parent)
+
+
+def load_mindir_step(path: str | Path) -> tuple[Graph, dict[str, np.ndarray]]:
+    """Read a MindSpore training graph (a `TrainOneStepCell` export, say) as one training step,
+    with its initial state: (the Graph, the file's values of the parameters it writes, keyed
+    by their input names). Feed the state with the data inputs; the outputs are the file's
+    (output_0: the loss) then `new.<parameter>`, the next state. A file that writes nothing
+    gives its Graph and an empty state."""
+    path = Path(path)
+    imp = _importer(read_model_file(path, text=False), str(path), path.parent)
+    graph = imp.import_graph()
+    return graph, dict(imp.initial)
 
 
 register_frontend(Frontend(

@@ -16,6 +16,7 @@ from akg.graph import evaluate
 from akg.graph.io import LOADERS, emit_mir, load_model, parse_mir
 from akg.graph.io import _mind_ir_pb2 as pb
 from akg.graph.io.mindir import MINDIR_OPS, load_mindir, parse_mindir
+from akg.graph.io.mindir_train import TRAINING_PRIMITIVES
 
 ROOT = Path(__file__).resolve().parents[3]
 CORPUS = next((p for p in (ROOT.parent / "shared" / "corpus" / "mindir", Path("/work/shared/corpus/mindir"))
@@ -462,7 +463,8 @@ def test_primitive_matches_numpy(prim):
 
 
 def test_every_primitive_of_the_table_is_tested():
-    assert sorted(MINDIR_OPS) == sorted(CASES)
+    # the training primitives (graph/io/mindir_train.py) have their cases in test_mindir_training.py
+    assert sorted(set(MINDIR_OPS) - set(TRAINING_PRIMITIVES)) == sorted(CASES)
 
 
 # --- typed errors --------------------------------------------------------------------------------
