@@ -1,9 +1,10 @@
 """ONNX's resampling and transposed-convolution ops in the ONNX op table (`ONNX_OPS`): Resize
-(and Upsample through the version converter) and ConvTranspose, as gathers, constant
-interpolation matrices and convolutions of akg's registry."""
+(and Upsample through the version converter), GridSample, ConvTranspose, Col2Im, MaxUnpool
+and AffineGrid, as gathers, constant interpolation matrices and convolutions of akg's registry."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -207,3 +208,150 @@ def _conv_transpose_2d(c: Ctx, x: Value, w: Value, one_d: bool) -> Value:
     if c.has(2):
         y = c.make("add", y, c.make("reshape", c.v(2), shape=[1, c.v(2).shape[0], 1, 1], what="bias"))
     return y
+
+
+# --- GridSample -----------------------------------------------------------------------------------
+
+_CUBIC_A = -0.75
+
+
+class _Sampler:
+    """Arithmetic on [N, *out] coordinate tensors for GridSample (named helpers, one dtype)."""
+
+    def __init__(self, c: Ctx, dtype: str):
+        self.c, self.dtype, self.k = c, dtype, 0
+
+    def s(self, value: float) -> Value:
+        return self.c.scalar(value, self.dtype, f"k{value}")
+
+    def op(self, name: str, *args: Value) -> Value:
+        self.k += 1
+        return self.c.make(name, *args, what=f"gs{self.k}")
+
+    def poly(self, t: Value, coeffs: list[float]) -> Value:
+        """coeffs[0] * t^n + ... + coeffs[n] by Horner's rule."""
+        out = self.s(coeffs[0])
+        for a in coeffs[1:]:
+            out = self.op("add", self.op("mul", out, t), self.s(a))
+        return out
+
+    def reflect(self, x: Value, lo: float, hi: float) -> Value:
+        """x folded into [lo, hi] by reflections at the borders (ONNX's reference)."""
+        span = hi - lo
+        if span <= 0:
+            return self.op("mul", x, self.s(0.0))
+        below, above = self.op("less", x, self.s(lo)), self.op("greater", x, self.s(hi))
+        dx = self.op("where", below, self.op("sub", self.s(lo), x), self.op("sub", x, self.s(hi)))
+        n = self.op("floor", self.op("div", dx, self.s(span)))
+        r = self.op("sub", dx, self.op("mul", n, self.s(span)))
+        even = self.op("equal", self.op("mod", n, self.s(2.0)), self.s(0.0))
+        from_lo, from_hi = self.op("add", self.s(lo), r), self.op("sub", self.s(hi), r)
+        low_side = self.op("where", even, from_lo, from_hi)
+        high_side = self.op("where", even, from_hi, from_lo)
+        return self.op("where", below, low_side, self.op("where", above, high_side, x))
+
+    def clamp(self, x: Value, lo: float, hi: float) -> Value:
+        return self.op("minimum", self.op("maximum", x, self.s(lo)), self.s(hi))
+
+
+def _cubic_weights(s: _Sampler, t: Value) -> list[Value]:
+    a = _CUBIC_A
+    t1 = s.op("add", t, s.s(1.0))
+    one_minus = s.op("sub", s.s(1.0), t)
+    two_minus = s.op("sub", s.s(2.0), t)
+    far = [a, -5 * a, 8 * a, -4 * a]
+    near = [a + 2, -(a + 3), 0.0, 1.0]
+    return [s.poly(t1, far), s.poly(t, near), s.poly(one_minus, near), s.poly(two_minus, far)]
+
+
+@ONNX_OPS.register_op("GridSample", "arithmetic on the grid, gather (each tap), mul, add")
+def _grid_sample(c: Ctx):
+    """y[n, c, o] = the input at grid[n, o] (normalised to [-1, 1], last axis in reverse axis
+    order), interpolated (nearest / linear / cubic over 1 / 2 / 4 taps per axis) with the
+    padding mode's reading outside (zeros, border, reflection), as ONNX's reference."""
+    x, grid = c.v(0), c.v(1)
+    n, ch, *spatial = x.shape
+    dims = len(spatial)
+    out = list(grid.shape[1:-1])
+    if grid.shape[0] != n or grid.shape[-1] != dims or len(out) != dims:
+        raise c.fail(f"grid {grid.type} does not fit an input {x.type}")
+    if not is_float(x.dtype):
+        raise c.unsupported(f"GridSample of {x.dtype} is not modelled (floating-point inputs are)")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(c.str_("mode", "linear"), c.str_("mode", "linear"))
+    padding = c.str_("padding_mode", "zeros")
+    if mode not in ("nearest", "linear", "cubic") or padding not in ("zeros", "border", "reflection"):
+        raise c.fail(f"mode '{mode}' / padding_mode '{padding}' is not one of nearest, linear, cubic / "
+                     "zeros, border, reflection")
+    align = bool(c.int_("align_corners", 0))
+    g = grid if grid.dtype == x.dtype else c.make("cast", grid, to=x.dtype, what="grid_cast")
+    s = _Sampler(c, x.dtype)
+    per_axis: list[list[tuple[Value, Value | None, Value | None]]] = []  # (index, weight, inside) taps
+    for i, size in enumerate(spatial):
+        part = c.make("slice", g, begin=[0] * (dims + 1) + [dims - 1 - i], end=[*g.shape[:-1], dims - i],
+                      what=f"coord{i}_s")
+        u = c.make("reshape", part, shape=[n, *out], what=f"coord{i}")
+        one = s.s(1.0)
+        if align:
+            pos = s.op("mul", s.op("add", u, one), s.s((size - 1) / 2))
+            lo, hi = 0.0, size - 1.0
+        else:
+            pos = s.op("div", s.op("sub", s.op("mul", s.op("add", u, one), s.s(float(size))), one), s.s(2.0))
+            lo, hi = -0.5, size - 0.5
+        if mode == "nearest":
+            pos = s.op("round", pos)  # half to even, as the reference's rint
+        if padding == "border":
+            pos = s.clamp(pos, 0.0, size - 1.0)
+        elif padding == "reflection":
+            pos = s.reflect(pos, lo, hi)
+        if mode == "nearest":
+            taps = [(c.make("cast", pos, to="int64", what=f"near{i}"), None)]
+        else:
+            base = s.op("floor", pos)
+            t = s.op("sub", pos, base)
+            base = c.make("cast", base, to="int64", what=f"base{i}")
+            if mode == "linear":
+                offsets, weights = [0, 1], [s.op("sub", s.s(1.0), t), t]
+            else:
+                offsets, weights = [-1, 0, 1, 2], _cubic_weights(s, t)
+            taps = [(base if o == 0 else c.make("add", base, c.scalar(o, "int64", f"off{o}"), what=f"tap{i}_{o}"), w)
+                    for o, w in zip(offsets, weights)]
+        read = []
+        for k, (index, w) in enumerate(taps):
+            inside = None
+            if padding == "zeros":
+                inside = c.make("logical_and",
+                                c.make("greater_equal", index, c.scalar(0, "int64", "zero_i"), what=f"ge{i}_{k}"),
+                                c.make("less", index, c.scalar(size, "int64", f"size{i}"), what=f"lt{i}_{k}"),
+                                what=f"inside{i}_{k}")
+            elif padding == "reflection" and mode != "nearest":
+                index = c.make("cast", s.reflect(c.make("cast", index, to=x.dtype, what=f"tapf{i}_{k}"), lo, hi),
+                               to="int64", what=f"folded{i}_{k}")
+            index = c.make("minimum", c.make("maximum", index, c.scalar(0, "int64", "zero_i"), what=f"lo{i}_{k}"),
+                           c.scalar(size - 1, "int64", f"last{i}"), what=f"index{i}_{k}")
+            read.append((index, w, inside))
+        per_axis.append(read)
+    strides = [math.prod(spatial[i + 1:]) for i in range(dims)]
+    flat = c.make("reshape", x, shape=[x.type.size], what="flat")
+    block = np.arange(n * ch, dtype=np.int64).reshape(n, ch, *([1] * dims)) * math.prod(spatial)
+    offset = c.const(block, "int64", "block")
+    total = None
+    for k, combo in enumerate(itertools.product(*per_axis)):
+        index = None
+        weight = inside = None
+        for (ix, w, ok), st in zip(combo, strides):
+            term = ix if st == 1 else c.make("mul", ix, c.scalar(st, "int64", f"stride{st}"), what=f"t{k}_{st}")
+            index = term if index is None else c.make("add", index, term, what=f"sum{k}_{st}")
+            if w is not None:
+                weight = w if weight is None else s.op("mul", weight, w)
+            if ok is not None:
+                inside = ok if inside is None else c.make("logical_and", inside, ok, what=f"ok{k}_{st}")
+        where = c.make("add", c.make("reshape", index, shape=[n, 1, *out], what=f"at{k}"), offset, what=f"flat{k}")
+        value = c.make("gather", flat, where, axis=0, what=f"value{k}")
+        if inside is not None:
+            value = c.make("where", c.make("reshape", inside, shape=[n, 1, *out], what=f"in{k}"), value,
+                           c.scalar(0, x, "zero"), what=f"kept{k}")
+        if weight is not None:
+            value = c.make("mul", value, c.make("reshape", weight, shape=[n, 1, *out], what=f"w{k}"),
+                           what=f"weighted{k}")
+        total = value if total is None else c.make("add", total, value, what=f"acc{k}")
+    return c.make("reshape", total, shape=total.shape)
