@@ -355,3 +355,95 @@ def _grid_sample(c: Ctx):
                            what=f"weighted{k}")
         total = value if total is None else c.make("add", total, value, what=f"acc{k}")
     return c.make("reshape", total, shape=total.shape)
+
+
+# --- Col2Im, MaxUnpool, AffineGrid ----------------------------------------------------------------
+
+
+@ONNX_OPS.register_op("Col2Im", "transpose, scatter_add (constant positions), slice")
+def _col2im(c: Ctx):
+    """Columns [N, C * prod(block), L] summed back into the image [N, C, *image_shape]: every
+    (block offset, block position) pair adds at a constant place of the padded image."""
+    x = c.v(0)
+    image = c.known_ints(1, "image_shape")
+    block = c.known_ints(2, "block_shape")
+    dims = len(image)
+    dilations = c.ints("dilations", None) or [1] * dims
+    strides = c.ints("strides", None) or [1] * dims
+    pads = c.ints("pads", None) or [0] * (2 * dims)
+    n, cols, length = x.shape
+    taps = math.prod(block)
+    if cols % taps:
+        raise c.fail(f"{cols} columns do not split into blocks of {taps}")
+    ch = cols // taps
+    padded = [size + pads[i] + pads[i + dims] for i, size in enumerate(image)]
+    counts = [(p - (d * (k - 1) + 1)) // s + 1 for p, k, d, s in zip(padded, block, dilations, strides)]
+    if math.prod(counts) != length:
+        raise c.fail(f"{length} block positions, the shapes give {counts}")
+    offsets = np.indices(block).reshape(dims, -1)  # [dims, taps]
+    places = np.indices(counts).reshape(dims, -1)  # [dims, length]
+    pos = places[:, None, :] * np.asarray(strides)[:, None, None] + offsets[:, :, None] * np.asarray(dilations)[:, None, None]
+    pad_strides = [math.prod(padded[i + 1:]) for i in range(dims)]
+    index = sum(pos[i] * pad_strides[i] for i in range(dims)).astype(np.int64)  # [taps, length]
+    parts = c.make("reshape", x, shape=[n, ch, taps, length], what="parts")
+    rows = c.make("transpose", parts, perm=[2, 3, 0, 1], what="rows")  # [taps, length, n, ch]
+    zeros = c.const(np.zeros((math.prod(padded), n, ch), x.dtype), x.dtype, "zeros")
+    summed = c.make("scatter_add", zeros, c.const(index, "int64", "positions"), rows, axis=0, what="summed")
+    img = c.make("reshape", c.make("transpose", summed, perm=[1, 2, 0], what="channels_first"),
+                 shape=[n, ch, *padded], what="padded")
+    if any(pads):
+        img = c.make("slice", img, begin=[0, 0, *pads[:dims]],
+                     end=[n, ch, *(pads[i] + image[i] for i in range(dims))], what="cropped")
+    return c.make("reshape", img, shape=img.shape)
+
+
+@ONNX_OPS.register_op("MaxUnpool", "scatter_add (at the indices MaxPool gave)")
+def _max_unpool(c: Ctx):
+    """x written at `indices` (positions in the whole output, flattened) of a zero tensor."""
+    x, index = c.v(0), c.v(1)
+    n, ch, *spatial = x.shape
+    dims = len(spatial)
+    kernel = c.ints("kernel_shape")
+    strides = c.ints("strides", None) or [1] * dims
+    pads = c.ints("pads", None) or [0] * (2 * dims)
+    inferred = [n, ch, *((size - 1) * s - pads[i] - pads[i + dims] + k
+                         for i, (size, k, s) in enumerate(zip(spatial, kernel, strides)))]
+    shape = c.known_ints(2, "output_shape") or inferred
+    if len(shape) != len(inferred) or any(a < b for a, b in zip(shape, inferred)):
+        raise c.fail(f"output_shape {shape} is smaller than the unpooled shape {inferred}")
+    total = math.prod(inferred)
+    index = c.make("cast", index, to="int64", what="index64") if index.dtype != "int64" else index
+    zeros = c.const(np.zeros(total, x.dtype), x.dtype, "zeros")
+    out = c.make("scatter_add", zeros, c.make("reshape", index, shape=[x.type.size], what="flat_index"),
+                 c.make("reshape", x, shape=[x.type.size], what="flat"), axis=0, what="scattered")
+    # indices address the unpooled shape; a larger output_shape holds it in its first corner
+    if shape == inferred:
+        return c.make("reshape", out, shape=inferred)
+    out = c.make("reshape", out, shape=inferred, what="unpooled")
+    return c.make("pad", out, before=[0] * len(shape), after=[a - b for a, b in zip(shape, inferred)], value=0.0)
+
+
+@ONNX_OPS.register_op("AffineGrid", "matmul by a constant base grid, transpose")
+def _affine_grid(c: Ctx):
+    """theta [N, d, d + 1] applied to the normalised coordinates (x, y[, z], 1) of every output
+    place: grid [N, *size, d] (x first, as GridSample reads it)."""
+    theta = c.v(0)
+    size = c.known_ints(1, "size")
+    n, dims = theta.shape[0], theta.shape[1]
+    spatial = size[2:]
+    if len(spatial) != dims or theta.shape[2] != dims + 1:
+        raise c.fail(f"theta {theta.type} does not fit size {size}")
+    align = bool(c.int_("align_corners", 0))
+
+    def axis(d: int) -> np.ndarray:
+        if align:
+            return np.linspace(-1.0, 1.0, d) if d > 1 else np.zeros(d)
+        return (np.arange(d) * 2 + 1) / d - 1
+
+    mesh = np.meshgrid(*(axis(d) for d in spatial), indexing="ij")  # per axis, outermost first
+    base = np.stack([*reversed([m.reshape(-1) for m in mesh]), np.ones(math.prod(spatial))])  # [d + 1, P]
+    rows = c.make("reshape", theta, shape=[n * dims, dims + 1], what="rows")
+    mapped = c.make("matmul", rows, c.const(base.astype(theta.dtype), theta.dtype, "base"), what="mapped")
+    grid = c.make("transpose", c.make("reshape", mapped, shape=[n, dims, math.prod(spatial)], what="per_axis"),
+                  perm=[0, 2, 1], what="points")
+    return c.make("reshape", grid, shape=[n, *spatial, dims])

@@ -234,10 +234,9 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
         'test_quantizelinear_float4e2m1',
     ),
     'If: no converter, and no ONNX function body made of supported ops': (
-        'test_affine_grid_2d', 'test_affine_grid_2d_align_corners',
-        'test_affine_grid_2d_align_corners_expanded', 'test_affine_grid_2d_expanded', 'test_affine_grid_3d',
-        'test_affine_grid_3d_align_corners', 'test_affine_grid_3d_align_corners_expanded',
-        'test_affine_grid_3d_expanded', 'test_if', 'test_if_opt', 'test_if_seq',
+        'test_affine_grid_2d_align_corners_expanded', 'test_affine_grid_2d_expanded',
+        'test_affine_grid_3d_align_corners_expanded', 'test_affine_grid_3d_expanded', 'test_if', 'test_if_opt',
+        'test_if_seq',
     ),
     'ai.onnx.preview.FlexAttention: ops of domain ai.onnx.preview are not supported': (
         'test_flexattention', 'test_flexattention_causal_mask', 'test_flexattention_diff_head_sizes',
@@ -286,9 +285,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
         'test_unique_sorted_with_axis_3d', 'test_unique_sorted_with_negative_axis',
         'test_unique_sorted_without_axis',
     ),
-    'Col2Im: no converter, and no ONNX function body made of supported ops': (
-        'test_col2im', 'test_col2im_5d', 'test_col2im_dilations', 'test_col2im_pads', 'test_col2im_strides',
-    ),
     'DeformConv: no converter, and no ONNX function body made of supported ops': (
         'test_basic_deform_conv_with_padding', 'test_basic_deform_conv_without_padding',
         'test_deform_conv_with_mask_bias', 'test_deform_conv_with_multiple_offset_groups',
@@ -323,9 +319,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
     ),
     'MaxPool: the Indices output is not modelled': (
         'test_maxpool_with_argmax_2d_precomputed_pads', 'test_maxpool_with_argmax_2d_precomputed_strides',
-    ),
-    'MaxUnpool: no converter, and no ONNX function body made of supported ops': (
-        'test_maxunpool_export_with_output_shape', 'test_maxunpool_export_without_output_shape',
     ),
     'QuantizeLinear: blocked quantisation (block_size > 0) is not modelled': (
         'test_quantizelinear_blocked_asymmetric', 'test_quantizelinear_blocked_symmetric',
