@@ -1233,6 +1233,72 @@ def _same_coeffs(a: dict, b: dict) -> bool:
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max", "Min": "min"}
 _UNARY_CALLS = {"tirx.exp": "exp", "tirx.log": "ln", "tirx.sqrt": "sqrt", "tirx.rsqrt": "rsqrt", "tirx.fabs": "abs"}
 _REDUCE = {"Add": "sum", "Max": "max", "Min": "min"}
+
+
+def _in_fp32(x, body):
+    """body(x) computed in float32 (an fp16 value is cast up and the result cast back)."""
+    from tvm import tirx
+
+    dt = _dt(x)
+    if dt == "float32":
+        return body(x)
+    return tirx.Cast(dt, body(tirx.Cast("float32", x)))
+
+
+def _expand_tanh(call):
+    """tanh(x) = (e - 1) / (e + 1), e = exp(2 min(max(x, -10), 10)), in float32 (|x| >= 10
+    is +-1 in float32; the absolute error is a few ulp of 1 near 0, well inside the checks)."""
+    from tvm import tirx
+
+    def body(x):
+        c = lambda v: tirx.const(v, "float32")  # noqa: E731
+        e = tirx.exp(tirx.Min(tirx.Max(x, c(-10.0)), c(10.0)) * c(2.0))
+        return (e - c(1.0)) / (e + c(1.0))
+
+    return _in_fp32(call.args[0], body)
+
+
+def _expand_pow(call):
+    """pow(x, y) with the vector instructions: a constant small integer exponent as products
+    (and a reciprocal), 0.5 / -0.5 as sqrt / rsqrt; otherwise, in float32, exp(y ln |x|), 1
+    where y == 0, and for x < 0 the sign of (-1)^y where y is an integer (int32 casts truncate)
+    and NaN where it is not: NumPy's float power, case by case."""
+    from tvm import tirx
+
+    x, y = call.args
+    dt = _dt(x)
+    if isinstance(y, (tirx.FloatImm, tirx.IntImm)):
+        v = float(y.value)
+        if v == 0.5:
+            return tirx.sqrt(x)
+        if v == -0.5:
+            return tirx.rsqrt(x)
+        if v == int(v) and abs(v) <= 4:
+            n = int(abs(v))
+            r = tirx.const(1.0, dt)
+            for _ in range(n):
+                r = x if isinstance(r, tirx.FloatImm) else r * x
+            return tirx.const(1.0, dt) / r if v < 0 else r
+
+    def body(xy):
+        xf, yf = xy
+        c = lambda v: tirx.const(v, "float32")  # noqa: E731
+        r = tirx.exp(yf * tirx.log(tirx.abs(xf)))
+        r = tirx.Select(yf == c(0.0), c(1.0), r)
+        yi = tirx.Cast("float32", tirx.Cast("int32", yf))
+        half = tirx.Cast("float32", tirx.Cast("int32", yf * c(0.5)))
+        odd = yi - half * c(2.0) != c(0.0)
+        negative = tirx.Select(yi == yf, tirx.Select(odd, c(0.0) - r, r), c(float("nan")))
+        return tirx.Select(xf < c(0.0), negative, r)
+
+    if dt == "float32" and _dt(y) == "float32":
+        return body((x, y))
+    if dt not in ("float16", "float32") or _dt(y) not in ("float16", "float32"):
+        return None
+    return tirx.Cast(dt, body((tirx.Cast("float32", x), tirx.Cast("float32", y))))
+
+
+_EXPANDED_CALLS = {"tirx.tanh": _expand_tanh, "tirx.pow": _expand_pow}
 _BOOL_REDUCE = {"Or": "max", "And": "min"}  # any / all over bools as 0 / 1
 
 
@@ -1853,6 +1919,10 @@ class _Emitter:
             return into(self.select(expr, opmap, dtype))
         if name == "Call" and expr.op.name.endswith("if_then_else"):
             return into(self.choose(expr.args[0], expr.args[1], expr.args[2], opmap, dtype))
+        if name == "Call" and expr.op.name in _EXPANDED_CALLS:
+            expanded = _EXPANDED_CALLS[expr.op.name](expr)
+            if expanded is not None:
+                return self.evaluate(expanded, opmap, dst)
         if name == "Call":
             opname = _UNARY_CALLS.get(expr.op.name)
             if opname is None:
