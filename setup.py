@@ -71,8 +71,13 @@ setup(
             "pytest-timeout>=2.2",
             "import-linter>=2.1,<3",  # the import contracts (scripts/lint_imports.py)
             "onnx>=1.16",  # the ONNX importer's tests and the generated ONNX node suite
+            "torch==2.13.0",  # the torch.compile backend's tests (tests/graph/io/test_torch_fx.py)
         ],
         "onnx": ["onnx>=1.16"],  # reading .onnx models (graph/io/onnx.py); tested with 1.23.2
+        "torch": ["torch==2.13.0"],  # torch.compile(backend="akg") and torch.fx import (docs/torch.md)
     },
-    entry_points={"console_scripts": ["akg = akg.cli:main"]},
+    entry_points={
+        "console_scripts": ["akg = akg.cli:main"],
+        "torch_dynamo_backends": ["akg = akg.dynamo:akg_backend"],  # torch.compile(backend="akg")
+    },
 )

@@ -13,6 +13,7 @@ from akg.graph.io.mir import emit_mir, load_mir, parse_mir, save_mir  # noqa: F4
 from akg.graph.io.akg_json import load_akg_json, loads_akg_json, parse_akg_json  # noqa: F401
 from akg.graph.io.mindir import load_mindir, parse_mindir  # noqa: F401
 from akg.graph.io.onnx import load_onnx, parse_onnx  # noqa: F401
+from akg.graph.io.torch_fx import TorchModel, import_fx  # noqa: F401
 from akg.graph.ir import Graph
 
 # suffix -> loader, derived from FRONTENDS (each format's module registers its frontend)
