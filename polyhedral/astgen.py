@@ -30,7 +30,7 @@ from akg.errors import LoweringError
 from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Select, Tensor, Var, walk
 from akg.polyhedral.model import PolyModel, Statement
 from akg.polyhedral.intrinsics import FAST_F32
-from akg.polyhedral.promote import Promoter, Promotion
+from akg.polyhedral.promote import Promoter, Promotion, local_index
 from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_UNROLL,
                                  MARK_VECTORIZE)
 
@@ -87,7 +87,7 @@ class LoweringHooks:
 class _Scope:
     """Buffers and index offsets that a promotion mark puts in effect below it."""
 
-    buffers: dict  # tensor id -> (local buffer, offsets, block): see Promotion.block
+    buffers: dict  # tensor id -> (local buffer, offsets, layout): see Promotion.layout
 
 
 class TirLowering:
@@ -136,7 +136,7 @@ class TirLowering:
                 self.shadows[id(t)] = val
                 self.allocs.append(val)
 
-    def _buffer(self, t: Tensor, shadow: bool = False) -> tuple[tirx.Buffer, list, int]:
+    def _buffer(self, t: Tensor, shadow: bool = False) -> tuple[tirx.Buffer, list, int | tuple]:
         for scope in reversed(self.scopes):
             if id(t) in scope.buffers and not shadow:
                 return scope.buffers[id(t)]
@@ -148,19 +148,19 @@ class TirLowering:
             raise LoweringError(f"tensor {t.name} is used outside the region where it is local")
         return self.buffers[id(t)], [], 0
 
-    def _local_index(self, indices: list, offsets: list, block: int = 0) -> list:
+    def _local_index(self, indices: list, offsets: list, layout: int | tuple = 0) -> list:
         if not offsets:
             return indices
         local = [self.analyzer.simplify(i - o) for i, o in zip(indices, offsets)]
-        return _blocked(local, block)
+        return local_index(local, layout)
 
     def _load(self, t: Tensor, indices: list, shadow: bool = False) -> tirx.PrimExpr:
-        buf, offsets, block = self._buffer(t, shadow)
-        return tirx.BufferLoad(buf, self._local_index(indices, offsets, block))
+        buf, offsets, layout = self._buffer(t, shadow)
+        return tirx.BufferLoad(buf, self._local_index(indices, offsets, layout))
 
     def _store(self, t: Tensor, value, indices: list, shadow: bool = False) -> tirx.Stmt:
-        buf, offsets, block = self._buffer(t, shadow)
-        return tirx.BufferStore(buf, value, self._local_index(indices, offsets, block))
+        buf, offsets, layout = self._buffer(t, shadow)
+        return tirx.BufferStore(buf, value, self._local_index(indices, offsets, layout))
 
     # --- entry ----------------------------------------------------------------------------------
 
@@ -455,7 +455,7 @@ class TirLowering:
             return None
         for tensor, indices, allowed in [(t, stmt.op.axes, (0,)), *((n.tensor, n.indices, (0, 1)) for n in loads)]:
             if self._buffer(tensor)[2]:
-                return None  # a blocked local layout: contiguous only within a block
+                return None  # a blocked or permuted local layout: not contiguous as the tensor's
             try:
                 delta = self.analyzer.simplify(self._flat(tensor, indices, there) - self._flat(tensor, indices, here))
             except Exception:  # noqa: BLE001  (a data-dependent index)
@@ -725,7 +725,7 @@ class TirLowering:
                 before.append(self._copy(local, offsets, p, into_local=True))
             if p.copy_out:
                 after.append(self._copy(local, offsets, p, into_local=False))
-            scope.buffers[id(p.tensor)] = (local, offsets, p.block)
+            scope.buffers[id(p.tensor)] = (local, offsets, p.layout)
             if id(p.tensor) in self.shadows:
                 shadow = self.shadows[id(p.tensor)]
                 val = tirx.decl_buffer(p.sizes, shadow.dtype, _ident(p.tensor.name) + "_val_local",
@@ -748,11 +748,11 @@ class TirLowering:
         buffer in the enclosing scope (memory, or an outer local buffer)."""
         vars_ = [tirx.Var(f"{_ident(p.tensor.name)}_e{d}", "int32") for d in range(len(p.sizes))]
         outer_index = [o + v for o, v in zip(offsets, vars_)]
-        local_index = _blocked(list(vars_), p.block)
+        into = local_index(list(vars_), p.layout)
         if into_local:
-            body = tirx.BufferStore(local, self._load(p.tensor, outer_index, shadow), local_index)
+            body = tirx.BufferStore(local, self._load(p.tensor, outer_index, shadow), into)
         else:
-            body = self._store(p.tensor, tirx.BufferLoad(local, local_index), outer_index, shadow)
+            body = self._store(p.tensor, tirx.BufferLoad(local, into), outer_index, shadow)
         if p.guard:
             cond = _fold(tirx.And, [tirx.And(tirx.GE(g, 0), tirx.LT(g, n))
                                     for g, n in zip(outer_index, p.tensor.shape)])
@@ -871,12 +871,6 @@ def _call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = True) 
     raise LoweringError(f"no TIR lowering for '{op}'")
 
 
-def _blocked(index: list, block: int) -> list:
-    """Index into a blocked local layout: (..., last) -> (last // block, ..., last % block)."""
-    if not block:
-        return index
-    *lead, last = index
-    return [tirx.floordiv(last, block), *lead, tirx.floormod(last, block)]
 
 
 def _fold(fn, items: list):

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import islpy as isl
 import numpy as np
+from tvm import tirx
 
 from akg.graph.compute.expr import Tensor
 from akg.polyhedral.model import PolyModel
-from akg.polyhedral.tree import MARK_PACK, MARK_PROMOTE
+from akg.polyhedral.tree import MARK_PACK, MARK_PROMOTE, MARK_VECTORIZE, VECTOR_LAST
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +37,33 @@ class Promotion:
     guard: bool  # the box can reach outside the tensor: copies check bounds
     instances: isl.UnionSet  # statement instances below this mark occurrence
     block: int = 0  # >0: blocked layout [last // block, other dims..., block] (a packed panel)
+    perm: tuple[int, ...] = ()  # the box's dims in the local buffer's order (empty: as the tensor's)
+
+    @property
+    def layout(self) -> int | tuple[int, ...]:
+        """How an index into the box becomes an index into the local buffer (`local_index`)."""
+        return self.block or self.perm
 
     @property
     def shape(self) -> tuple[int, ...]:
         """Shape of the local buffer."""
-        if not self.block:
-            return self.sizes
-        *lead, last = self.sizes
-        return (last // self.block, *lead, self.block)
+        return tuple(local_index(list(self.sizes), self.block)) if self.block else \
+            tuple(local_index(list(self.sizes), self.perm))
+
+
+def local_index(index: list, layout: int | tuple[int, ...]) -> list:
+    """An index (or the sizes) of a promotion box in its local buffer's layout: a block size
+    moves the last dim first as `last // block` and last as `last % block` (a packed panel);
+    a permutation reorders the dims (accumulators whose vector loop walks a dim that is not the
+    tensor's last); 0 or () leaves it as it is."""
+    if isinstance(layout, tuple):
+        return [index[d] for d in layout] if layout else index
+    if not layout:
+        return index
+    *lead, last = index
+    if isinstance(last, int):
+        return [last // layout, *lead, layout]
+    return [tirx.floordiv(last, layout), *lead, tirx.floormod(last, layout)]
 
 
 def maps(umap: isl.UnionMap) -> list[isl.Map]:
@@ -70,10 +90,13 @@ class Promoter:
         self._flows: dict[str, isl.UnionMap] = {}
         self.inner: dict[str, isl.UnionMap] = {}  # mark name -> schedule of the loops below it
         self.deeper: dict[str, isl.UnionSet] = {}  # mark name -> instances under deeper marks
+        self.vector: dict[str, isl.UnionMap] = {}  # VECTOR_LAST mark name -> the vector loops below it
         if enabled:
             for node in _marks(schedule):
                 name = node.mark_get_id().get_name()
                 self.inner[name] = node.get_subtree_schedule_union_map()
+                if name.endswith("." + VECTOR_LAST):
+                    self.vector[name] = _vector_loops(node)
                 below = isl.UnionSet.empty(node.get_domain().get_space())
                 for deeper in _marks_below(node):
                     if deeper.mark_get_id().get_name().startswith(MARK_PROMOTE + "."):
@@ -159,7 +182,56 @@ class Promoter:
             if written is None or not written.is_equal(box.intersect_range(bounds)):
                 log.debug("%s not promoted at %s: its writes do not fill the box", tensor.name, name)
                 return None
-        return Promotion(tensor, lower, tuple(sizes), copy_in, copy_out, guard, sub)
+        perm = self._vector_last(name, outer, w_t, sizes) if name.endswith("." + VECTOR_LAST) else ()
+        return Promotion(tensor, lower, tuple(sizes), copy_in, copy_out, guard, sub, perm=perm)
+
+    def _vector_last(self, name: str, outer: isl.UnionMap, writes: isl.UnionMap, sizes) -> tuple[int, ...]:
+        """At a mark flagged VECTOR_LAST (the recipe vectorises a loop that is not the written
+        tensor's last index), the layout of a written box in which the dim that the vector loop
+        below the mark walks is last: a conv vectorised over output channels [b, f, y, x] keeps
+        its accumulators for a block of positions as [b, y, x, f], so each vector of channels
+        is contiguous, not a gather with the stride of the block. () where that dim is already
+        last, where the vector loop walks several dims or none, or where it cannot tell."""
+        if name not in self.vector:
+            return ()
+        moving = self._vector_dims(name, outer, writes)
+        if moving is None or len(moving) != 1:
+            return ()
+        (d,) = moving
+        if int(np.prod(sizes[d + 1:], dtype=np.int64)) <= 1:
+            return ()
+        return tuple(k for k in range(len(sizes)) if k != d) + (d,)
+
+    def _vector_dims(self, name: str, outer: isl.UnionMap, writes: isl.UnionMap) -> set[int] | None:
+        """The dims of the written elements that change from one iteration of the vector loop
+        below the mark to the next, all other loops fixed, over every vectorised statement
+        writing the tensor; None: unknown (a vector loop not found among the loops)."""
+        full = outer.flat_range_product(self.inner[name].intersect_domain(writes.domain()))
+        ctx = self.model.ctx
+        moving: set[int] = set()
+        for write in maps(writes):
+            domain = isl.UnionSet.from_set(write.domain())
+            vector = single(self.vector[name].intersect_domain(domain))
+            if vector is None:
+                continue  # this statement runs no vector loop here
+            sched = single(full.intersect_domain(domain))
+            if sched is None:
+                return None
+            n, ndim = sched.dim(isl.dim_type.out), write.dim(isl.dim_type.out)
+            at = next((k for k in range(n) if _component(sched, k).is_equal(vector)), None)
+            if at is None:
+                return None
+            xs = [f"x{i}" for i in range(n)]
+            ys = [f"x{i} + 1" if i == at else x for i, x in enumerate(xs)]
+            step = isl.Map(f"{{ [{', '.join(xs)}] -> [{', '.join(ys)}] }}", context=ctx)
+            loops_to_element = sched.reverse().apply_range(write)
+            deltas = loops_to_element.reverse().apply_range(step.apply_range(loops_to_element)).deltas()
+            tid = write.get_tuple_name(isl.dim_type.out)
+            names = ", ".join(f"e{i}" for i in range(ndim))
+            for d in range(ndim):
+                if not deltas.subtract(isl.Set(f"{{ {tid}[{names}] : e{d} = 0 }}", context=ctx)).is_empty():
+                    moving.add(d)
+        return moving
 
     def _pack(self, name: str, tid: str, outer: isl.UnionMap, sub: isl.UnionSet, lanes: int) -> Promotion | None:
         """A read-only operand reused below a pack mark, copied in once per iteration of the
@@ -253,6 +325,31 @@ def _marks_below(top: isl.ScheduleNode, include_self: bool = False) -> list[isl.
 
     visit(top, True)
     return out
+
+
+def _vector_loops(top: isl.ScheduleNode) -> isl.UnionMap:
+    """instance -> [value of its vector loop], for the loops marked MARK_VECTORIZE below `top`
+    (each mark sits right above the one-member band of its loop)."""
+    out = isl.UnionMap.empty(top.get_domain().get_space().params())
+
+    def visit(node):
+        nonlocal out
+        if node.get_type() == isl.schedule_node_type.mark and node.mark_get_id().get_name() == MARK_VECTORIZE:
+            band = node.child(0)
+            if band.get_type() == isl.schedule_node_type.band:
+                loop = isl.UnionMap.from_multi_union_pw_aff(band.band_get_partial_schedule())
+                out = out.union(loop.intersect_domain(band.get_domain()))
+        for k in range(node.n_children()):
+            visit(node.child(k))
+
+    visit(top)
+    return out
+
+
+def _component(sched: isl.Map, k: int) -> isl.Map:
+    """instance -> [k-th schedule dim] of `sched`."""
+    n = sched.dim(isl.dim_type.out)
+    return sched.project_out(isl.dim_type.out, k + 1, n - k - 1).project_out(isl.dim_type.out, 0, k)
 
 
 def _box_map(lower: list[isl.PwAff], sizes: list[int], domain: isl.Set, tid: str) -> isl.Map:

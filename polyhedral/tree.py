@@ -18,7 +18,8 @@ from akg.polyhedral.model import PolyModel, linear_coefficients
 MARK_PARALLEL = "parallel"
 MARK_VECTORIZE = "vectorize"
 MARK_UNROLL = "unroll"
-MARK_PROMOTE = "promote"  # "promote.<band>.<level>": memory promotion point
+MARK_PROMOTE = "promote"  # "promote.<band>.<level>[.vlast]": memory promotion point
+VECTOR_LAST = "vlast"  # a promote mark's flag: written boxes laid out with the vector loop's dim last
 MARK_PACK = "pack"  # "pack.<band>.<lanes>": read-only operands copied into a blocked local layout
 MARK_PREFETCH = "prefetch"  # "prefetch.<distance>": the loop below prefetches `distance` iterations ahead
 

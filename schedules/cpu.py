@@ -16,7 +16,7 @@ import numpy as np
 
 from akg.errors import ScheduleError
 from akg.polyhedral import tree
-from akg.polyhedral.tree import MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, BandInfo
+from akg.polyhedral.tree import MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, VECTOR_LAST, BandInfo
 from akg.schedules.recipe import Recipe
 from akg.schedules.space import (LEGACY_SWITCHES, Config, Space, Step, check_steps, divisors_and_powers,
                                  legacy_config)
@@ -235,6 +235,8 @@ def vectorises_across_rows(info: BandInfo, order: list[int], lanes: int) -> bool
             and info.contiguity[row] > 0)
 
 
+ROW_BLOCK = 8  # output positions per register tile of a channel-vector band
+
 def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: int,
                         register_bytes: int) -> BandConfig:
     """The mapping of a reduction band whose last member (the written tensor's row, a conv's
@@ -249,8 +251,15 @@ def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: 
     (scripts/bench/small_convs.py, with the channels-last weights)."""
     n = len(order)
     budget = max(lanes, register_bytes // itemsize // lanes * lanes)  # channels of accumulators
-    register = (0,) * (n - 1) + (budget if ext[-1] > budget else 0,)
-    return BandConfig(tuple(order), (1,) * (n - 1) + (0,), register, True, False)
+    row = order.index(n - 1)  # the output row's loop
+    rows = _largest_fitting(ext[row], ROW_BLOCK)
+    strip = max(lanes, budget // rows // lanes * lanes)
+    tile = [1] * (n - 1) + [0]
+    tile[row] = rows if rows < ext[row] else 0
+    register = [0] * n
+    register[row] = rows if rows > 1 else 0
+    register[-1] = strip if ext[-1] > strip else 0
+    return BandConfig(tuple(order), tuple(tile), tuple(register), True, False)
 
 
 def default_bands(infos: list[BandInfo], target, dtype: str = "float32") -> tuple[BandConfig, ...]:
@@ -525,6 +534,9 @@ def _apply_band(node, index: int, bp: BandPlan, vectorize: bool, unroll: bool):
     register = tuple(r if 0 < r <= t else (1 if reg_tiled else t) for r, t in zip(bp.register, tile))
     tiled = tile != extents
     parallel = bp.parallel and coincident[0]
+    # accumulators of a vector loop that is not the written row (a conv vectorised over its
+    # output channels) are kept with that loop's dim last, so their vectors are contiguous
+    vector_last = f".{VECTOR_LAST}" if bp.sink and bp.order[-1] != n - 1 else ""
     pack = bp.pack and tiled and n > 1 and tile[-1] != extents[-1] and all(coincident)
     if tiled and pack:
         # the last member's tile loop goes outermost, and operands that depend only on it
@@ -541,7 +553,7 @@ def _apply_band(node, index: int, bp: BandPlan, vectorize: bool, unroll: bool):
         node = tree.tile_band(node, tile)
         if parallel:
             node = tree.mark(node, MARK_PARALLEL)
-        node = tree.mark(tree.child(node), f"{MARK_PROMOTE}.{index}.0")
+        node = tree.mark(tree.child(node), f"{MARK_PROMOTE}.{index}.0{'' if reg_tiled else vector_last}")
     elif parallel:
         node = tree.mark(node, MARK_PARALLEL)
     multi_pass = bp.prefetch > 0 and n == 1 and not bp.sink and tree.passes_below(node) > 1
@@ -549,7 +561,7 @@ def _apply_band(node, index: int, bp: BandPlan, vectorize: bool, unroll: bool):
         node = tree.tile_band(node, register)
         if multi_pass:  # the loop over row blocks prefetches the blocks ahead of it
             node = tree.mark(node, f"{MARK_PREFETCH}.{bp.prefetch}")
-        node = tree.mark(tree.child(node), f"{MARK_PROMOTE}.{index}.1")
+        node = tree.mark(tree.child(node), f"{MARK_PROMOTE}.{index}.1{vector_last}")
     elif multi_pass:  # the loop over rows prefetches the rows ahead of it
         node = tree.mark(node, f"{MARK_PREFETCH}.{bp.prefetch}")
     # node: the innermost point band of this outer band

@@ -69,8 +69,12 @@ def test_narrow_conv_is_vectorised_over_output_channels():
     kernel, built = _kernel_config(graph)
     conv_band = bands_of(built.config)[-1]
     assert conv_band.sink and conv_band.register[-1] == 0
-    assert conv_band.tile == (1, 1, 1, 0)  # one output point per tile, all its channels below
-    assert "w_ihwo" in built.tir()
+    # per image and output row, a register tile of the row's 4 positions x all channels
+    assert conv_band.tile == (1, 1, 0, 0) and conv_band.register[2] == 4
+    tir = built.tir()
+    assert "w_ihwo" in tir
+    # the accumulators keep the channels last, so each vector of them is contiguous
+    assert f"_local = T.alloc_buffer((1, 1, 4, {2 * lanes})" in tir
     inputs = random_inputs(graph, 0)
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
 
@@ -84,10 +88,15 @@ def test_wide_conv_keeps_the_output_width_innermost():
 
 
 def test_channel_strip_stays_within_the_accumulator_budget():
-    # 512 output channels: 256 float32 of accumulators (1 KiB) at a time, as vectors
+    # 512 output channels over rows of 7: 7 positions x 32 channels of accumulators (within
+    # 1 KiB of float32), each weight vector loaded once for the 7 positions
     band = channel_vector_band([0, 2, 3, 1], [1, 7, 7, 512], 16, 4, 1024)
-    assert band.register == (0, 0, 0, 256) and band.tile == (1, 1, 1, 0) and band.sink
-    assert channel_vector_band([0, 2, 1], [2, 4, 32], 16, 4, 1024).register == (0, 0, 0)
+    assert band.register == (0, 0, 7, 32) and band.tile == (1, 1, 0, 0) and band.sink
+    # a 1x1 image: all 256 channels of the budget for the one position
+    assert channel_vector_band([0, 2, 3, 1], [1, 1, 1, 512], 16, 4, 1024).register == (0, 0, 0, 256)
+    # rows longer than the block are tiled by it; 32 channels fit whole
+    band = channel_vector_band([0, 2, 1], [2, 12, 32], 16, 4, 1024)
+    assert band.register == (0, 6, 0) and band.tile == (1, 6, 0)
 
 
 def test_a_vector_strip_as_wide_as_the_rows_stays_inside_the_register_tile():
