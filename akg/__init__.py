@@ -14,16 +14,25 @@ def build(subgraph, target="cpu", config=None, db=None):
     return _build(subgraph, target, config, db)
 
 
-def compile(model, target="cpu", db=None, progress=None):  # noqa: A001 - the public name
+def compile(model, target="cpu", db=None, progress=None, example_inputs=None):  # noqa: A001 - the public name
     """Compile a model into a CompiledModel: a path of any known format (.onnx, .mir, .mindir,
-    composite JSON), a Graph or an onnx.ModelProto (see akg.api.compile).
+    composite JSON), a Graph, an onnx.ModelProto, or a torch.nn.Module with `example_inputs`
+    (see akg.api.compile).
 
         compiled = akg.compile("model.onnx", target="cpu")
         outputs = compiled(x=np.ones((1, 3, 224, 224), np.float32))
     """
     from akg.api import compile as _compile
 
-    return _compile(model, target, db, progress)
+    return _compile(model, target, db, progress, example_inputs)
+
+
+def torch_backend(gm, example_inputs):
+    """The torch.compile backend, as a callable: `torch.compile(model, backend=akg.torch_backend)`
+    is `backend="akg"` (see akg.dynamo and docs/torch.md)."""
+    from akg.dynamo import akg_backend
+
+    return akg_backend(gm, example_inputs)
 
 
 def run(model, inputs=None, target="cpu", db=None):

@@ -79,9 +79,14 @@ def load(model):
     return model.graph if isinstance(model, Subgraph) else load_model(model)
 
 
-def compile(model, target: str | Target = "cpu", db=None, progress=None):  # noqa: A001 - the public name
+def compile(model, target: str | Target = "cpu", db=None, progress=None, example_inputs=None):  # noqa: A001
     """A CompiledModel of `model` (anything `load` takes) for `target`, each kernel with its
-    best tuned config from `db` when there is one."""
+    best tuned config from `db` when there is one. `example_inputs`: those a torch.nn.Module
+    (or a torch-level GraphModule) is traced with (docs/torch.md)."""
+    if example_inputs is not None:
+        from akg.graph.io.torch_fx import TorchModel
+
+        model = TorchModel(model, tuple(example_inputs))
     return compile_model(load(model), target, db, progress)
 
 

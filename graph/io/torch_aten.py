@@ -102,6 +102,11 @@ def _fill(ctx: FxContext):
     return ctx.const(np.full(out.shape, value, dtype=out.dtype), out.dtype, "fill")
 
 
+@ATEN_OPS.register_op("aten.empty aten.empty_like aten.empty_strided", "(nothing: an error if used)")
+def _empty(ctx: FxContext):
+    return Unavailable("an uninitialised tensor")
+
+
 # --- linear algebra -----------------------------------------------------------------------------
 
 
@@ -297,8 +302,17 @@ def _convolution(ctx: FxContext):
 @ATEN_OPS.register_op("aten._native_batch_norm_legit_no_training", "batch norm with running statistics, "
                       "in basic ops (the saved statistics are not computed)")
 def _batch_norm_eval(ctx: FxContext):
-    x, w, b, mean, var = ctx.args[:5]
-    eps = ctx.arg(6, "eps", 1e-5)
+    return _batch_norm(ctx, *ctx.args[:5], ctx.arg(6, "eps", 1e-5))
+
+
+@ATEN_OPS.register_op("aten.native_batch_norm", "batch norm with running statistics (training=False only)")
+def _native_batch_norm(ctx: FxContext):
+    if ctx.arg(5, "training", False):
+        raise ctx.unsupported("batch norm in training mode (batch statistics and running-stat updates)")
+    return _batch_norm(ctx, *ctx.args[:5], ctx.arg(7, "eps", 1e-5))
+
+
+def _batch_norm(ctx: FxContext, x, w, b, mean, var, eps):
     x = ctx.tensor(x)
     rank = len(x.shape)
     inv = ctx.emit("rsqrt", [ctx.emit("add", [_channel(ctx, var, rank, "var"), ctx.tensor(eps)], "var_eps")],

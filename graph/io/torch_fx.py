@@ -184,7 +184,11 @@ class FxImporter(Importer):
         for a in _flatten([args, list(kwargs.values())]):
             if isinstance(a, Unavailable):
                 raise self.unsupported_error(ctx.op, f"{ctx.where}: uses {a.what}, which akg does not compute")
-        return self.apply(self.mapping(ctx.op, ctx.where), ctx)
+        result = self.apply(self.mapping(ctx.op, ctx.where), ctx)
+        if isinstance(result, tuple):  # say where an item akg does not compute comes from
+            return tuple(Unavailable(f"{r.what} of {ctx.where}") if isinstance(r, Unavailable) else r
+                         for r in result)
+        return Unavailable(f"{result.what}: {ctx.where}") if isinstance(result, Unavailable) else result
 
     def graph_outputs(self, outputs: list[Any]) -> list[Value]:
         """The graph's outputs, each a node result of its own (an input, a constant or a
@@ -197,7 +201,8 @@ class FxImporter(Importer):
                 self.output_map.append(("none", 0))
                 continue
             if isinstance(v, Unavailable) or not isinstance(v, Value):
-                raise ImportFail(f"output {i} is not a tensor akg computes ({v})", unsupported=True)
+                what = v.what if isinstance(v, Unavailable) else type(v).__name__
+                raise ImportFail(f"output {i} is not a tensor akg computes ({what})", unsupported=True)
             self.output_map.append(("input", inputs[id(v)]) if id(v) in inputs else ("graph", len(result)))
             if id(v) in inputs or id(v) in seen or v in self.constant_values:
                 v = self.emit("reshape", [v], f"output_{i}", shape=v.shape)

@@ -1,0 +1,226 @@
+"""The torch.fx importer (graph/io/torch_fx.py) and the torch.compile backend (akg/dynamo.py):
+three small models against eager PyTorch, inference and training, fallbacks, typed errors."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+import akg  # noqa: E402
+from akg.dynamo import STATS, AkgFallbackWarning, akg_backend  # noqa: E402
+from akg.errors import UnsupportedOpError  # noqa: E402
+from akg.graph.io.torch_fx import import_fx, to_aten  # noqa: E402
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.fc = nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Linear(64, 5)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return self.fc(x.flatten(1))
+
+
+class Encoder(nn.Module):
+    """A transformer encoder layer: multi-head self-attention, layer norms, a GELU MLP."""
+
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.ff1, self.ff2 = nn.Linear(d, 32), nn.Linear(32, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.heads
+        q, k, v = (y.view(b, t, h, d // h).transpose(1, 2) for y in self.qkv(x).split(d, dim=-1))
+        att = torch.softmax(q @ k.transpose(-2, -1) / (d // h) ** 0.5, dim=-1) @ v
+        x = self.norm1(x + self.proj(att.transpose(1, 2).reshape(b, t, d)))
+        return self.norm2(x + self.ff2(F.gelu(self.ff1(x))))
+
+
+MODELS = {"mlp": (MLP, (4, 8)), "cnn": (CNN, (2, 3, 8, 8)), "transformer": (Encoder, (2, 5, 16))}
+
+
+def make(name):
+    torch.manual_seed(0)
+    cls, shape = MODELS[name]
+    model = cls()
+    if name == "cnn":  # running statistics that are not the defaults
+        model.bn.running_mean.uniform_(-0.5, 0.5)
+        model.bn.running_var.uniform_(0.5, 2.0)
+    return model, torch.randn(shape)
+
+
+def rel_err(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    STATS.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_compiled_inference_matches_eager(name):
+    model, x = make(name)
+    model.eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", AkgFallbackWarning)
+        compiled = torch.compile(model, backend="akg")  # the entry point
+        got = compiled(x)
+        want = model(x)
+        again = compiled(x + 1)  # a second call gives fresh outputs, the first ones stay
+    assert STATS.inference == 1 and STATS.fallbacks == 0, STATS
+    assert got.shape == want.shape and got.dtype == torch.float32
+    assert rel_err(got, want) <= 1e-5
+    with torch.no_grad():
+        assert rel_err(again, model(x + 1)) <= 1e-5
+        assert rel_err(got, want) <= 1e-5
+
+
+def train(model, step_fn, x, target, steps=5):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses, grads = [], []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.mse_loss(step_fn(x), target)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append([p.grad.clone() for p in model.parameters()])
+        opt.step()
+    return losses, grads
+
+
+def check_training(name, backend):
+    model, x = make(name)
+    if name == "cnn":
+        model.eval()  # batch norm on its running statistics
+    reference = copy.deepcopy(model)
+    target = torch.randn(model(x).shape)
+    want_losses, want_grads = train(reference, reference, x, target)
+    got_losses, got_grads = train(model, torch.compile(model, backend=backend), x, target)
+    assert rel_err(got_losses, want_losses) <= 1e-4
+    for got, want in zip(got_grads, want_grads):
+        for g, w in zip(got, want):
+            assert rel_err(g, w) <= 1e-4
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert rel_err(p.detach(), q.detach()) <= 1e-4
+    assert want_losses[-1] < want_losses[0]  # it did train
+
+
+def test_training_mlp_compiles_forward_and_backward():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AkgFallbackWarning)
+        check_training("mlp", akg.torch_backend)  # the backend as a callable
+    assert STATS.forward == 1 and STATS.backward == 1 and STATS.fallbacks == 0, STATS
+
+
+@pytest.mark.slow  # about a minute: some 40 kernels for the forward and backward graphs
+def test_training_transformer_compiles_forward_and_backward():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AkgFallbackWarning)
+        check_training("transformer", "akg")
+    assert STATS.forward >= 1 and STATS.backward >= 1 and STATS.fallbacks == 0, STATS
+
+
+def test_training_cnn_falls_back_and_stays_exact():
+    # the forward must save max-pool indices for the backward (akg computes none) and the
+    # backward has convolution_backward: both graphs run eagerly, the results stay torch's
+    with pytest.warns(AkgFallbackWarning, match="max_pool2d_with_indices"):
+        check_training("cnn", akg_backend)
+    assert STATS.fallbacks >= 1
+    assert any("max_pool2d_with_indices" in r for r in STATS.reasons)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_no_graph_breaks(name):
+    model, x = make(name)
+    explained = torch._dynamo.explain(model)(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+
+
+class Cumsum(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(torch.relu(x), dim=1) * 2
+
+
+def test_unsupported_op_falls_back_with_its_name():
+    x = torch.randn(3, 4)
+    with pytest.warns(AkgFallbackWarning, match=r"aten\.cumsum"):
+        got = torch.compile(Cumsum(), backend="akg")(x)
+    assert torch.equal(got, Cumsum()(x))
+    assert STATS.fallbacks == 1 and STATS.inference == 0
+
+
+def test_unsupported_op_is_a_typed_error_naming_node_and_op():
+    gm = to_aten(Cumsum(), (torch.randn(3, 4),))
+    with pytest.raises(UnsupportedOpError, match=r"aten\.cumsum.*node 'cumsum'"):
+        import_fx(gm)
+
+
+def test_akg_compile_takes_a_module_with_example_inputs():
+    model, x = make("cnn")
+    model.eval()
+    compiled = akg.compile(model, target="cpu", example_inputs=(x,))
+    (got,) = compiled(x.numpy())
+    with torch.no_grad():
+        assert rel_err(got, model(x)) <= 1e-5
+
+
+def test_akg_compile_takes_an_aten_graph_module():
+    model, x = make("mlp")
+    gm = to_aten(model, (x,))
+    graph, where = import_fx(gm)
+    assert where == [("graph", 0)]
+    assert [v.type.shape for v in graph.inputs] == [(4, 8)]
+    assert {n.op for n in graph.nodes} >= {"matmul", "relu", "add"}
+    (got,) = akg.compile(gm)(x.numpy())
+    with torch.no_grad():
+        assert rel_err(got, model(x)) <= 1e-5
+
+
+def test_outputs_that_are_inputs():
+    gm = to_aten(lambda x, y: (x, torch.mul(y, 2)), (torch.ones(2), torch.ones(3)))
+    graph, where = import_fx(gm)
+    assert where == [("input", 0), ("graph", 1)]
+
+
+def test_a_result_torch_disagrees_with_is_an_error():
+    from akg.errors import ImportFormatError
+    from akg.graph.io.importer import OpMapping
+    from akg.graph.io.torch_fx import ATEN_OPS
+
+    model, x = make("mlp")
+    gm = to_aten(model, (x,))
+    right = ATEN_OPS.get("aten.relu")
+    # a wrong mapping (a sum over axis 1) gives [4] where torch recorded [4, 16]: caught
+    ATEN_OPS.register("aten.relu", OpMapping("aten.relu", "sum", lambda ctx: ctx.emit("sum", [ctx.args[0]], axes=[1])),
+                      replace=True)
+    try:
+        with pytest.raises(ImportFormatError, match="torch recorded"):
+            import_fx(gm)
+    finally:
+        ATEN_OPS.register("aten.relu", right, replace=True)
