@@ -1,6 +1,7 @@
 """Write the MindIR training-step fixtures (tests/fixtures/mindir/train_*.mindir + .io.npz) with
 real MindSpore: an MLP classifier (Dense 16->32, ReLU, Dense 32->4, sparse softmax cross entropy,
-mean) in nn.WithLossCell + nn.TrainOneStepCell with nn.SGD (plain; momentum 0.9 + nesterov + weight decay 0.01) and nn.Momentum (0.9);
+mean) in nn.WithLossCell + nn.TrainOneStepCell with nn.SGD (plain; momentum 0.9 + nesterov + weight decay 0.01), nn.Momentum (0.9) and nn.Adam
+(train_adam: one-hot float labels, so dense SoftmaxCrossEntropyWithLogits + ReduceMean);
 the optimizer state starts random (as mid-training), not at its zero start.
 
 Run with a throwaway MindSpore (never a dependency of akg):
@@ -8,7 +9,7 @@ Run with a throwaway MindSpore (never a dependency of akg):
     /tmp/msenv/bin/python scripts/make_mindir_training.py [OUT_DIR]
 
 Each `<name>.io.npz` follows the shared MindIR corpus: `input_0, input_1` are the graph inputs
-(data float32[8,16], labels int32[8]), `output_0` the loss MindSpore computed for the step; and
+(data float32[8,16], labels int32[8] or one-hot float32[8,4]), `output_0` the loss MindSpore computed for the step; and
 for every parameter P, `init.P` (its value before the step, the one stored in the file) and
 `new.P` (its value after MindSpore ran the same step once), plus `new.<slot>` for optimizer
 state such as `moments.fc1.weight`.
@@ -41,8 +42,11 @@ class Mlp(nn.Cell):
 def make(name: str, out: Path) -> None:
     rng = np.random.default_rng(17)
     net = Mlp(rng)
-    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    if name == "train_momentum":
+    dense = name == "train_adam"  # one-hot float labels: SoftmaxCrossEntropyWithLogits + ReduceMean
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=not dense, reduction="mean")
+    if name == "train_adam":
+        opt = nn.Adam(net.trainable_params(), learning_rate=0.01)
+    elif name == "train_momentum":
         opt = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
     elif name == "train_sgd_nesterov":
         opt = nn.SGD(net.trainable_params(), learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)
@@ -57,8 +61,16 @@ def make(name: str, out: Path) -> None:
             p.set_data(Tensor(rng.normal(0, 0.1, p.shape).astype(np.float32)))
         elif p.name.startswith("stat."):
             p.set_data(Tensor((rng.random(p.shape) < 0.3).astype(np.float32)))
+        elif p.name.startswith("moment1."):
+            p.set_data(Tensor(rng.normal(0, 0.1, p.shape).astype(np.float32)))
+        elif p.name.startswith("moment2."):
+            p.set_data(Tensor(rng.uniform(0, 0.01, p.shape).astype(np.float32)))
+        elif p.name in ("beta1_power", "beta2_power"):  # after 3 steps
+            p.set_data(Tensor(np.float32((0.9 if p.name == "beta1_power" else 0.999) ** 3)))
     x = rng.standard_normal((8, 16)).astype(np.float32)
     y = rng.integers(0, 4, (8,)).astype(np.int32)
+    if dense:
+        y = np.eye(4, dtype=np.float32)[y]
     ms.export(step, Tensor(x), Tensor(y), file_name=str(out / name), file_format="MINDIR")
     params = {p.name: p.asnumpy().copy() for p in step.get_parameters()}
     loss = step(Tensor(x), Tensor(y)).asnumpy()
@@ -76,7 +88,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
     ms.set_seed(17)
-    for name in ("train_sgd", "train_momentum", "train_sgd_nesterov"):
+    for name in ("train_sgd", "train_momentum", "train_sgd_nesterov", "train_adam"):
         make(name, out)
 
 

@@ -25,11 +25,13 @@ WRITTEN_INPUTS: dict[str, tuple[int, ...]] = {
     "Assign": (0,), "AssignAdd": (0,), "AssignSub": (0,),
     "SGD": (0, 3, 5),  # parameters, accum, stat
     "ApplyMomentum": (0, 1),  # variable, accumulation
+    "Adam": (0, 1, 2),  # variable, m, v
 }
 
 
 # the primitives this module adds to MINDIR_OPS
-TRAINING_PRIMITIVES = ("SparseSoftmaxCrossEntropyWithLogits", "ReluGrad", "BiasAddGrad", *WRITTEN_INPUTS)
+TRAINING_PRIMITIVES = ("SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyWithLogits", "ReluGrad",
+                       "BiasAddGrad", *WRITTEN_INPUTS)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,20 @@ def _sparse_softmax_cross_entropy(c: MindirOpContext) -> Value:
     probs = c.emit("softmax", [logits], "probs", axis=1)
     hot = c.emit("one_hot", [labels], "onehot", depth=k, dtype=logits.dtype)
     return c.emit("div", [c.emit("sub", [probs, hot], "diff"), c.const(n, logits.dtype, "batch")])
+
+
+@MINDIR_OPS.register_op("SoftmaxCrossEntropyWithLogits",
+                        "(loss, backprop): -sum(labels * log_softmax(logits), axis 1) and softmax(logits) - labels")
+def _softmax_cross_entropy(c: MindirOpContext) -> tuple[Value, Value]:
+    c.expect(2)
+    logits, labels = _operands(c, 2, True)
+    if logits.type.rank != 2 or labels.shape != logits.shape:
+        raise c.fail(f"needs logits[N, C] and labels of the same shape, got {logits.type} and {labels.type}")
+    logp = c.emit("log_softmax", [logits], "logp", axis=1)
+    picked = c.emit("sum", [c.emit("mul", [labels, logp], "masked")], "picked", axes=[1], keepdims=False)
+    loss = c.emit("neg", [picked], "loss")
+    probs = c.emit("softmax", [logits], "probs", axis=1)
+    return loss, c.emit("sub", [probs, labels], "backprop")
 
 
 @MINDIR_OPS.register_op("ReluGrad", "where(y > 0, dy, 0)")
@@ -171,3 +187,25 @@ def _apply_momentum(c: MindirOpContext) -> Writes:
     else:
         step = c.emit("mul", [accum, lr], "step")
     return _written(c, {0: c.emit("sub", [var, step], "var"), 1: accum})
+
+
+@MINDIR_OPS.register_op("Adam", "MindSpore's Adam kernel: m += (1 - beta1)(g - m); v += (1 - beta2)(g^2 - v); "
+                        "var -= lr sqrt(1 - beta2_power) / (1 - beta1_power) m / (sqrt(v) + eps) "
+                        "(nesterov: beta1 m + (1 - beta1) g for m)")
+def _adam(c: MindirOpContext) -> Writes:
+    c.expect(10)
+    var, m, v, b1_power, b2_power, lr, b1, b2, eps, grad = _float_operands(c, *range(10))
+    one = c.const(1, var.dtype, "one")
+    keep1, keep2 = c.emit("sub", [one, b1], "1-b1"), c.emit("sub", [one, b2], "1-b2")
+    m = c.emit("add", [m, c.emit("mul", [c.emit("sub", [grad, m], "dm"), keep1], "m_step")], "m")
+    v = c.emit("add", [v, c.emit("mul", [c.emit("sub", [c.emit("mul", [grad, grad], "g2"), v], "dv"), keep2],
+                                 "v_step")], "v")
+    scale = c.emit("div", [c.emit("sqrt", [c.emit("sub", [one, b2_power], "1-b2p")], "root"),
+                           c.emit("sub", [one, b1_power], "1-b1p")], "correction")
+    new_lr = c.emit("mul", [lr, scale], "lr")
+    moment = m
+    if c.bool_(None, "use_nesterov", default=False):
+        moment = c.emit("add", [c.emit("mul", [m, b1], "ahead"), c.emit("mul", [grad, keep1], "fresh")], "moment")
+    denom = c.emit("add", [c.emit("sqrt", [v], "rms"), eps], "denom")
+    var = c.emit("sub", [var, c.emit("mul", [new_lr, c.emit("div", [moment, denom], "dir")], "step")], "var")
+    return _written(c, {0: var, 1: m, 2: v})

@@ -1,6 +1,6 @@
 """MindIR training graphs (graph/io/mindir_train.py and the side-effect handling of
 graph/io/mindir.py): MindSpore TrainOneStepCell exports (forward, loss, backward, SGD / Momentum
-update) reproduce the loss and the updated parameters MindSpore computed, in the reference
+/ Adam update) reproduce the loss and the updated parameters MindSpore computed, in the reference
 interpreter and compiled for cpu; every training primitive against NumPy on hand-built models;
 reads after writes; typed errors naming the node. The fixtures were written by
 scripts/make_mindir_training.py with MindSpore 2.10.0; MindSpore is not needed here."""
@@ -34,9 +34,10 @@ def _sibling(name: str):
 
 _mindir = _sibling("test_mindir")  # the hand-built ModelProto, as MindSpore 2.x writes one
 A, F32, I32, Model = _mindir.A, _mindir.F32, _mindir.I32, _mindir.Model
-STEPS = ["train_sgd", "train_momentum", "train_sgd_nesterov"]
+STEPS = ["train_sgd", "train_momentum", "train_sgd_nesterov", "train_adam"]
 PARAMS = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
-STATE = {"train_sgd": "accum stat", "train_momentum": "moments", "train_sgd_nesterov": "accum stat"}
+STATE = {"train_sgd": "accum stat", "train_momentum": "moments", "train_sgd_nesterov": "accum stat",
+         "train_adam": "moment1 moment2"}  # per parameter, after the scalars global_step (and beta powers)
 TOL = 1e-5  # relative to max|expected|, as for the inference corpus
 
 
@@ -60,20 +61,22 @@ def step_of(name: str):
 @pytest.mark.parametrize("name", STEPS)
 def test_step_inputs_outputs_and_initial_state(name):
     graph, state, io, _, expected = step_of(name)
-    written = PARAMS + ["global_step"] + [f"{s}.{p}" for s in STATE[name].split() for p in PARAMS]
+    scalars = ["global_step"] + (["beta1_power", "beta2_power"] if name == "train_adam" else [])
+    written = PARAMS + scalars + [f"{s}.{p}" for s in STATE[name].split() for p in PARAMS]
     assert [v.name for v in graph.inputs] == ["inputs0", "inputs1"] + written
     assert [v.name for v in graph.outputs] == ["output_0"] + [f"new.{p}" for p in written]
-    read_only = {"new.learning_rate", "new.momentum"}  # MindSpore saved every parameter after the step
-    assert sorted(set(expected) - read_only) == sorted(v.name for v in graph.outputs)
+    read_only = set(expected) - {v.name for v in graph.outputs}  # MindSpore saved every parameter
+    assert read_only == ({"new.learning_rate"} | ({"new.momentum"} if name != "train_adam" else set()))
     for k in read_only:
         np.testing.assert_array_equal(expected[k], io[f"init.{k[4:]}"])
+    # the parameters that are only read (learning_rate, SGD's momentum) stay constants
+    assert {k[4:] for k in read_only} <= {v.name for v in graph.constants}
     assert list(state) == written
     for k, v in state.items():  # the file's weights are the producer's values before the step
         np.testing.assert_array_equal(v, io[f"init.{k}"])
-    # learning_rate and momentum are read, never written: they stay constants
-    assert {"learning_rate", "momentum"} <= {v.name for v in graph.constants}
     # the fixture is not trivial: the step moves every weight and (but plain SGD) the optimizer state
-    for p in PARAMS + (["moments." + p for p in PARAMS] if name == "train_momentum" else []):
+    state_moves = {"train_momentum": ["moments"], "train_sgd_nesterov": ["accum"], "train_adam": ["moment1"]}
+    for p in PARAMS + [f"{s}.{p}" for s in state_moves.get(name, []) for p in PARAMS]:
         assert np.abs(io[f"new.{p}"] - io[f"init.{p}"]).max() > 1e-3, p
 
 
@@ -154,6 +157,18 @@ def case_sparse_softmax_cross_entropy():
     hot = np.eye(3, dtype=np.float32)[y]
     np.testing.assert_allclose(out["output_0"], -(np.log(_softmax(x)) * hot).sum(1).mean(), rtol=1e-6)
     np.testing.assert_allclose(out["output_1"], (_softmax(x) - hot) / 5, rtol=1e-5, atol=1e-7)
+
+
+def case_softmax_cross_entropy():
+    m = Model()
+    logits, labels = m.input("logits", [4, 3]), m.input("labels", [4, 3])
+    pair = m.op("SoftmaxCrossEntropyWithLogits", logits, labels, function=False)
+    out = [m.op("TupleGetItem", pair, i) for i in (0, 1)]
+    x = RNG.standard_normal((4, 3)).astype(np.float32)
+    y = RNG.dirichlet(np.ones(3), 4).astype(np.float32)  # soft labels: every class counts
+    _, got = run_step(m.output(*out), {"logits": x, "labels": y})
+    np.testing.assert_allclose(got["output_0"], -(np.log(_softmax(x)) * y).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(got["output_1"], _softmax(x) - y, rtol=1e-5, atol=1e-7)
 
 
 def case_relu_grad():
@@ -250,6 +265,29 @@ def case_apply_momentum():
         np.testing.assert_allclose(out["new.v"], v1, rtol=1e-5, atol=1e-7)
 
 
+def case_adam():
+    for nesterov in (False, True):
+        m = Model()
+        u = monad(m)
+        grad = m.input("grad", [5])
+        v0, m0 = RNG.standard_normal(5).astype(np.float32), RNG.standard_normal(5).astype(np.float32)
+        s0 = RNG.uniform(0, 1, 5).astype(np.float32)
+        names = [m.param("w", v0), m.param("moment1.w", m0), m.param("moment2.w", s0),
+                 m.param("beta1_power", np.float32(0.9 ** 2)), m.param("beta2_power", np.float32(0.999 ** 2)),
+                 m.param("lr", np.float32(0.01)), m.const(np.array(0.9, np.float32)), m.const(np.array(0.999, np.float32)),
+                 m.const(np.array(1e-8, np.float32)), grad]
+        w = m.op("Adam", *names, u, function=False, use_nesterov=nesterov, use_locking=False, side_effect_mem=True)
+        gv = RNG.standard_normal(5).astype(np.float32)
+        _, out = run_step(m.output(m.op("Depend", grad, m.op("UpdateState", u, w))), {"grad": gv})
+        m1 = m0 + (gv - m0) * 0.1
+        s1 = s0 + (gv * gv - s0) * 0.001
+        lr = 0.01 * np.sqrt(1 - 0.999 ** 2) / (1 - 0.9 ** 2)
+        moment = 0.9 * m1 + 0.1 * gv if nesterov else m1
+        np.testing.assert_allclose(out["new.moment1.w"], m1, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(out["new.moment2.w"], s1, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(out["new.w"], v0 - lr * moment / (np.sqrt(s1) + 1e-8), rtol=1e-5, atol=1e-7)
+
+
 CASES = {
     "SparseSoftmaxCrossEntropyWithLogits": case_sparse_softmax_cross_entropy,
     "ReluGrad": case_relu_grad,
@@ -257,6 +295,8 @@ CASES = {
     "Assign": case_assign, "AssignAdd": case_assign, "AssignSub": case_assign,
     "SGD": case_sgd,
     "ApplyMomentum": case_apply_momentum,
+    "SoftmaxCrossEntropyWithLogits": case_softmax_cross_entropy,
+    "Adam": case_adam,
 }
 
 
