@@ -256,6 +256,8 @@ for _aten, _op in {"aten.sum": "sum", "aten.mean": "mean", "aten.amax": "max", "
 @ATEN_OPS.register_op("aten.var", "variance (times n/(n - correction))")
 def _var(ctx: FxContext):
     x = ctx.tensor(ctx.args[0])
+    if isinstance(ctx.arg(1, "dim", None), bool):  # var(x, unbiased): the old overload
+        raise ctx.unsupported("the `unbiased` overload (var.correction is mapped)")
     axes = _axes(ctx, x, ctx.arg(1, "dim", None))
     correction = ctx.attrs.get("correction", 1)
     correction = 1 if correction is None else correction
