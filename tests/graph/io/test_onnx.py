@@ -203,3 +203,251 @@ def test_akg_run_compile_and_convert_take_an_onnx_file(tmp_path):
     assert main(["convert", str(path), "-o", str(tmp_path / "mlp.mir")]) == 0
     (y,) = akg.run(tmp_path / "mlp.mir", {"x": x})
     np.testing.assert_allclose(y, reference(x), rtol=1e-5, atol=1e-6)
+
+
+# --- converters checked against ONNX's reference evaluator ----------------------------------------
+
+
+def reference(model, feeds):
+    from onnx.reference import ReferenceEvaluator
+
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+def one_node(op, inputs, outputs, inits=(), opset=22, **attrs):
+    """A model of one `op` node: inputs/outputs as (name, elem type, shape); `inits` constants."""
+    node = helper.make_node(op, [n for n, _, _ in inputs] + [n for n, _ in inits], [n for n, _, _ in outputs],
+                            **attrs)
+    return make_model([node], [tensor(*i) for i in inputs], [tensor(*o) for o in outputs],
+                      [const(n, a) for n, a in inits], opset=opset)
+
+
+def check(model, feeds, rtol=1e-5, atol=1e-6):
+    got = akg.run(model, feeds)
+    want = reference(model, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+I8, I32, U8 = TensorProto.INT8, TensorProto.INT32, TensorProto.UINT8
+
+
+@pytest.mark.parametrize("op,attrs,elem,dtype", [
+    ("BitwiseAnd", {}, I32, np.int32), ("BitwiseOr", {}, U8, np.uint8), ("BitwiseXor", {}, I8, np.int8),
+    ("BitShift", {"direction": "LEFT"}, I8, np.int8), ("BitShift", {"direction": "RIGHT"}, I32, np.int32),
+    ("BitShift", {"direction": "RIGHT"}, U8, np.uint8)])
+def test_bitwise_ops_and_shifts_match_numpy_on_signed_and_unsigned_integers(op, attrs, elem, dtype):
+    rng = np.random.default_rng(1)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, (3, 4), endpoint=True).astype(dtype)
+    b = rng.integers(info.min, info.max, (3, 4), endpoint=True).astype(dtype)
+    if op == "BitShift":  # shifts of -2 .. width + 1 (out of range ones give 0 / the sign)
+        b = rng.integers(-2, info.bits + 2, (3, 4)).astype(dtype) if info.min < 0 else \
+            rng.integers(0, info.bits + 2, (3, 4)).astype(dtype)
+    model = one_node(op, [("a", elem, [3, 4]), ("b", elem, [3, 4])], [("y", elem, [3, 4])], **attrs)
+    check(model, {"a": a, "b": b})
+
+
+def test_bitwise_not_and_integer_pow():
+    x = np.array([[-128, -1, 0, 1, 127]], np.int8)
+    model = one_node("BitwiseNot", [("x", I8, [1, 5])], [("y", I8, [1, 5])])
+    (y,) = akg.run(model, {"x": x})
+    np.testing.assert_array_equal(y, ~x)
+    base = np.array([1, 2, 3, -4], np.int64)
+    model = one_node("Pow", [("x", I64, [4]), ("e", I64, [4])], [("y", I64, [4])])
+    (y,) = akg.run(model, {"x": base, "e": np.array([5, 10, 3, 3], np.int64)})
+    np.testing.assert_array_equal(y, [1, 1024, 27, -64])
+
+
+def test_qlinear_matmul_and_matmul_integer_match_the_reference():
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 255, (2, 3, 4)).astype(np.uint8)
+    b = rng.integers(0, 255, (4, 5)).astype(np.uint8)
+    model = one_node("QLinearMatMul", [("a", U8, [2, 3, 4])], [("y", U8, [2, 3, 5])],
+                     inits=[("a_scale", np.float32(0.02)), ("a_zp", np.uint8(113)), ("b", b),
+                            ("b_scale", np.float32(0.003)), ("b_zp", np.uint8(98)), ("y_scale", np.float32(0.01)),
+                            ("y_zp", np.uint8(120))])
+    # the order of QLinearMatMul's inputs: a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp
+    model.graph.node[0].input[:] = ["a", "a_scale", "a_zp", "b", "b_scale", "b_zp", "y_scale", "y_zp"]
+    check(model, {"a": a}, atol=0)
+    model = one_node("MatMulInteger", [("a", U8, [2, 3, 4]), ("b", U8, [4, 5])], [("y", I32, [2, 3, 5])],
+                     inits=[("a_zp", np.uint8(12)), ("b_zp", np.uint8(200))])
+    check(model, {"a": a, "b": b}, atol=0)
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_top_k_picks_by_rank_ties_to_the_lower_index(largest):
+    x = np.array([[3, 1, 3, 2, 1, 5], [0, 0, 0, 0, 0, 0], [4, -1, 7, 7, 2, 4]], np.float32)
+    model = one_node("TopK", [("x", F32, [3, 6])], [("v", F32, [3, 4]), ("i", I64, [3, 4])],
+                     inits=[("k", np.array([4], np.int64))], axis=1, largest=largest)
+    check(model, {"x": x}, atol=0)
+    order = np.argsort(-x if largest else x, axis=1, kind="stable")[:, :4]
+    (_, index) = akg.run(model, {"x": x})
+    np.testing.assert_array_equal(index, order)
+
+
+@pytest.mark.parametrize("equation,shapes", [
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ij,kj", [(2, 3), (4, 3)]), ("...ii->...i", [(2, 3, 3)]),
+    ("i,j->ij", [(3,), (4,)]), ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+    ("iij->j", [(3, 3, 2)]), ("ij->", [(3, 4)])])
+def test_einsum_matches_numpy(equation, shapes):
+    rng = np.random.default_rng(3)
+    xs = {f"x{k}": rng.standard_normal(s).astype(np.float32) for k, s in enumerate(shapes)}
+    want = np.einsum(equation, *xs.values())
+    model = one_node("Einsum", [(n, F32, list(v.shape)) for n, v in xs.items()], [("y", F32, list(want.shape))],
+                     equation=equation)
+    (y,) = akg.run(model, xs)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+def test_det_of_a_batch_and_a_too_large_matrix_is_a_typed_error():
+    x = np.random.default_rng(4).standard_normal((3, 4, 4)).astype(np.float32)
+    model = one_node("Det", [("x", F32, [3, 4, 4])], [("y", F32, [3])])
+    (y,) = akg.run(model, {"x": x})
+    np.testing.assert_allclose(y, np.linalg.det(x), rtol=1e-4, atol=1e-5)
+    model = one_node("Det", [("x", F32, [6, 6])], [("y", F32, [])], name="det6")
+    with pytest.raises(UnsupportedOpError, match=r"6x6.*node 0 'det6'"):
+        load_model(model)
+
+
+@pytest.mark.parametrize("op,gates,attrs", [
+    ("RNN", 1, {"direction": "bidirectional"}), ("GRU", 3, {"linear_before_reset": 1}),
+    ("GRU", 3, {"direction": "reverse", "layout": 1}), ("LSTM", 4, {"direction": "bidirectional"}),
+    ("LSTM", 4, {"layout": 1})])
+def test_recurrent_ops_unrolled_match_the_reference(op, gates, attrs):
+    rng = np.random.default_rng(5)
+    seq, batch, width, hidden = 4, 2, 3, 5
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    layout = attrs.get("layout", 0)
+    x_shape = [batch, seq, width] if layout else [seq, batch, width]
+    w = rng.standard_normal((dirs, gates * hidden, width)).astype(np.float32) * 0.5
+    r = rng.standard_normal((dirs, gates * hidden, hidden)).astype(np.float32) * 0.5
+    b = rng.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32) * 0.1
+    y_shape = [batch, seq, dirs, hidden] if layout else [seq, dirs, batch, hidden]
+    h_shape = [batch, dirs, hidden] if layout else [dirs, batch, hidden]
+    outputs = [("y", F32, y_shape), ("y_h", F32, h_shape)] + ([("y_c", F32, h_shape)] if op == "LSTM" else [])
+    model = one_node(op, [("x", F32, x_shape)], outputs, inits=[("w", w), ("r", r), ("b", b)], hidden_size=hidden,
+                     **attrs)
+    check(model, {"x": rng.standard_normal(x_shape).astype(np.float32)}, rtol=1e-4, atol=1e-5)
+
+
+def test_recurrent_sequence_lens_stop_each_sequence():
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((1, 5, 3)).astype(np.float32)
+    r = rng.standard_normal((1, 5, 5)).astype(np.float32) * 0.3
+    x = rng.standard_normal((4, 2, 3)).astype(np.float32)
+    model = one_node("RNN", [("x", F32, [4, 2, 3])], [("y", F32, [4, 1, 2, 5]), ("y_h", F32, [1, 2, 5])],
+                     inits=[("w", w), ("r", r)], hidden_size=5)
+    model.graph.node[0].input[:] = ["x", "w", "r", "", "lens"]
+    model.graph.initializer.append(const("lens", np.array([4, 2], np.int32)))
+    y, y_h = akg.run(model, {"x": x})
+    h = np.zeros((2, 5), np.float32)
+    for t in range(4):
+        new = np.tanh(x[t] @ w[0].T + h @ r[0].T)
+        live = np.array([t < 4, t < 2])[:, None]
+        np.testing.assert_allclose(y[t, 0], np.where(live, new, 0), rtol=1e-5, atol=1e-6)
+        h = np.where(live, new, h)
+    np.testing.assert_allclose(y_h[0], h, rtol=1e-5, atol=1e-6)
+
+
+def test_dft_and_stft_match_numpy_s_fft():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 8, 3, 2)).astype(np.float32)
+    model = one_node("DFT", [("x", F32, [2, 8, 3, 2])], [("y", F32, [2, 8, 3, 2])], opset=19, axis=1)
+    (y,) = akg.run(model, {"x": x})
+    want = np.fft.fft(x[..., 0] + 1j * x[..., 1], axis=1)
+    np.testing.assert_allclose(y[..., 0] + 1j * y[..., 1], want, rtol=1e-5, atol=1e-5)
+    model = one_node("DFT", [("x", F32, [2, 8, 3, 2])], [("y", F32, [2, 8, 3, 2])], opset=19, axis=1, inverse=1)
+    (y,) = akg.run(model, {"x": x})
+    np.testing.assert_allclose(y[..., 0] + 1j * y[..., 1], np.fft.ifft(x[..., 0] + 1j * x[..., 1], axis=1),
+                               rtol=1e-5, atol=1e-6)
+    signal = rng.standard_normal((1, 32, 1)).astype(np.float32)
+    model = one_node("STFT", [("s", F32, [1, 32, 1])], [("y", F32, [1, 5, 5, 2])],
+                     inits=[("step", np.array(6, np.int64)), ("window", np.hanning(8).astype(np.float32))], opset=17)
+    check(model, {"s": signal}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,padding", [("nearest", "reflection"), ("linear", "zeros"), ("linear", "border"),
+                                          ("cubic", "reflection")])
+def test_grid_sample_matches_the_reference(mode, padding):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((1, 2, 4, 5)).astype(np.float32)
+    grid = rng.uniform(-1.3, 1.3, (1, 3, 6, 2)).astype(np.float32)
+    model = one_node("GridSample", [("x", F32, [1, 2, 4, 5]), ("g", F32, [1, 3, 6, 2])], [("y", F32, [1, 2, 3, 6])],
+                     mode=mode, padding_mode=padding, align_corners=int(mode == "cubic"))
+    check(model, {"x": x, "g": grid}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [2, 2, 2], "dilations": [1, 2, 1], "pads": [1, 0, 1, 0, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 2, 2], "strides": [2, 1, 2], "ceil_mode": 1, "pads": [1, 1, 0, 1, 0, 1]}),
+    ("AveragePool", {"kernel_shape": [2, 3], "dilations": [2, 2], "count_include_pad": 1, "pads": [1, 1, 1, 1]}),
+    ("LpPool", {"kernel_shape": [2, 2, 2], "p": 3})])
+def test_pools_of_any_rank_and_dilation_match_the_reference(op, attrs):
+    rng = np.random.default_rng(9)
+    shape = [1, 2, 5, 6] if len(attrs["kernel_shape"]) == 2 else [1, 2, 4, 5, 6]
+    x = rng.standard_normal(shape).astype(np.float32)
+    from onnx import shape_inference
+
+    model = one_node(op, [("x", F32, shape)], [("y", F32, None)], **attrs)
+    model = shape_inference.infer_shapes(model)
+    model.graph.output[0].CopyFrom(model.graph.output[0])
+    check(model, {"x": x}, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])
+def test_pad_modes_match_numpy(mode):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    model = one_node("Pad", [("x", F32, [3, 4])], [("y", F32, [6, 7])],
+                     inits=[("pads", np.array([1, 2, 2, 1], np.int64))], mode=mode)
+    (y,) = akg.run(model, {"x": x})
+    np.testing.assert_array_equal(y, np.pad(x, ((1, 2), (2, 1)), mode=mode))
+
+
+@pytest.mark.parametrize("reduction", ["mul", "max", "min"])
+def test_scatter_reductions_combine_repeated_indices(reduction):
+    x = np.arange(1, 9, dtype=np.float32).reshape(2, 4)
+    index = np.array([[1, 1, 3], [0, 2, 0]], np.int64)
+    updates = np.array([[2.0, -3.0, 0.5], [4.0, 9.0, 0.25]], np.float32)
+    model = one_node("ScatterElements", [("x", F32, [2, 4]), ("u", F32, [2, 3])], [("y", F32, [2, 4])],
+                     inits=[("i", index)], axis=1, reduction=reduction)
+    model.graph.node[0].input[:] = ["x", "i", "u"]
+    check(model, {"x": x, "u": updates}, atol=0)
+
+
+def test_col2im_max_unpool_affine_grid_and_reverse_sequence_match_the_reference():
+    rng = np.random.default_rng(10)
+    cols = rng.standard_normal((1, 2 * 4, 4)).astype(np.float32)
+    model = one_node("Col2Im", [("x", F32, [1, 8, 4])], [("y", F32, [1, 2, 4, 5])],
+                     inits=[("image", np.array([4, 5], np.int64)), ("block", np.array([2, 2], np.int64))],
+                     strides=[2, 2], pads=[0, 0, 1, 0])
+    check(model, {"x": cols})
+    theta = rng.standard_normal((2, 2, 3)).astype(np.float32)
+    model = one_node("AffineGrid", [("t", F32, [2, 2, 3])], [("g", F32, [2, 3, 4, 2])],
+                     inits=[("size", np.array([2, 1, 3, 4], np.int64))], opset=20)
+    check(model, {"t": theta})
+    x = rng.standard_normal((4, 3, 2)).astype(np.float32)
+    model = one_node("ReverseSequence", [("x", F32, [4, 3, 2]), ("lens", I64, [3])], [("y", F32, [4, 3, 2])])
+    check(model, {"x": x, "lens": np.array([4, 1, 3], np.int64)}, atol=0)
+
+
+def test_ops_whose_output_shape_is_the_data_s_need_it_constant():
+    model = one_node("Compress", [("x", F32, [3, 2]), ("keep", BOOL, [3])], [("y", F32, [2, 2])], axis=0)
+    with pytest.raises(DynamicShapeError, match=r"input 1 'keep' \(condition\)") as e:
+        load_model(model)
+    assert e.value.model_input
+    model = one_node("Compress", [("x", F32, [3, 2])], [("y", F32, [2, 2])],
+                     inits=[("keep", np.array([True, False, True]))], axis=0)
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    (y,) = akg.run(model, {"x": x})
+    np.testing.assert_array_equal(y, x[[0, 2]])
+
+
+def test_an_unknown_rnn_activation_is_a_typed_error_naming_the_node():
+    w, r = np.zeros((1, 2, 3), np.float32), np.zeros((1, 2, 2), np.float32)
+    model = one_node("RNN", [("x", F32, [2, 1, 3])], [("y", F32, [2, 1, 1, 2])], inits=[("w", w), ("r", r)],
+                     hidden_size=2, activations=["Gelu"], name="cell")
+    with pytest.raises(UnsupportedOpError, match=r"activation 'Gelu'.*node 0 'cell'"):
+        load_model(model)
