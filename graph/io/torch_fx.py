@@ -5,6 +5,7 @@ What comes in is an ATen-level GraphModule, as `aot_autograd` hands to its compi
 `make_fx` and the decomposition table `DECOMPOSITIONS` (torch's core-ATen decompositions).
 `ATEN_OPS` maps each ATen op, by its packet name (`aten.addmm`), onto registry ops.
 
+* `.pt2` files (`torch.export.save`) load through the same table (`load_pt2`).
 * Placeholders are the graph inputs, named after the FX node; their types come from the
   node's `meta["val"]` (or `tensor_meta`), else from the example inputs. `get_attr` tensors
   (weights traced into the graph) are constants.
@@ -27,7 +28,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from akg.errors import ImportFormatError
-from akg.graph.io.importer import Frontend, ImportFail, Importer, OpContext, OpTable, register_frontend
+from akg.graph.io.importer import (Frontend, ImportFail, Importer, OpContext, OpTable, graph_name_of,
+                                   register_frontend)
 from akg.graph.ir import Graph, Value
 from akg.graph.types import TensorType
 
@@ -156,6 +158,8 @@ class FxImporter(Importer):
                 env[node] = self.attribute(node)
             elif node.op == "call_function":
                 env[node] = self.call(node, env)
+            elif node.op == "call_module" and node.target == "_guards_fn" and not node.users:
+                continue  # torch.export's input checks: akg checks the inputs itself
             elif node.op == "output":
                 outputs = _flatten(_map_args(node.args[0], env))
             else:  # call_module / call_method: a torch-level graph (to_aten makes an ATen one)
@@ -319,12 +323,21 @@ def accepts_torch(obj: Any) -> bool:
     return _is_torch_module(obj) and hasattr(obj, "graph") and hasattr(obj.graph, "nodes")
 
 
-def _load_torch(path: Any) -> Graph:
-    raise ImportFormatError(f"{path}: torch models are imported in memory, not from files")
+def load_pt2(path: Any) -> Graph:
+    """The Graph of a `torch.export.save`d program (`.pt2`), decomposed with `decompositions()`;
+    its weights are constants."""
+    import torch
+
+    try:
+        program = torch.export.load(str(path))
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds for a bad archive
+        raise ImportFormatError(f"{path}: not a torch.export archive ({type(e).__name__}: {e})") from None
+    gm = program.run_decompositions(decompositions()).module()
+    return import_fx(gm, (), graph_name_of(str(path), FILE, "torch"))[0]
 
 
 register_frontend(Frontend(
-    "torch", (), _load_torch, convert_torch,
+    "torch", (".pt2",), load_pt2, convert_torch,
     accepts=accepts_torch,
     takes="a torch.fx.GraphModule of ATen ops, or (nn.Module, example inputs)"))
 

@@ -11,6 +11,7 @@ import pytest
 
 from akg.errors import ImportFormatError, MissingRuleError
 from akg.graph import GraphBuilder
+from akg.graph.io.torch_fx import load_pt2
 from akg.graph.io import FRONTENDS, LOADERS, load_akg_json, load_mindir, load_mir, load_model, load_onnx, save_mir
 from akg.graph.io.akg_json import AKG_OPS
 from akg.graph.io.importer import (
@@ -77,11 +78,11 @@ def test_registry_decorator_registers_each_name_and_returns_the_function():
 
 
 def test_frontends_are_named_by_their_keys_and_own_the_suffixes():
-    assert list(FRONTENDS) == ["akg_json", "mindir", "mir", "onnx"]
+    assert list(FRONTENDS) == ["akg_json", "mindir", "mir", "onnx", "torch"]
     for name, frontend in FRONTENDS.items():
         assert frontend.name == name and frontend.suffixes and frontend.takes
     assert dict(LOADERS) == {".json": load_akg_json, ".info": load_akg_json, ".mindir": load_mindir,
-                             ".mir": load_mir, ".onnx": load_onnx}
+                             ".mir": load_mir, ".onnx": load_onnx, ".pt2": load_pt2}
 
 
 def test_a_suffix_is_claimed_by_one_frontend():
@@ -187,7 +188,8 @@ def test_unknown_object_lists_the_frontends():
     assert message.startswith("cannot import a int: no frontend takes it (known: akg_json (")
     assert "mindir (the bytes of a .mindir file or a parsed ModelProto)" in message
     assert "mir (a str of .mir text)" in message
-    assert message.endswith("onnx (an onnx.ModelProto))")
+    assert "onnx (an onnx.ModelProto); " in message
+    assert message.endswith("torch (a torch.fx.GraphModule of ATen ops, or (nn.Module, example inputs)))")
 
 
 # --- the shared parts ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 import akg  # noqa: E402
+import akg.api  # noqa: E402
 from akg.dynamo import STATS, AkgFallbackWarning, akg_backend  # noqa: E402
 from akg.errors import UnsupportedOpError  # noqa: E402
 from akg.graph.io.torch_fx import import_fx, to_aten  # noqa: E402
@@ -224,3 +225,14 @@ def test_a_result_torch_disagrees_with_is_an_error():
             import_fx(gm)
     finally:
         ATEN_OPS.register("aten.relu", right, replace=True)
+
+
+def test_load_a_torch_export_archive(tmp_path):
+    model, x = make("mlp")
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(path))
+    graph = akg.api.load(path)
+    assert graph.name == "mlp" and [v.type.shape for v in graph.inputs] == [(4, 8)]
+    (got,) = akg.run(path, [x.numpy()])
+    with torch.no_grad():
+        assert rel_err(got, model(x)) <= 1e-5
