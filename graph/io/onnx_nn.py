@@ -137,10 +137,6 @@ def _window_taps(c: Ctx, in_shape: list[int], count_pad: bool) -> tuple[np.ndarr
 def _pool_any(c: Ctx, x: Value, op: str, count_pad: bool) -> Value:
     """Pooling of any rank and dilation as a gather of every window tap ([N, C, cells, taps])
     and a max or mean over the taps: the form for what max_pool2d / avg_pool2d do not take."""
-    if c.n_outputs > 1:
-        raise c.unsupported("the Indices output is not modelled")
-    if c.int_("storage_order", 0):
-        raise c.unsupported("storage_order=1 is not modelled")
     n, ch, *spatial = x.shape
     include = op == "avg_pool2d" and (count_pad or bool(c.int_("count_include_pad", 0))
                                       and c.str_("auto_pad", "NOTSET") in ("NOTSET", ""))
@@ -159,6 +155,21 @@ def _pool_any(c: Ctx, x: Value, op: str, count_pad: bool) -> Value:
         picked = taps if (kind == 1).all() else c.make("where", c.const(valid, "bool", "valid"), taps,
                                                         c.scalar(fill, x, "fill"), what="picked")
         y = c.make("max", picked, axes=[last], keepdims=False, what="pooled")
+        if c.n_outputs > 1:  # Indices: the first largest tap's place in x, flattened (row-major)
+            tap = c.make("cast", c.make("argmax", picked, axis=last, keepdims=False, what="tap"), to="int64",
+                         what="tap64")
+            cells = math.prod(out_shape)
+            at = c.make("add", c.make("mul", c.const(np.arange(cells, dtype=np.int64).reshape(out_shape), "int64",
+                                                        "cells"), c.scalar(source.shape[1], "int64", "taps"),
+                                      what="row"), tap, what="at")
+            places = source.reshape(-1)
+            if c.int_("storage_order", 0):  # column-major places within each image
+                places = np.ravel_multi_index(np.unravel_index(places, spatial), spatial, order="F")
+            place = c.make("gather", c.const(places.astype(np.int64), "int64", "sources"), at, axis=0, what="place")
+            block = np.arange(n * ch, dtype=np.int64).reshape(n * ch, *([1] * len(out_shape))) * math.prod(spatial)
+            index = c.make("add", place, c.const(block, "int64", "block"), what="index_flat")
+            shaped = c.make("reshape", y, shape=[n, ch, *out_shape], what="pool")
+            return shaped, c.make("reshape", index, shape=[n, ch, *out_shape], what="indices")
     else:
         picked = taps if (kind == 1).all() else c.make("where", c.const(valid, "bool", "valid"), taps,
                                                         c.scalar(0, x, "zero"), what="picked")
@@ -171,16 +182,12 @@ def _pool_any(c: Ctx, x: Value, op: str, count_pad: bool) -> Value:
 def _pool(c: Ctx, op: str, count_pad: bool = False):
     rank = len(c.v(0).shape)
     dilations = c.ints("dilations", None)
-    if rank not in (3, 4) or dilations is not None and set(dilations) != {1}:
+    if rank not in (3, 4) or dilations is not None and set(dilations) != {1} or c.n_outputs > 1:
         return _pool_any(c, c.v(0), op, count_pad)
     x, one_d = _window_2d(c, c.v(0))
-    if c.n_outputs > 1:
-        raise c.unsupported("the Indices output is not modelled")
     kernel = _pair(c.ints("kernel_shape"), one_d, 1)
     strides = _pair(c.ints("strides", None), one_d, 1)
     dilations = _pair(dilations, one_d, 1)
-    if c.int_("storage_order", 0):
-        raise c.unsupported("storage_order=1 is not modelled")
     pads = _pads(c, list(x.shape[2:]), kernel, strides, dilations, one_d)
     attrs = dict(kernel=kernel, strides=strides, padding=pads, ceil_mode=bool(c.int_("ceil_mode", 0)))
     if op == "avg_pool2d":

@@ -1113,9 +1113,15 @@ _INT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767)}
 
 def _per_axis(c: Ctx, v: Value, x: Value, what: str) -> Value:
     """A scale or zero point shaped to broadcast against x: a scalar as it is, a 1-D one along
-    `axis` (per-axis quantisation); blocked quantisation is not modelled."""
-    if c.int_("block_size", 0):
-        raise c.unsupported("blocked quantisation (block_size > 0) is not modelled")
+    `axis` (per-axis quantisation), a blocked one (x's rank, `block_size` elements of x per
+    entry along `axis`) repeated along it by a gather."""
+    block = c.int_("block_size", 0)
+    if block:
+        axis = c.axis(c.int_("axis", 1), len(x.shape))
+        if len(v.shape) != len(x.shape) or v.shape[axis] * block < x.shape[axis]:
+            raise c.fail(f"a blocked {what} {v.type} does not cover {x.type} in blocks of {block}")
+        index = np.arange(x.shape[axis], dtype=np.int64) // block
+        return c.make("gather", v, c.const(index, "int64", f"{what}_blocks"), axis=axis, what=what)
     if len(v.shape) == 0 or v.type.size == 1 and len(v.shape) <= 1:
         return c.make("reshape", v, shape=[], what=what) if v.shape else v
     axis = c.axis(c.int_("axis", 1), len(x.shape))

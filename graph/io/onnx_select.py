@@ -157,3 +157,50 @@ def _optional_get_element(c: Ctx):
     x = c.v(0)
     return c.make("reshape", x, shape=x.shape)
 
+
+
+@ONNX_OPS.register_op("TensorScatter", "gather (positions computed from write_indices), where")
+def _tensor_scatter(c: Ctx):
+    """A KV-cache write: cache[b, ..., write[b] + j, ...] = update[b, ..., j, ...] along `axis`
+    (mod the cache length in circular mode). Each cache place reads the update place that
+    lands on it, if any: a gather of the update flattened and a where."""
+    past, update = c.v(0), c.v(1)
+    rank = len(past.shape)
+    axis = c.axis(c.int_("axis", -2), rank)
+    if axis == 0:
+        raise c.fail("axis must not be the batch axis 0")
+    mode = c.str_("mode", "linear")
+    if mode not in ("linear", "circular"):
+        raise c.fail(f"mode '{mode}' is not linear or circular")
+    if any(p != u for k, (p, u) in enumerate(zip(past.shape, update.shape)) if k != axis) \
+            or update.shape[axis] > past.shape[axis]:
+        raise c.fail(f"update {update.type} does not fit the cache {past.type} along axis {axis}")
+    size, length = past.shape[axis], update.shape[axis]
+    batch = past.shape[0]
+    if c.has(2):
+        write = c.v(2)
+        write = c.make("cast", write, to="int64", what="write64") if write.dtype != "int64" else write
+    else:
+        write = c.const(np.zeros(batch, np.int64), "int64", "write")
+    shape = [1] * rank
+    shape[0] = batch
+    start = c.make("reshape", write, shape=shape, what="start")
+    place_shape = [1] * rank
+    place_shape[axis] = size
+    place = c.const(np.arange(size, dtype=np.int64).reshape(place_shape), "int64", "place")
+    j = c.make("sub", place, start, what="offset")  # [batch, 1.., size, 1..]
+    if mode == "circular":
+        j = c.make("mod", j, c.scalar(size, "int64", "size"), what="wrapped")
+    hit = c.make("logical_and", c.make("greater_equal", j, c.scalar(0, "int64", "zero"), what="after"),
+                 c.make("less", j, c.scalar(length, "int64", "length"), what="before"), what="hit")
+    j = c.make("minimum", c.make("maximum", j, c.scalar(0, "int64", "zero"), what="lo"),
+               c.scalar(length - 1, "int64", "last"), what="j")
+    strides = [math.prod(update.shape[k + 1:]) for k in range(rank)]
+    grid = np.indices(past.shape, dtype=np.int64)
+    offset = sum(grid[k] * strides[k] for k in range(rank) if k != axis)
+    flat_index = c.make("add", c.make("mul", j, c.scalar(strides[axis], "int64", "stride"), what="along"),
+                        c.const(np.asarray(offset, np.int64).reshape(past.shape), "int64", "offsets"),
+                        what="flat_index")
+    written = c.make("gather", c.make("reshape", update, shape=[update.type.size], what="flat"), flat_index, axis=0,
+                     what="written")
+    return c.make("where", hit, written, past)

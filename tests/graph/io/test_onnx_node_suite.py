@@ -311,17 +311,8 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
     'SplitToSequence: no converter, and no ONNX function body made of supported ops': (
         'test_split_to_sequence_1', 'test_split_to_sequence_2', 'test_split_to_sequence_nokeepdims',
     ),
-    'TensorScatter: no converter, and no ONNX function body made of supported ops': (
-        'test_tensorscatter', 'test_tensorscatter_3d', 'test_tensorscatter_circular',
-    ),
     'ai.onnx.ml.TreeEnsemble: ops of domain ai.onnx.ml are not supported': (
         'test_ai_onnx_ml_tree_ensemble_set_membership', 'test_ai_onnx_ml_tree_ensemble_single_tree',
-    ),
-    'MaxPool: the Indices output is not modelled': (
-        'test_maxpool_with_argmax_2d_precomputed_pads', 'test_maxpool_with_argmax_2d_precomputed_strides',
-    ),
-    'QuantizeLinear: blocked quantisation (block_size > 0) is not modelled': (
-        'test_quantizelinear_blocked_asymmetric', 'test_quantizelinear_blocked_symmetric',
     ),
     'ai.onnx.ml.ArrayFeatureExtractor: ops of domain ai.onnx.ml are not supported': (
         'test_ai_onnx_ml_array_feature_extractor',
@@ -355,9 +346,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
     ),
     'ConvTranspose: 3-D transposed convolution is not modelled (1-D and 2-D are)': (
         'test_convtranspose_3d',
-    ),
-    'DequantizeLinear: blocked quantisation (block_size > 0) is not modelled': (
-        'test_dequantizelinear_blocked',
     ),
     "node 16 'HammingWindow_test_hammingwindow_expanded_function_Range' (Range): input 1 'HammingWindow_t": (
         'test_hammingwindow_expanded',
