@@ -175,7 +175,7 @@ def test_a_graph_passes_through():
 
 def test_unknown_suffix_lists_the_known_ones(tmp_path):
     with pytest.raises(ImportFormatError,
-                       match=r"model\.pb: unknown model format '\.pb' \(known: \.info, \.json, \.mindir, \.mir, \.onnx\)"):
+                       match=r"model\.pb: unknown model format '\.pb' \(known: \.info, \.json, \.mindir, \.mir, \.onnx, \.pt2\)"):
         load_model(tmp_path / "model.pb")
     with pytest.raises(ImportFormatError, match=r"missing\.mir: no such file"):
         load_model(str(tmp_path / "missing.mir"))
