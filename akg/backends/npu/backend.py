@@ -170,6 +170,44 @@ def _split_divided_loops(items: list, where: str) -> list:
     return items
 
 
+def _split_divided_top_loop(loop: "TopLoop", where: str) -> "TopLoop":
+    """A serial tile loop that an index of a region below divides past the divisor (`x[c1 //
+    16, c1 % 16 * 3 + c2]` over c1 < 48, a reshape's merged dim that the tile did not split
+    at 16) split at the divisor as `_split_divided_loops` splits region loops: c1 = 16 c1_o +
+    c1_i, two nested tile loops, so that every index is affine again."""
+    import math
+
+    from tvm import tirx
+
+    def regions(items):
+        for it in items:
+            if isinstance(it, Region):
+                yield it
+            elif isinstance(it, TopLoop):
+                yield from regions(it.items)
+
+    v, factor = loop.var, 1
+    for region in regions(loop.items):
+        for nest in _nests(region.items):
+            for acc in [nest.store, *_loads(nest.store.value)]:
+                for div in (d for idx in acc.indices for d in _divisions(idx)):
+                    try:
+                        coeffs, _k = _affine(div.a, where)
+                    except NpuMappingError:
+                        continue
+                    d = int(div.b.value)
+                    c = next((c for w, c in coeffs.items() if w.same_as(v)), 0)
+                    if c % d:
+                        factor = math.lcm(factor, d // math.gcd(abs(c), d))
+    splits, ranges = _LOOP_SPLITS.get(), _LOOP_RANGES.get()
+    if not 1 < factor < loop.extent or loop.extent % factor or splits is None or ranges is None or v in splits:
+        return loop
+    outer, inner = tirx.Var(f"{v.name}_o", "int32"), tirx.Var(f"{v.name}_i", "int32")
+    splits[v] = (({outer: factor, inner: 1}, 0), [(outer, loop.extent // factor), (inner, factor)])
+    ranges[outer], ranges[inner] = loop.extent // factor, factor
+    return TopLoop(outer, loop.extent // factor, False, [TopLoop(inner, factor, False, loop.items)])
+
+
 def _reversed_loops(nests, serial, where: str) -> dict:
     """Loops to run backwards (Var -> extent): those of element-wise statements whose every
     access walks them downwards (`x_1[i, 63 - c] = x[i, 63 - c]`, a schedule's reversed loop),
@@ -292,8 +330,8 @@ def _parse_top(stmt, name: str) -> list:
         if isinstance(s, tirx.AllocBuffer) or (isinstance(s, tirx.Evaluate)):
             continue
         if isinstance(s, tirx.For):
-            out.append(TopLoop(s.loop_var, _extent(s, name), s.kind == tirx.ForKind.PARALLEL,
-                               _parse_top(s.body, name)))
+            loop = TopLoop(s.loop_var, _extent(s, name), s.kind == tirx.ForKind.PARALLEL, _parse_top(s.body, name))
+            out.append(loop if loop.parallel else _split_divided_top_loop(loop, name))
         elif isinstance(s, tirx.AttrStmt) and s.attr_key == "akg.mark" and str(s.node).startswith("npu.tile"):
             items = _parse_region(s.body, [], name)
             if not _mark_parts(str(s.node))[1]:  # vector regions (the cube maps its own loops)

@@ -150,3 +150,15 @@ def test_a_parallel_nest_next_to_a_loopless_statement_runs_serially():
         b.output(b.div(b.input("x", (64, 256)), root), root)
 
     build_checked(graph(build))
+
+
+
+def test_a_tile_loop_divided_by_a_reshape_is_split_at_the_divisor(corpus):
+    """Fused_Reshape_BiasAddGrad (stitch_adapt): a column sum of x[32, 128, 12, 64] reshaped to
+    [4096, 768]; the tile loop c over the 768 columns reads x[.., c // 64, c % 64] (refused
+    before): it runs as c = 64 c_o + c_i."""
+    from akg.graph.io import load_model
+
+    g = load_model(corpus / "akg-composite" / "composite" / "stitch_adapt" /
+                   "Fused_Reshape_BiasAddGrad_Square_ReduceSum_Greater_Select_Sqrt_Select_Maximum.json")
+    check_npu(g)
