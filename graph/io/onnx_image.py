@@ -16,11 +16,17 @@ from akg.graph.types import is_float
 # --- Resize ---------------------------------------------------------------------------------------
 
 
-def _source_coords(mode: str, out: int, size: int, scale: float) -> np.ndarray:
+def _source_coords(mode: str, out: int, size: int, scale: float, roi: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
     """Where each output index samples the input axis (ONNX's coordinate_transformation_mode;
-    the resized length in its formulas is scale * size, not rounded)."""
+    the resized length in its formulas is scale * size, not rounded; tf_crop_and_resize reads
+    the region `roi` (start, end, normalised) of the axis)."""
     x = np.arange(out, dtype=np.float64)
     length = scale * size
+    if mode == "tf_crop_and_resize":
+        start, end = roi
+        if out > 1:
+            return start * (size - 1) + x * (end - start) * (size - 1) / (out - 1)
+        return np.full(out, 0.5 * (start + end) * (size - 1))
     if mode == "half_pixel":
         return (x + 0.5) / scale - 0.5
     if mode == "half_pixel_symmetric":
@@ -81,11 +87,57 @@ def interpolation_matrix(coords: np.ndarray, size: int, mode: str, a: float, exc
     return w
 
 
-def _resize_axis(c: Ctx, x: Value, axis: int, out: int, scale: float, k: int) -> Value:
+def _antialias_taps(ratio: float, scale: float, mode: str, a: float) -> np.ndarray:
+    """The tap weights of ONNX's antialiased filter (downsampling widens it by 1 / scale)."""
+    scale = min(scale, 1.0)
+    if mode == "linear":
+        start = int(np.floor(-1 / scale) + 1)
+        args = (np.arange(start, 2 - start) - ratio) * scale
+        weights = np.clip(1 - np.abs(args), 0, 1)
+    else:
+        start = int(np.floor(-2 / scale) + 1)
+        t = np.abs(scale * (np.arange(start, 2 - start) - ratio))
+        near = ((a + 2) * t - (a + 3)) * t * t + 1
+        far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+        weights = np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+    return weights / weights.sum()
+
+
+def antialias_matrix(coords: np.ndarray, size: int, scale: float, mode: str, a: float,
+                     exclude_outside: bool) -> np.ndarray:
+    """W[out, in] of an antialiased linear / cubic resize, with ONNX's reference's choice of
+    the taps around each coordinate (n nearest, ties to the smaller) and edge clamping."""
+    base = np.floor(coords)
+    ratios = np.where(coords == base, 1.0, coords - base)
+    rows = [_antialias_taps(float(r), scale, mode, a) for r in ratios]
+    n = len(rows[0])
+    pad = int(np.ceil(n / 2))
+    padded = coords + pad
+    p = np.floor(padded).astype(np.int64)
+    frac = padded - p
+    if n % 2 == 0:
+        offset = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        offset = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    taps = (p + offset)[:, None] + np.arange(n)[None, :] - pad
+    weights = np.asarray(rows)
+    if exclude_outside:
+        weights = np.where((taps < 0) | (taps >= size), 0.0, weights)
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    w = np.zeros((len(coords), size))
+    for i in range(len(coords)):
+        for t, wt in zip(np.clip(taps[i], 0, size - 1), weights[i]):
+            w[i, t] += wt
+    return w
+
+
+def _resize_axis(c: Ctx, x: Value, axis: int, out: int, scale: float, k: int,
+                 roi: tuple[float, float] = (0.0, 1.0)) -> Value:
     size = x.shape[axis]
     transform = c.str_("coordinate_transformation_mode", "half_pixel")
     try:
-        coords = _source_coords(transform, out, size, scale)
+        coords = _source_coords(transform, out, size, scale, roi)
     except ValueError:
         raise c.unsupported(f"coordinate_transformation_mode '{transform}' is not modelled") from None
     mode = c.str_("mode", "nearest")
@@ -100,8 +152,12 @@ def _resize_axis(c: Ctx, x: Value, axis: int, out: int, scale: float, k: int) ->
         raise c.fail(f"mode '{mode}' is not one of nearest, linear, cubic")
     if not is_float(x.dtype):
         raise c.unsupported(f"{mode} resizing of {x.dtype} tensors is not modelled")
-    w = interpolation_matrix(coords, size, mode, c.float_("cubic_coeff_a", -0.75),
+    if c.int_("antialias", 0):
+        w = antialias_matrix(coords, size, scale, mode, c.float_("cubic_coeff_a", -0.75),
                              bool(c.int_("exclude_outside", 0)))
+    else:
+        w = interpolation_matrix(coords, size, mode, c.float_("cubic_coeff_a", -0.75),
+                                 bool(c.int_("exclude_outside", 0)))
     rank = len(x.shape)
     perm = [d for d in range(rank) if d != axis] + [axis]
     moved = c.make("transpose", x, perm=perm, what=f"moved{k}") if axis != rank - 1 else x
@@ -114,14 +170,12 @@ def _resize_axis(c: Ctx, x: Value, axis: int, out: int, scale: float, k: int) ->
     return c.make("transpose", shaped, perm=back, what=f"axis{k}")
 
 
-@ONNX_OPS.register_op("Resize", "gather (nearest), matmul by constant weights (linear, cubic)")
+@ONNX_OPS.register_op("Resize", "gather (nearest), matmul by constant weights (linear, cubic, antialiased)")
 def _resize(c: Ctx):
     x = c.v(0)
     rank = len(x.shape)
-    if c.int_("antialias", 0):
-        raise c.unsupported("antialias=1 is not modelled")
-    if c.str_("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
-        raise c.unsupported("coordinate_transformation_mode 'tf_crop_and_resize' is not modelled")
+    if c.int_("antialias", 0) and c.str_("mode", "nearest") == "nearest":
+        raise c.fail("antialias applies to linear and cubic modes")
     axes = [c.axis(a, rank, "axes") for a in (c.ints("axes", None) or range(rank))]
     scales = c.known(2, "scales")
     sizes = c.known_ints(3, "sizes")
@@ -141,10 +195,30 @@ def _resize(c: Ctx):
             raise c.fail(f"keep_aspect_ratio_policy '{policy}' is not one of stretch, not_larger, not_smaller")
     else:
         raise c.fail("needs scales or sizes")
+    crop = c.str_("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
+    regions = [(0.0, 1.0)] * len(axes)
+    if crop and scales is not None and np.asarray(scales).size:
+        raise c.unsupported("tf_crop_and_resize with scales is not modelled (with sizes it is)")
+    if crop:  # roi: the starts, then the ends, of the resized axes (all axes, or `axes`)
+        roi = np.asarray(c.known(1, "roi"), np.float64).reshape(-1)
+        if roi.size == 2 * rank and len(axes) != rank:
+            roi = np.concatenate([roi[:rank][axes], roi[rank:][axes]])
+        if roi.size != 2 * len(axes):
+            raise c.fail(f"roi of {roi.size} values for {len(axes)} axes")
+        regions = [(float(roi[k]), float(roi[k + len(axes)])) for k in range(len(axes))]
     y = x
+    outside = np.zeros([1] * rank, bool)
     for k, (a, n, s) in enumerate(zip(axes, out, scale)):
-        if n != x.shape[a] or s != 1.0:
-            y = _resize_axis(c, y, a, n, s, k)
+        if crop or n != x.shape[a] or s != 1.0:
+            y = _resize_axis(c, y, a, n, s, k, regions[k])
+        if crop:  # a sample outside the input takes extrapolation_value
+            coords = _source_coords("tf_crop_and_resize", n, x.shape[a], s, regions[k])
+            shape = [1] * rank
+            shape[a] = n
+            outside = outside | ((coords < 0) | (coords > x.shape[a] - 1)).reshape(shape)
+    if outside.any():
+        fill = c.scalar(c.float_("extrapolation_value", 0.0), y, "extrapolation")
+        y = c.make("where", c.const(outside, "bool", "outside"), fill, y, what="cropped")
     return y if y is not x else c.make("reshape", x, shape=x.shape)
 
 

@@ -297,14 +297,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
         'test_loop11', 'test_range_float16_type_positive_delta_expanded',
         'test_range_float_type_positive_delta_expanded', 'test_range_int32_type_negative_delta_expanded',
     ),
-    'Resize: antialias=1 is not modelled': (
-        'test_resize_downsample_scales_cubic_antialias', 'test_resize_downsample_scales_linear_antialias',
-        'test_resize_downsample_sizes_cubic_antialias', 'test_resize_downsample_sizes_linear_antialias',
-    ),
-    "Resize: coordinate_transformation_mode 'tf_crop_and_resize' is not modelled": (
-        'test_resize_tf_crop_and_resize', 'test_resize_tf_crop_and_resize_axes_2_3',
-        'test_resize_tf_crop_and_resize_axes_3_2', 'test_resize_tf_crop_and_resize_extrapolation_value',
-    ),
     'RoiAlign: no converter, and no ONNX function body made of supported ops': (
         'test_roialign_aligned_false', 'test_roialign_aligned_true', 'test_roialign_mode_max',
     ),
