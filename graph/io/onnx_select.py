@@ -204,3 +204,25 @@ def _tensor_scatter(c: Ctx):
     written = c.make("gather", c.make("reshape", update, shape=[update.type.size], what="flat"), flat_index, axis=0,
                      what="written")
     return c.make("where", hit, written, past)
+
+
+@ONNX_OPS.register_op("Unique", "(constants: its input must be known)")
+def _unique(c: Ctx):
+    """The unique values (or slices along `axis`), the first index of each, the inverse map
+    and the counts: all shaped by the data, so computed from it at compile time."""
+    data = np.asarray(c.known(0, "the data, whose distinct values are the output's shape"))
+    axis = c.get("axis", None)
+    flat = data.reshape(-1) if axis is None else data
+    if axis is not None:
+        axis = c.axis(int(axis), data.ndim)
+    y, first, inverse, counts = np.unique(flat, return_index=True, return_inverse=True, return_counts=True,
+                                          axis=axis)
+    if not c.int_("sorted", 1):  # in order of first appearance
+        order = np.argsort(first)
+        remap = np.empty_like(order)
+        remap[order] = np.arange(len(order))
+        first, counts, inverse = first[order], counts[order], remap[inverse.reshape(-1)]
+        y = np.take(flat, first, axis=0 if axis is None else axis)
+    outs = [np.asarray(y, data.dtype), first.astype(np.int64), np.asarray(inverse, np.int64).reshape(-1),
+            counts.astype(np.int64)]
+    return tuple(c.imp.const(o, c.name if k == 0 else f"{c.name}.{k}") for k, o in enumerate(outs))

@@ -137,9 +137,10 @@ def test_an_op_without_a_mapping_is_inlined_from_its_onnx_function_body():
 
 
 def test_an_unsupported_op_is_named_with_its_node():
-    model = make_model([helper.make_node("Unique", ["x"], ["y"], name="dedup")], [tensor("x", F32, [4])],
-                       [tensor("y", F32, [4])])
-    with pytest.raises(UnsupportedOpError, match=r"'Unique'.*node 0 'dedup'"):
+    model = make_model([helper.make_node("DeformConv", ["x", "w", "offset"], ["y"], name="dconv")],
+                       [tensor("x", F32, [1, 1, 4, 4]), tensor("w", F32, [1, 1, 2, 2]), tensor("offset", F32, [1, 8, 3, 3])],
+                       [tensor("y", F32, [1, 1, 3, 3])])
+    with pytest.raises(UnsupportedOpError, match=r"'DeformConv'.*node 0 'dconv'"):
         load_model(model)
 
 

@@ -280,11 +280,6 @@ _EXPECTED_BY_REASON: dict[str, tuple[str, ...]] = {
     'RNN: no converter, and no ONNX function body made of supported ops': (
         'test_rnn_seq_length',
     ),
-    'Unique: no converter, and no ONNX function body made of supported ops': (
-        'test_unique_length_1', 'test_unique_not_sorted_without_axis', 'test_unique_sorted_with_axis',
-        'test_unique_sorted_with_axis_3d', 'test_unique_sorted_with_negative_axis',
-        'test_unique_sorted_without_axis',
-    ),
     'DeformConv: no converter, and no ONNX function body made of supported ops': (
         'test_basic_deform_conv_with_padding', 'test_basic_deform_conv_without_padding',
         'test_deform_conv_with_mask_bias', 'test_deform_conv_with_multiple_offset_groups',
