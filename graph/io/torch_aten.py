@@ -354,15 +354,14 @@ def _pool_args(ctx: FxContext, x: Value, i: int):
     return pair(kernel), pair(stride), pair(padding)
 
 
-@ATEN_OPS.register_op("aten.max_pool2d_with_indices aten.max_pool2d", "max_pool2d (the indices are not computed)")
+@ATEN_OPS.register_op("aten.max_pool2d", "max_pool2d")
 def _max_pool(ctx: FxContext):
     x = ctx.tensor(ctx.args[0])
     kernel, stride, padding = _pool_args(ctx, x, 1)
     dilation, ceil_mode = ctx.arg(4, "dilation", [1, 1]), ctx.arg(5, "ceil_mode", False)
     if any(d != 1 for d in dilation):
         raise ctx.unsupported(f"dilation {list(dilation)}")
-    y = ctx.emit("max_pool2d", [x], kernel=kernel, strides=stride, padding=padding, ceil_mode=bool(ceil_mode))
-    return (y, Unavailable("the indices of a max pool")) if ctx.op.endswith("with_indices") else y
+    return ctx.emit("max_pool2d", [x], kernel=kernel, strides=stride, padding=padding, ceil_mode=bool(ceil_mode))
 
 
 @ATEN_OPS.register_op("aten.avg_pool2d", "avg_pool2d")

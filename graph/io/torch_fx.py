@@ -342,4 +342,4 @@ register_frontend(Frontend(
     takes="a torch.fx.GraphModule of ATen ops, or (nn.Module, example inputs)"))
 
 
-from akg.graph.io import torch_aten  # noqa: E402,F401 - fills ATEN_OPS
+from akg.graph.io import torch_aten, torch_aten_grad  # noqa: E402,F401 - fill ATEN_OPS

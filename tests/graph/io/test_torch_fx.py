@@ -147,13 +147,31 @@ def test_training_transformer_compiles_forward_and_backward():
     assert STATS.forward >= 1 and STATS.backward >= 1 and STATS.fallbacks == 0, STATS
 
 
-def test_training_cnn_falls_back_and_stays_exact():
-    # the forward must save max-pool indices for the backward (akg computes none) and the
-    # backward has convolution_backward: both graphs run eagerly, the results stay torch's
-    with pytest.warns(AkgFallbackWarning, match="max_pool2d_with_indices"):
+def test_training_cnn_compiles_forward_and_backward():
+    # the forward returns the max pool's indices (saved for the backward), the backward has
+    # convolution_backward and max_pool2d_with_indices_backward
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AkgFallbackWarning)
         check_training("cnn", akg_backend)
-    assert STATS.fallbacks >= 1
-    assert any("max_pool2d_with_indices" in r for r in STATS.reasons)
+    assert STATS.forward == 1 and STATS.backward == 1 and STATS.fallbacks == 0, STATS
+
+
+class PoolWithIndices(nn.Module):
+    def forward(self, x):
+        return F.max_pool2d(F.relu(x), 3, stride=2, padding=1, return_indices=True)
+
+
+def test_max_pool_indices_are_torchs_also_with_ties():
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 7, 7)
+    x[0, 0] = 0.0  # whole windows of equal values: the first one in scan order wins
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", AkgFallbackWarning)
+        got_values, got_indices = torch.compile(PoolWithIndices(), backend="akg")(x)
+        want_values, want_indices = PoolWithIndices()(x)
+    assert STATS.inference == 1
+    assert torch.equal(got_values, want_values)
+    assert got_indices.dtype == torch.int64 and torch.equal(got_indices, want_indices)
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -174,6 +192,27 @@ def test_unsupported_op_falls_back_with_its_name():
         got = torch.compile(Cumsum(), backend="akg")(x)
     assert torch.equal(got, Cumsum()(x))
     assert STATS.fallbacks == 1 and STATS.inference == 0
+
+
+class LinearCumsum(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.cumsum(self.fc(x), dim=1)
+
+
+def test_training_with_an_unsupported_op_falls_back_exactly():
+    torch.manual_seed(0)
+    model, x, target = LinearCumsum(), torch.randn(3, 4), torch.randn(3, 4)
+    reference = copy.deepcopy(model)
+    want_losses, want_grads = train(reference, reference, x, target)
+    with pytest.warns(AkgFallbackWarning, match=r"forward graph runs eagerly.*aten\.cumsum"):
+        got_losses, got_grads = train(model, torch.compile(model, backend="akg"), x, target)
+    assert got_losses == want_losses
+    assert all(torch.equal(g, w) for got, want in zip(got_grads, want_grads) for g, w in zip(got, want))
+    assert STATS.forward == 0 and STATS.fallbacks >= 1
 
 
 def test_unsupported_op_is_a_typed_error_naming_node_and_op():
