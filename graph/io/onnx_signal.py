@@ -143,3 +143,29 @@ ONNX_OPS.add("HammingWindow", "(a constant of the known size)",
              _window(lambda n, span: 25 / 46 - np.cos(n * np.pi * 2 / span) * (1 - 25 / 46)))
 ONNX_OPS.add("BlackmanWindow", "(a constant of the known size)",
              _window(lambda n, span: 0.42 - 0.5 * np.cos(n * np.pi * 2 / span) + 0.08 * np.cos(n * np.pi * 4 / span)))
+
+
+@ONNX_OPS.register_op("MelWeightMatrix", "(a constant of the known sizes)")
+def _mel_weight_matrix(c: Ctx):
+    """The [dft_length / 2 + 1, num_mel_bins] triangular mel filter bank (ONNX's reference:
+    mel points spaced over (lower, upper) edge hertz, rounded down to DFT bins)."""
+    mels, length, rate = (int(np.asarray(c.known(i, what)).reshape(-1)[0])
+                          for i, what in enumerate(("num_mel_bins", "dft_length", "sample_rate")))
+    lower, upper = (float(np.asarray(c.known(i, what)).reshape(-1)[0])
+                    for i, what in ((3, "lower_edge_hertz"), (4, "upper_edge_hertz")))
+    if mels <= 0 or length <= 0 or rate <= 0:
+        raise c.fail(f"num_mel_bins {mels}, dft_length {length} and sample_rate {rate} must be positive")
+    low, high = (2595 * np.log1p(f / 700) / np.log(10) for f in (lower, upper))
+    points = np.arange(mels + 2) * ((high - low) / (mels + 2)) + low
+    bins = (((length + 1) * (700 * np.expm1(points / 2595 * np.log(10)))) // rate).astype(int)
+    out = np.zeros((length // 2 + 1, mels))
+    for i in range(mels):
+        left, centre, right = bins[i], bins[i + 1], bins[i + 2]
+        if centre == left:
+            out[centre, i] = 1
+        else:
+            for j in range(left, centre + 1):
+                out[j, i] = (j - left) / (centre - left)
+        for j in range(centre, right):
+            out[j, i] = (right - j) / (right - centre)
+    return c.imp.const(out.astype(_dtype_attr(c, c.int_("output_datatype", 1))), c.name)
