@@ -203,7 +203,7 @@ class LinearCumsum(nn.Module):
         return torch.cumsum(self.fc(x), dim=1)
 
 
-def test_training_with_an_unsupported_op_falls_back_exactly():
+def test_training_with_an_unsupported_op_falls_back():
     torch.manual_seed(0)
     model, x, target = LinearCumsum(), torch.randn(3, 4), torch.randn(3, 4)
     reference = copy.deepcopy(model)
@@ -299,3 +299,19 @@ def test_load_a_torch_export_archive(tmp_path):
     (got,) = akg.run(path, [x.numpy()])
     with torch.no_grad():
         assert rel_err(got, model(x)) <= 1e-5
+
+
+def test_the_aten_table_is_a_registry_of_named_mappings():
+    from akg.graph.io.torch_fx import ATEN_OPS
+
+    assert len(ATEN_OPS) >= 80
+    for name, mapping in ATEN_OPS.items():
+        assert name.startswith("aten.") and mapping.name == name and mapping.ops
+    for name in ("aten.convolution_backward", "aten.max_pool2d_with_indices_backward", "aten.native_layer_norm"):
+        assert name in ATEN_OPS
+
+
+def test_the_backend_is_found_by_name():
+    from torch._dynamo.backends.registry import lookup_backend
+
+    assert lookup_backend("akg") is akg_backend
