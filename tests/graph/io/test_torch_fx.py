@@ -315,3 +315,25 @@ def test_the_backend_is_found_by_name():
     from torch._dynamo.backends.registry import lookup_backend
 
     assert lookup_backend("akg") is akg_backend
+
+
+def test_new_shapes_recompile_with_dynamic_false_and_stay_exact():
+    model, _ = make("mlp")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", AkgFallbackWarning)
+        compiled = torch.compile(model, backend="akg", dynamic=False)
+        for n in (4, 6):
+            x = torch.randn(n, 8)
+            assert rel_err(compiled(x), model(x)) <= 1e-5
+    assert STATS.inference == 2 and STATS.fallbacks == 0
+
+
+def test_symbolic_shapes_fall_back_and_stay_exact():
+    model, _ = make("mlp")
+    compiled = torch.compile(model, backend="akg", dynamic=True)
+    x = torch.randn(5, 8)
+    with torch.no_grad(), pytest.warns(AkgFallbackWarning, match="not a tensor of known shape"):
+        got = compiled(x)
+        want = model(x)
+    assert rel_err(got, want) <= 1e-5
+    assert STATS.fallbacks == 1 and STATS.inference == 0
