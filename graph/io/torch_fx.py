@@ -271,7 +271,45 @@ def decompositions() -> dict:
 
     table = dict(core_aten_decompositions())
     kept = {getattr(torch.ops.aten, name.split(".")[1]) for name in ATEN_KEPT}
-    return {op: fn for op, fn in table.items() if op.overloadpacket not in kept}
+    table = {op: fn for op, fn in table.items() if op.overloadpacket not in kept}
+    table[torch.ops.aten._transformer_encoder_layer_fwd.default] = _encoder_layer
+    return table
+
+
+def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu,
+                   norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1,
+                   ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None):
+    """nn.TransformerEncoderLayer's inference fast path (`_transformer_encoder_layer_fwd`) in
+    plain ops, for batch-first 3-d inputs without a mask; NotImplemented (torch's own) else."""
+    import torch
+    import torch.nn.functional as F
+
+    if mask is not None or src.dim() != 3 or src.is_nested:
+        return NotImplemented
+    b, t, d = src.shape
+    heads = num_heads
+    hd = d // heads
+
+    def attention(x):
+        q, k, v = (y.reshape(b, t, heads, hd).transpose(1, 2) for y in F.linear(x, qkv_weight, qkv_bias).split(d, -1))
+        att = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(hd), dim=-1)
+        return F.linear(torch.matmul(att, v).transpose(1, 2).reshape(b, t, d), proj_weight, proj_bias)
+
+    def feed_forward(x):
+        h = F.linear(x, ffn_weight_1, ffn_bias_1)
+        return F.linear(F.gelu(h) if use_gelu else F.relu(h), ffn_weight_2, ffn_bias_2)
+
+    def norm1(x):
+        return F.layer_norm(x, (d,), norm_weight_1, norm_bias_1, eps)
+
+    def norm2(x):
+        return F.layer_norm(x, (d,), norm_weight_2, norm_bias_2, eps)
+
+    if norm_first:
+        x = src + attention(norm1(src))
+        return x + feed_forward(norm2(x))
+    x = norm1(src + attention(src))
+    return norm2(x + feed_forward(x))
 
 
 # ops the core table would decompose that akg maps directly

@@ -337,3 +337,21 @@ def test_symbolic_shapes_fall_back_and_stay_exact():
         want = model(x)
     assert rel_err(got, want) <= 1e-5
     assert STATS.fallbacks == 1 and STATS.inference == 0
+
+
+@pytest.mark.slow  # about 30 s a variant
+@pytest.mark.parametrize("norm_first, activation", [(False, "gelu"), (True, "relu")])
+def test_torch_transformer_encoder_layer_fast_path(norm_first, activation):
+    # in eval mode under no_grad, nn.TransformerEncoderLayer calls the fused
+    # aten._transformer_encoder_layer_fwd, which decompositions() spells out in plain ops
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation=activation, batch_first=True,
+                                       norm_first=norm_first).eval()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", AkgFallbackWarning)
+        got = torch.compile(layer, backend="akg")(x)
+        want = layer(x)
+    assert STATS.inference == 1 and STATS.fallbacks == 0
+    assert rel_err(got, want) <= 1e-5
+    assert torch._dynamo.explain(layer)(x).graph_break_count == 0
