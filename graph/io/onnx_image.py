@@ -456,7 +456,8 @@ def _col2im(c: Ctx):
         raise c.fail(f"{length} block positions, the shapes give {counts}")
     offsets = np.indices(block).reshape(dims, -1)  # [dims, taps]
     places = np.indices(counts).reshape(dims, -1)  # [dims, length]
-    pos = places[:, None, :] * np.asarray(strides)[:, None, None] + offsets[:, :, None] * np.asarray(dilations)[:, None, None]
+    step, spread = np.asarray(strides)[:, None, None], np.asarray(dilations)[:, None, None]
+    pos = places[:, None, :] * step + offsets[:, :, None] * spread  # [dims, taps, length]
     pad_strides = [math.prod(padded[i + 1:]) for i in range(dims)]
     index = sum(pos[i] * pad_strides[i] for i in range(dims)).astype(np.int64)  # [taps, length]
     parts = c.make("reshape", x, shape=[n, ch, taps, length], what="parts")

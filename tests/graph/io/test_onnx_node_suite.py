@@ -592,6 +592,7 @@ def test_the_lists_give_a_reason_for_every_entry():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # ~8 min alone on 2 cores; a loaded host needs more than the 600 s default
 def test_full_node_suite(node_cases):
     started = time.perf_counter()
     folders = sorted(p for p in node_cases.iterdir() if (p / "model.onnx").exists())
