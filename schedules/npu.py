@@ -227,6 +227,7 @@ class NpuRecipe(Recipe):
         # members that may be a tensor's innermost (UB-padded) dim are shrunk last: a tile of
         # a few elements along it pads every row to a 32-byte block
         inner = self._inner_extents()
+        divided = self._divided_extents()
         order = sorted(range(info.members), key=lambda d: info.extents[d] in inner and
                        any(info.extents[e] not in inner for e in range(info.members)))
         for d in order:
@@ -236,8 +237,32 @@ class NpuRecipe(Recipe):
                 break
             rest = math.prod(tile) // tile[d]
             fits = [t for t in divisors(info.extents[d]) if t * rest * per_point <= budget]
-            tile[d] = max(fits) if fits else 1
+            # a tile that divides each reshape divisor of this extent, or is a multiple of it,
+            # keeps `i // d` and `i % d` affine in the tile's loops (the backend splits a tile
+            # loop at d); one that straddles d is refused
+            cuts = divided.get(info.extents[d], ())
+            tile[d] = max(fits, key=lambda t: (all(t % c == 0 or c % t == 0 for c in cuts), t)) if fits else 1
         return tuple(tile)
+
+    def _divided_extents(self) -> dict[int, set[int]]:
+        """{extent: divisors} of the index divisions `i // d` and `i % d` (by a constant) in the
+        kernel's statements, by the extent of the loop variable divided (a reshape's merged dims:
+        `x[i // 64, i % 64]` over i < 6144 gives {6144: {64}})."""
+        from akg.graph.compute.expr import Call, Const, Var, walk
+
+        out: dict[int, set[int]] = {}
+        program = self._program
+        if program is None:
+            return out
+        for op in program.ops():
+            for n in walk(op.body):
+                if not (isinstance(n, Call) and n.op in ("floordiv", "floormod") and isinstance(n.args[1], Const)):
+                    continue
+                d = int(n.args[1].value)
+                for v in walk(n.args[0]):
+                    if isinstance(v, Var) and 1 < d < v.extent:
+                        out.setdefault(v.extent, set()).add(d)
+        return out
 
     def _band_tensors(self, info: BandInfo) -> list:
         """The tensors the band's statements read and write (every tensor of the kernel

@@ -170,42 +170,42 @@ def _split_divided_loops(items: list, where: str) -> list:
     return items
 
 
-def _split_divided_top_loop(loop: "TopLoop", where: str) -> "TopLoop":
-    """A serial tile loop that an index of a region below divides past the divisor (`x[c1 //
-    16, c1 % 16 * 3 + c2]` over c1 < 48, a reshape's merged dim that the tile did not split
-    at 16) split at the divisor as `_split_divided_loops` splits region loops: c1 = 16 c1_o +
-    c1_i, two nested tile loops, so that every index is affine again."""
+def _split_divided_top_loop(loop, extent: int, where: str):
+    """A serial tile loop that an index below divides past the divisor (`x[c1 // 16, c1 % 16 *
+    3 + c2]` over c1 < 48, a reshape's merged dim that the tile did not split at 16) is split
+    at the divisor as `_split_divided_loops` splits region loops: c1 = 16 c1_o + c1_i, two
+    nested tile loops, so that every index is affine again. The split is recorded before the
+    body is parsed; returns ((outer, extent), (inner, extent)) or None."""
     import math
 
     from tvm import tirx
 
-    def regions(items):
-        for it in items:
-            if isinstance(it, Region):
-                yield it
-            elif isinstance(it, TopLoop):
-                yield from regions(it.items)
+    def stores(stmt):
+        for x in _seq(stmt):
+            if isinstance(x, (tirx.For, tirx.AttrStmt)):
+                yield from stores(x.body)
+            elif isinstance(x, tirx.BufferStore):
+                yield x
 
-    v, factor = loop.var, 1
-    for region in regions(loop.items):
-        for nest in _nests(region.items):
-            for acc in [nest.store, *_loads(nest.store.value)]:
-                for div in (d for idx in acc.indices for d in _divisions(idx)):
-                    try:
-                        coeffs, _k = _affine(div.a, where)
-                    except NpuMappingError:
-                        continue
-                    d = int(div.b.value)
-                    c = next((c for w, c in coeffs.items() if w.same_as(v)), 0)
-                    if c % d:
-                        factor = math.lcm(factor, d // math.gcd(abs(c), d))
+    v, factor = loop.loop_var, 1
+    for st in stores(loop.body):
+        for acc in [st, *_loads(st.value)]:
+            for div in (d for idx in acc.indices for d in _divisions(idx)):
+                try:
+                    coeffs, _k = _affine(div.a, where)
+                except NpuMappingError:
+                    continue
+                d = int(div.b.value)
+                c = next((c for w, c in coeffs.items() if w.same_as(v)), 0)
+                if c % d:
+                    factor = math.lcm(factor, d // math.gcd(abs(c), d))
     splits, ranges = _LOOP_SPLITS.get(), _LOOP_RANGES.get()
-    if not 1 < factor < loop.extent or loop.extent % factor or splits is None or ranges is None or v in splits:
-        return loop
+    if not 1 < factor < extent or extent % factor or splits is None or ranges is None or v in splits:
+        return None
     outer, inner = tirx.Var(f"{v.name}_o", "int32"), tirx.Var(f"{v.name}_i", "int32")
-    splits[v] = (({outer: factor, inner: 1}, 0), [(outer, loop.extent // factor), (inner, factor)])
-    ranges[outer], ranges[inner] = loop.extent // factor, factor
-    return TopLoop(outer, loop.extent // factor, False, [TopLoop(inner, factor, False, loop.items)])
+    splits[v] = (({outer: factor, inner: 1}, 0), [(outer, extent // factor), (inner, factor)])
+    ranges[outer], ranges[inner] = extent // factor, factor
+    return (outer, extent // factor), (inner, factor)
 
 
 def _reversed_loops(nests, serial, where: str) -> dict:
@@ -330,8 +330,14 @@ def _parse_top(stmt, name: str) -> list:
         if isinstance(s, tirx.AllocBuffer) or (isinstance(s, tirx.Evaluate)):
             continue
         if isinstance(s, tirx.For):
-            loop = TopLoop(s.loop_var, _extent(s, name), s.kind == tirx.ForKind.PARALLEL, _parse_top(s.body, name))
-            out.append(loop if loop.parallel else _split_divided_top_loop(loop, name))
+            extent, parallel = _extent(s, name), s.kind == tirx.ForKind.PARALLEL
+            split = None if parallel else _split_divided_top_loop(s, extent, name)
+            body = _parse_top(s.body, name)
+            if split is None:
+                out.append(TopLoop(s.loop_var, extent, parallel, body))
+            else:
+                (outer, n_outer), (inner, n_inner) = split
+                out.append(TopLoop(outer, n_outer, False, [TopLoop(inner, n_inner, False, body)]))
         elif isinstance(s, tirx.AttrStmt) and s.attr_key == "akg.mark" and str(s.node).startswith("npu.tile"):
             items = _parse_region(s.body, [], name)
             if not _mark_parts(str(s.node))[1]:  # vector regions (the cube maps its own loops)
@@ -401,17 +407,42 @@ def _independent_iterations(loop, where: str) -> bool:
 
     if not collect(loop.body):
         return False
+    analyzer = None
     for name in {st.buffer.name for st in stores}:
         accesses = [a for a in stores if a.buffer.name == name] + [a for a in loads if a.source.name == name]
         if len({tuple(str(i) for i in a.indices) for a in accesses}) != 1:
-            return False
-        try:
-            forms = [_affine(i, where)[0] for i in accesses[0].indices]
-        except NpuMappingError:
-            return False
-        if not any(c and v.same_as(loop.loop_var) for f in forms for v, c in f.items()):
+            # written as `x[c0 * 3 + c1 // 16, ..]`, read as `x[(c0 * 144 + c1 * 3 + c2) // 48, ..]`
+            # (a reshape's two sides): one index when the loops' ranges prove the values equal
+            analyzer = analyzer or _ranged_analyzer()
+            first = accesses[0].indices
+            if analyzer is None or any(len(a.indices) != len(first) or not all(
+                    analyzer.can_prove_equal(i, j) for i, j in zip(a.indices, first)) for a in accesses[1:]):
+                return False
+        forms = None
+        for a in accesses:
+            try:
+                forms = [_affine(i, where)[0] for i in a.indices]
+                break
+            except NpuMappingError:
+                continue
+        if forms is None or not any(c and v.same_as(loop.loop_var) for f in forms for v, c in f.items()):
             return False
     return True
+
+
+def _ranged_analyzer():
+    """A TVM arithmetic analyzer that knows the ranges of the loops parsed so far (None when
+    they are not recorded)."""
+    import tvm
+    from tvm.sym.analyzer import Analyzer
+
+    ranges = _LOOP_RANGES.get()
+    if ranges is None:
+        return None
+    analyzer = Analyzer()
+    for v, e in ranges.items():
+        analyzer.bind(v, tvm.ir.Range.from_min_extent(0, e))
+    return analyzer
 
 
 def _single_statement(stmt) -> bool:

@@ -162,3 +162,16 @@ def test_a_tile_loop_divided_by_a_reshape_is_split_at_the_divisor(corpus):
     g = load_model(corpus / "akg-composite" / "composite" / "stitch_adapt" /
                    "Fused_Reshape_BiasAddGrad_Square_ReduceSum_Greater_Select_Sqrt_Select_Maximum.json")
     check_npu(g)
+
+
+def test_reshape_rows_tiled_across_the_merged_dims(corpus):
+    """Fused_Cast_Reshape_Cast_ReduceSum_Mul_Sub_Mul_ReduceSum (transformer): x[96, 64, 1024]
+    reshaped to [6144, 1024] and row-reduced. The recipe tiles the 6144 rows by a divisor of
+    64 (a tile of 3 rows would straddle the merged dim), the backend splits the tile loop at
+    the divisor, and the loop over the tile's statements is distributed although its accesses
+    of x are written with different (provably equal) indices (refused before)."""
+    from akg.graph.io import load_model
+
+    g = load_model(corpus / "akg-composite" / "networks" / "ascend" / "transformer" / "level0" /
+                   "Fused_Cast_Reshape_Cast_ReduceSum_Mul_Sub_Mul_ReduceSum_split_11587580791364741340.info")
+    check_npu(g)
