@@ -174,8 +174,9 @@ def _split_divided_top_loop(loop, extent: int, where: str):
     """A serial tile loop that an index below divides past the divisor (`x[c1 // 16, c1 % 16 *
     3 + c2]` over c1 < 48, a reshape's merged dim that the tile did not split at 16) is split
     at the divisor as `_split_divided_loops` splits region loops: c1 = 16 c1_o + c1_i, two
-    nested tile loops, so that every index is affine again. The split is recorded before the
-    body is parsed; returns ((outer, extent), (inner, extent)) or None."""
+    nested tile loops, so that every index is affine again (a core loop becomes a block grid
+    of two axes). The split is recorded before the body is parsed; returns ((outer, extent),
+    (inner, extent)) or None."""
     import math
 
     from tvm import tirx
@@ -331,13 +332,14 @@ def _parse_top(stmt, name: str) -> list:
             continue
         if isinstance(s, tirx.For):
             extent, parallel = _extent(s, name), s.kind == tirx.ForKind.PARALLEL
-            split = None if parallel else _split_divided_top_loop(s, extent, name)
+            split = _split_divided_top_loop(s, extent, name)
             body = _parse_top(s.body, name)
             if split is None:
                 out.append(TopLoop(s.loop_var, extent, parallel, body))
-            else:
+            else:  # a core loop split in two is a block grid of two axes (block = k c_o + c_i)
                 (outer, n_outer), (inner, n_inner) = split
-                out.append(TopLoop(outer, n_outer, False, [TopLoop(inner, n_inner, False, body)]))
+                out.append(TopLoop(outer, n_outer, parallel, [TopLoop(inner, n_inner, parallel, body, grid=parallel)],
+                                   grid=parallel))
         elif isinstance(s, tirx.AttrStmt) and s.attr_key == "akg.mark" and str(s.node).startswith("npu.tile"):
             items = _parse_region(s.body, [], name)
             if not _mark_parts(str(s.node))[1]:  # vector regions (the cube maps its own loops)

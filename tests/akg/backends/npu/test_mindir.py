@@ -13,8 +13,6 @@ REFUSED = {
     # an unaligned vector start (the cube takes fp16 convs only)
     "lenet5": r"lenet5_k0_conv2d.*not aligned",
     "resnet_block": r"resnet_block_k0_conv2d.*not aligned",
-    # a reshape index (4 c0 + c4) // 16 over a tile that does not split the merged dim at 16
-    "transformer_layer": r"k8_reshape_matmul_add.*not affine",
 }
 
 
