@@ -199,7 +199,38 @@ def _check(graph, outputs, reference: Reference) -> str | None:
     return "; ".join(map(str, bad)) or None
 
 
-def bench_model(name: str, graph, trials: int, workdir: Path, kernel_rounds: int = 3) -> dict:
+def door_contenders(row: dict, fn, tensors, ordered, onnx_path: Path, checked) -> dict:
+    """The same model through akg's other doors, default configs: the ONNX file exported for
+    ONNX Runtime imported by akg (`akg.compile(path)`), and the torch function compiled by
+    `torch.compile(backend="akg")`. Each must be as fast as the graph loaded directly (same
+    kernels, same memory plan): the table reports the ratio."""
+    import akg
+
+    out = {}
+    if onnx_path.exists():
+        try:
+            via_onnx = akg.compile(onnx_path, target="cpu")
+            checked("akg via ONNX", via_onnx(*ordered))
+            row["onnx_kernels"] = len(via_onnx.calls)
+            out["akg_onnx_s"] = lambda: via_onnx(*ordered)
+        except Exception as e:  # noqa: BLE001  (reported in the row, the run goes on)
+            row["akg_onnx_error"] = str(e).splitlines()[0][:120]
+    try:
+        import torch
+
+        from akg.dynamo import STATS
+
+        before = STATS.fallbacks
+        via_torch = torch.compile(fn, backend="akg", dynamic=False)
+        checked("akg via torch.compile", [t.numpy() for t in via_torch(*tensors)])
+        row["akg_torch_fallback"] = STATS.fallbacks != before
+        out["akg_torch_s"] = lambda: via_torch(*tensors)
+    except Exception as e:  # noqa: BLE001
+        row["akg_torch_error"] = str(e).splitlines()[0][:120]
+    return out
+
+
+def bench_model(name: str, graph, trials: int, workdir: Path, kernel_rounds: int = 3, doors: bool = True) -> dict:
     import torch
 
     from akg.api import compile_model
@@ -258,6 +289,8 @@ def bench_model(name: str, graph, trials: int, workdir: Path, kernel_rounds: int
             pass
         except Exception as e:  # noqa: BLE001
             row["onnxruntime_error"] = str(e).splitlines()[0][:120]
+        if doors:
+            contenders.update(door_contenders(row, fn, tensors, ordered, workdir / f"{name}.onnx", checked))
         row.update(timeit_interleaved(contenders))
     for label, model in models.items():
         row[f"{label}_kernel_times"] = kernel_times(model, inputs, kernel_rounds)
@@ -300,6 +333,24 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
+def doors_table(rows) -> str:
+    """akg's default-config model time through each door, and each door against the graph
+    loaded directly (1.00x: as fast)."""
+    lines = ["| model | akg .mir/graph ms | akg via ONNX ms | ONNX vs graph | akg via torch.compile ms "
+             "| torch.compile vs graph | notes |", "|" + "---|" * 7]
+    for r in rows:
+        base = r["akg_default_s"]
+        notes = [f"{k}: {r[k]}" for k in ("akg_onnx_error", "akg_torch_error") if r.get(k)]
+        if r.get("akg_torch_fallback"):
+            notes.append("torch.compile fell back to torch for part of the graph")
+        if r.get("onnx_kernels") not in (None, r["kernels"]):
+            notes.append(f"ONNX import: {r['onnx_kernels']} kernel calls, the graph {r['kernels']}")
+        lines.append(f"| {r['model']} | {fmt_ms(base)} | {fmt_ms(r.get('akg_onnx_s'))} "
+                     f"| {ratio(r.get('akg_onnx_s'), base)} | {fmt_ms(r.get('akg_torch_s'))} "
+                     f"| {ratio(r.get('akg_torch_s'), base)} | {'; '.join(notes) or '-'} |")
+    return "\n".join(lines)
+
+
 def kernel_table(rows) -> str:
     """Every kernel call of every model: default and tuned time and the tuned GFLOP/s."""
     lines = ["| model | # | kernel | MFLOP | default us | tuned us | tuned GFLOP/s |", "|" + "---|" * 7]
@@ -330,13 +381,15 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel-rounds", type=int, default=3, help="rounds of timing every kernel call alone")
     ap.add_argument("--per-kernel", action="store_true", help="also print every kernel call's time")
     ap.add_argument("--record", type=Path, help="append the tables to this markdown file")
+    ap.add_argument("--no-doors", action="store_true",
+                    help="skip akg through its ONNX importer and its torch.compile backend")
     args = ap.parse_args(argv)
     graphs = load_graphs(args.models)
     workdir = Path(tempfile.mkdtemp(prefix="akg-bench-models-"))
     rows = []
     for name, g in graphs:
         print(f"== {name}", flush=True)
-        rows.append(bench_model(name, g, args.trials, workdir, args.kernel_rounds))
+        rows.append(bench_model(name, g, args.trials, workdir, args.kernel_rounds, doors=not args.no_doors))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     load = os.getloadavg()
     text = "\n".join([
@@ -344,6 +397,8 @@ def main(argv=None) -> int:
         f"TVM_NUM_THREADS={os.environ['TVM_NUM_THREADS']}; load average at the end {load[0]:.2f}, {load[1]:.2f}",
         f"command: `python scripts/bench/models.py {' '.join(argv if argv is not None else sys.argv[1:])}` "
         f"(tuned: {args.trials} trials per model)", "", table(rows), ""])
+    if not args.no_doors:
+        text += "\n" + doors_table(rows) + "\n"
     if args.per_kernel:
         text += "\n" + kernel_table(rows) + "\n"
     print(text)
