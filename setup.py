@@ -49,6 +49,7 @@ setup(
     install_requires=[
         "numpy>=1.26,<3",
         "scipy>=1.11,<2",
+        "ml_dtypes>=0.5",  # bfloat16 and float8 arrays (NumPy dtypes by name)
         "apache-tvm>=0.27,<0.28",
         # 0.1.15 segfaults in tvm.ir.save_json (kills MetaSchedule's database).
         "apache-tvm-ffi<0.1.15",

@@ -9,7 +9,7 @@ import numpy as np
 from akg.errors import AkgError, InputDataError, TooLargeError
 from akg.graph.ir import Graph, Value
 from akg.graph.memory import require_values
-from akg.graph.types import COMPLEX_PART, TensorType, is_complex, is_float, is_int
+from akg.graph.types import COMPLEX_PART, TensorType, is_complex, is_float, is_int, is_storage
 
 
 def bind_inputs(graph: Graph, inputs: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> dict[Value, np.ndarray]:
@@ -62,6 +62,8 @@ def _evaluate(graph: Graph, env: dict[Value, np.ndarray], keep_all: bool, float6
         env = {v: _widen(a) for v, a in env.items()}
     for node in graph.nodes:
         args = [env[v] for v in node.inputs]
+        if node.op != "cast":  # storage types (bfloat16, float8) are computed in float32
+            args = [a.astype(np.float32) if is_storage(v.dtype) else a for v, a in zip(node.inputs, args)]
         try:
             with np.errstate(all="ignore"):
                 results = node.opdef.evaluate(args, node.attrs)
@@ -86,7 +88,7 @@ def _widen(a: np.ndarray) -> np.ndarray:
     """float -> float64, complex -> complex128 (NumPy evaluates complex64 natively)."""
     if a.dtype.kind == "c":
         return a.astype(np.complex128)
-    return a.astype(np.float64) if a.dtype.kind == "f" else a
+    return a.astype(np.float64) if a.dtype.kind == "f" or is_storage(a.dtype.name) else a
 
 
 def random_array(t: TensorType, rng: np.random.Generator, high: int | None = None) -> np.ndarray:

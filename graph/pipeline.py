@@ -1,7 +1,7 @@
 """The graph pass pipeline (graph stage, between import and kernel generation): a model Graph
 through the named passes of `PASSES`, in order, to the Partition of its kernels.
 
-    autodiff -> parallel -> complex -> expand -> simplify -> layout -> fuse
+    autodiff -> parallel -> complex -> storage -> expand -> simplify -> layout -> fuse
 
 Every step is a `GraphPass`: a name and a function of the graph and the `PlanOptions` (the
 target, fusion limits). All but the last map a Graph to a Graph; "fuse", the last, cuts it
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from akg.graph.complex import decompose_complex
+from akg.graph.storage import widen_storage
 from akg.graph.expand import expand
 from akg.graph.fuse import FusionLimits, Partition, fuse
 from akg.graph.ir import Graph
@@ -53,6 +54,10 @@ def _complex(graph: Graph, options: PlanOptions) -> Graph:
     return decompose_complex(graph)
 
 
+def _storage(graph: Graph, options: PlanOptions) -> Graph:
+    return widen_storage(graph)
+
+
 def _expand(graph: Graph, options: PlanOptions) -> Graph:
     return expand(graph)
 
@@ -74,6 +79,8 @@ PASSES: tuple[GraphPass, ...] = (
     GraphPass("parallel", _identity, "slot for the per-rank SPMD split; the identity today"),
     GraphPass("complex", _complex, "complex64 values -> float32 (re, im) pairs; complex inputs and "
                                    "outputs as float32 (..., 2) (akg.graph.complex)"),
+    GraphPass("storage", _storage, "ops on bfloat16/float8 values computed in float32 between casts "
+                                   "(akg.graph.storage)"),
     GraphPass("expand", _expand, "composite ops -> basic ops (akg.graph.expand)"),
     GraphPass("simplify", _simplify, "CSE, DCE, constant folding, identities (akg.graph.simplify)"),
     GraphPass("layout", _layout, "constant matmul weights stored as panels for the target "

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+import ml_dtypes  # noqa: F401 - registers bfloat16 and the float8 types with NumPy by name
 import numpy as np
 
 from akg.errors import ShapeError
@@ -25,10 +26,19 @@ _SHORT = {
     "float32": "f32",
     "float64": "f64",
     "complex64": "c64",  # graph IR and reference only: kernels see float32 pairs (akg.graph.complex)
+    # storage types (NumPy's through ml_dtypes): values are computed in float32 and rounded to
+    # nearest even when stored (akg.graph.storage; the reference interpreter the same)
+    "bfloat16": "bf16",
+    "float8_e4m3fn": "f8e4m3fn",
+    "float8_e4m3fnuz": "f8e4m3fnuz",
+    "float8_e5m2": "f8e5m2",
+    "float8_e5m2fnuz": "f8e5m2fnuz",
 }
 _LONG = {short: long for long, short in _SHORT.items()}
 DTYPES = tuple(_SHORT)
-FLOAT_DTYPES = ("float16", "float32", "float64")
+STORAGE_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+FLOAT8_DTYPES = STORAGE_DTYPES[1:]
+FLOAT_DTYPES = ("float16", "float32", "float64") + STORAGE_DTYPES
 # The most elements a shape may have (and so the largest dimension): what a signed 64-bit
 # index reaches, and NumPy's limit. Whether the memory is there is checked where arrays are
 # made (akg.graph.memory).
@@ -63,6 +73,11 @@ def short_dtype(dtype: str) -> str:
 
 def is_float(dtype: str) -> bool:
     return dtype in FLOAT_DTYPES
+
+
+def is_storage(dtype: str) -> bool:
+    """A float type that kernels only store: they compute its values in float32."""
+    return dtype in STORAGE_DTYPES
 
 
 def is_int(dtype: str) -> bool:
@@ -146,7 +161,7 @@ def is_uniform(a: np.ndarray) -> bool:
         return True
     first = a.flat[0]
     same = a == first
-    if a.dtype.kind in "fc" and first != first:  # NaN: equal to the other NaNs
+    if (a.dtype.kind in "fc" or a.dtype.name in STORAGE_DTYPES) and first != first:  # NaN: equal to the other NaNs
         same = np.isnan(a)
     return bool(same.all())
 

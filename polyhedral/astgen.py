@@ -28,6 +28,7 @@ from tvm import tirx
 
 from akg.errors import LoweringError
 from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Select, Tensor, Var, walk
+from akg.graph.compute.float8 import FLOAT8, bits_dtype, tir_cast
 from akg.polyhedral.model import PolyModel, Statement
 from akg.polyhedral.intrinsics import FAST_F32
 from akg.polyhedral.promote import Promoter, Promotion, local_index
@@ -108,6 +109,7 @@ class TirLowering:
         self.shadows: dict[int, tirx.Buffer] = {}  # argmax/argmin running values
         self.params: list[tirx.Buffer] = []
         self.allocs: list[tirx.Buffer] = []
+        self.aliases: list[tuple] = []  # (view, parameter's data): float8 parameters as uint8
         self.loop_vars: dict[str, tirx.Var] = {}
         self.scopes: list[_Scope] = []
         self.piece_offsets: dict[int, list[list[isl.AstExpr]]] = {}
@@ -122,12 +124,16 @@ class TirLowering:
         program = self.model.program
         for t in [*program.placeholders, *program.outputs]:
             buf = tirx.decl_buffer(t.shape, t.dtype, _ident(t.name))
+            # float8 tensors are read and written as their bits (graph/compute/float8.py)
             self.buffers[id(t)] = buf
+            if t.dtype in FLOAT8:
+                self.buffers[id(t)] = tirx.decl_buffer(t.shape, "uint8", _ident(t.name) + "_bits")
+                self.aliases.append((self.buffers[id(t)], buf.data))
             self.params.append(buf)
         for op in program.ops():
             t = op.output
             if id(t) not in self.buffers and id(t) not in local_only:
-                buf = tirx.decl_buffer(t.shape, t.dtype, _ident(t.name))
+                buf = tirx.decl_buffer(t.shape, bits_dtype(t.dtype), _ident(t.name))
                 self.buffers[id(t)] = buf
                 self.allocs.append(buf)
             red = op.reduce
@@ -210,7 +216,7 @@ class TirLowering:
             raise failures[0]
         self._declare_buffers(self.promoter.local_only())
         body = self.stmt(ast)
-        body = _seq([*(tirx.AllocBuffer(b) for b in self.allocs), body])
+        body = _seq([*(tirx.DeclBuffer(b, data=data) for b, data in self.aliases), *(tirx.AllocBuffer(b) for b in self.allocs), body])
         func = tirx.PrimFunc(self.params, body)
         return func.with_attr("global_symbol", self.name).with_attr("tirx.noalias", True)
 
@@ -689,7 +695,7 @@ class TirLowering:
             elif isinstance(n, Load):
                 out = self._load(n.tensor, [go(i) for i in n.indices])
             elif isinstance(n, Cast):
-                out = tirx.Cast(n.dtype, go(n.value))
+                out = tir_cast(n.dtype, go(n.value), n.value.dtype, bits=True)  # float8 by its bits
             elif isinstance(n, Select):
                 lazy = any(isinstance(x, Load) for x in (*walk(n.a), *walk(n.b)))
                 c, a, b = go(n.cond), go(n.a), go(n.b)
@@ -719,7 +725,8 @@ class TirLowering:
         before, after, allocs = [], [], []
         for p, exprs in zip(self.promoter.pieces[piece], self.piece_offsets[piece]):
             offsets = [self.expr(e) for e in exprs]
-            local = tirx.decl_buffer(p.shape, p.tensor.dtype, _ident(p.tensor.name) + "_local", scope="global")
+            local = tirx.decl_buffer(p.shape, bits_dtype(p.tensor.dtype), _ident(p.tensor.name) + "_local",
+                                     scope="global")
             allocs.append(local)
             if p.copy_in:
                 before.append(self._copy(local, offsets, p, into_local=True))

@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from akg.errors import UnsupportedOpError
-from akg.graph.compute.expr import (Call, ComputeOp, Expr, Load, Reduce, Select, Tensor, compute, const,
+from akg.graph.compute.expr import (Call, ComputeOp, Expr, Load, Reduce, Select, Tensor, cast, compute, const,
                                     placeholder, rebuild, size, substitute, walk)
 from akg.graph.complex import complex_io, decompose_complex
+from akg.graph.storage import widen_storage
 from akg.graph.expand import expand
 from akg.graph.ir import Graph, Value
 from akg.graph.ops import COMPUTES, ComputeCtx
-from akg.graph.types import is_uniform
+from akg.graph.types import is_storage, is_uniform
 
 
 @dataclass
@@ -81,14 +82,15 @@ def _uniform(a: np.ndarray) -> bool:
 def kernel_params(graph: Graph) -> list[np.ndarray]:
     """The arrays `lower_graph(graph)` binds as the kernel's parameters, in order, without
     building its expressions (a model's repeated kernels each bind their own weights)."""
-    return [np.asarray(a) for a in decompose_complex(expand(graph)).constants.values() if not _uniform(a)]
+    return [np.asarray(a) for a in widen_storage(decompose_complex(expand(graph))).constants.values()
+            if not _uniform(a)]
 
 
 def lower_graph(graph: Graph) -> Program:
-    """Expand composites, decompose complex values into float pairs, then build each basic
-    op's tensor expression."""
+    """Expand composites, decompose complex values into float pairs, compute storage types
+    (bfloat16, float8) in float32, then build each basic op's tensor expression."""
     complex_names = complex_io(graph)
-    graph = decompose_complex(expand(graph))
+    graph = widen_storage(decompose_complex(expand(graph)))
     env: dict[Value, Tensor] = {}
     inputs = []
     for v in graph.inputs:
@@ -98,6 +100,10 @@ def lower_graph(graph: Graph) -> Program:
     for v, a in graph.constants.items():
         if _uniform(a):
             value = a.flat[0].item() if a.size else 0
+            if is_storage(v.dtype):  # exact in float32; stored by its bits (graph/compute/float8.py)
+                env[v] = compute(v.shape, lambda *i, value=float(value), dt=v.dtype:
+                                 cast(dt, const(value, "float32")), v.name)
+                continue
             env[v] = compute(v.shape, lambda *i, value=value, dt=v.dtype: const(value, dt), v.name)
         else:
             env[v] = placeholder(v.shape, v.dtype, v.name)

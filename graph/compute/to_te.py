@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from akg.errors import UnsupportedOpError
 from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Select, Var
+from akg.graph.compute.float8 import tir_cast
 from akg.graph.compute.lower import Program
 
 
@@ -34,7 +35,7 @@ def to_te(program: Program) -> list:
         if isinstance(e, Load):
             return tensors[id(e.tensor)][tuple(convert(i, env) for i in e.indices)]
         if isinstance(e, Cast):
-            return tirx.Cast(e.dtype, convert(e.value, env))
+            return tir_cast(e.dtype, convert(e.value, env))
         if isinstance(e, Select):
             return tirx.if_then_else(convert(e.cond, env), convert(e.a, env), convert(e.b, env))
         if isinstance(e, Call):

@@ -17,7 +17,7 @@ from akg.errors import AkgError, MirParseError, ShapeError, TooLargeError, Weigh
 from akg.graph.io.importer import Frontend, register_frontend
 from akg.graph.ir import Graph, Node, Value, set_text_printer
 from akg.graph.memory import require_values
-from akg.graph.types import MAX_ELEMENTS, TensorType, canonical_dtype, short_dtype
+from akg.graph.types import MAX_ELEMENTS, TensorType, canonical_dtype, is_storage, short_dtype
 
 # --- lexer --------------------------------------------------------------------------------------
 
@@ -324,7 +324,8 @@ def _const_array(value: Any, t: TensorType) -> np.ndarray:
     if array.shape != shape:  # cannot happen for a regular nesting: numpy saw it otherwise
         raise ValueError(f"literal has shape {list(array.shape)}, the type says {list(t.shape)}")
     kinds = {type(x) for x in array.flat}
-    allowed = {"f": {int, float}, "b": {bool}}.get(np.dtype(t.dtype).kind, {int})
+    kind = "f" if is_storage(t.dtype) else np.dtype(t.dtype).kind  # ml_dtypes' floats are kind "V"
+    allowed = {"f": {int, float}, "b": {bool}}.get(kind, {int})
     if not kinds <= allowed:
         names = ", ".join(sorted(k.__name__ for k in kinds - allowed))
         raise ValueError(f"{names} values do not fit {short_dtype(t.dtype)}")

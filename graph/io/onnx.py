@@ -49,7 +49,8 @@ NOT_FOLDED = frozenset({"dropout"})  # ops whose result is not a function of the
 
 # TensorProto.DataType -> akg dtype
 DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
-          10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 14: "complex64"}
+          10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 14: "complex64", 16: "bfloat16",
+          17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2", 20: "float8_e5m2fnuz"}
 
 
 ONNX_TYPES = {dtype: code for code, dtype in DTYPES.items()}

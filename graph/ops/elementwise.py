@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from scipy import special
 
 from akg.errors import ShapeError
 from akg.graph.ops.registry import ELEMWISE, Attr, defop
-from akg.graph.types import COMPLEX_PART, TensorType, broadcast_shapes, is_float
+from akg.graph.types import FLOAT8_DTYPES, COMPLEX_PART, TensorType, broadcast_shapes, is_float, is_storage
 
 # --- dtype rules ---------------------------------------------------------------------------
 
@@ -144,11 +145,21 @@ def where(cond, a, b):
     return np.where(cond, a, b)
 
 
-@defop("cast", kind=ELEMWISE, infer=lambda x, to: x.with_dtype(to), attrs=[Attr("to", "dtype")])
-def cast(x, to):
+@defop("cast", kind=ELEMWISE, infer=lambda x, to, saturate=False: x.with_dtype(to),
+       attrs=[Attr("to", "dtype"), Attr("saturate", "bool", False)])
+def cast(x, to, saturate=False):
     """Convert dtype; float -> int truncates toward zero, anything -> bool is x != 0. Float ->
     uint32/uint64 wraps modulo 2^bits (as NumPy on x86 does for values from -2^63 to 2^64; the
-    C cast is undefined outside the target's range, so kernels and this reference define it)."""
+    C cast is undefined outside the target's range, so kernels and this reference define it).
+    To and from the storage types (bfloat16, float8) through float32, rounding to nearest even
+    (ml_dtypes); past a float8 type's range NaN (inf for e5m2), or with `saturate` its largest
+    finite value (ONNX Cast's saturate: infinities too; NaN stays NaN)."""
+    if is_storage(to) or is_storage(x.dtype.name):
+        wide = x.astype(np.float32)
+        if saturate and to in FLOAT8_DTYPES:
+            top = np.float32(ml_dtypes.finfo(to).max)
+            wide = np.where(np.isnan(wide), wide, np.clip(wide, -top, top))
+        return _float_to_unsigned(wide, to) if to in _WRAPPED_UNSIGNED else wide.astype(to)
     if x.dtype.kind == "f" and to in _WRAPPED_UNSIGNED:
         return _float_to_unsigned(x, to)
     return x.astype(to)
@@ -257,7 +268,19 @@ def _where_compute(ctx, c, a, b):
 
 
 @defcompute("cast")
-def _cast_compute(ctx, x, to):
+def _cast_compute(ctx, x, to, saturate=False):
+    if is_storage(to) or is_storage(x.dtype):  # through float32, as the reference
+        top = float(ml_dtypes.finfo(to).max) if saturate and to in FLOAT8_DTYPES else None
+
+        def store(v):
+            v = cast_expr("float32", v)
+            if top is not None:
+                v = select(call("isnan", v), v, call("min", call("max", v, const(-top, "float32")),
+                                                        const(top, "float32")))
+            if to == "bool":
+                return call("ne", v, const(0, "float32"))
+            return _float_to_unsigned_expr(v, to) if to in _WRAPPED_UNSIGNED else cast_expr(to, v)
+        return _map(ctx, store, x)
     if to == "bool":
         return _map(ctx, lambda v: call("ne", v, const(0, v.dtype)), x)
     if is_float(x.dtype) and to in _WRAPPED_UNSIGNED:
@@ -434,7 +457,7 @@ def _vjp_where(e, g, cond, a, b):
 
 
 @defvjp("cast")
-def _vjp_cast(e, g, x, to):
+def _vjp_cast(e, g, x, to, saturate=False):
     """Between float types the cotangent is cast back; integer and bool casts pass nothing."""
     if not (is_float(x.dtype) and is_float(to)):
         return (None,)

@@ -76,6 +76,31 @@ def test_unsigned_integer_kernels(dtype, check_kernel):
     check_kernel(graph(body))
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"])
+def test_storage_type_kernels(dtype):
+    """bfloat16 and float8 casts both ways (by bits: round to nearest even, NaN, infinities,
+    subnormals, saturation), and arithmetic on them in float32, bit for bit as the reference."""
+    from akg.graph import evaluate
+
+    def body(b):
+        x, s = b.input("x", (8, 33)), b.input("s", (8, 33), dtype)
+        y = b.cast(x, to=dtype)
+        b.output(y, b.cast(y, to="float32"), b.cast(s, to="float16"), b.add(s, y), b.mul(s, b.const(np.float32(3).astype(dtype))),
+                 b.cast(b.mul(x, b.const(np.float32(1e4))), to=dtype, saturate=True), b.less(s, y))
+    g = graph(body)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((8, 33)) * 10.0 ** rng.integers(-9, 7, (8, 33))).astype(np.float32)
+    x.flat[:8] = [np.nan, np.inf, -np.inf, -0.0, 464, 61440, 1e-7, 3e5]
+    bits = np.uint8 if np.dtype(dtype).itemsize == 1 else np.uint16
+    s = rng.integers(0, np.iinfo(bits).max + 1, (8, 33)).astype(bits).view(dtype)
+    s.flat[:4] = np.array([0, 0x7F, 0x80, 0xFF], bits).view(dtype)
+    got = akg.build(g)(x=x, s=s)
+    for a, e in zip(got, evaluate(g, {"x": x, "s": s})):
+        assert a.dtype == e.dtype
+        np.testing.assert_array_equal(a.astype(np.float32) if a.dtype != bool else a,
+                                      e.astype(np.float32) if e.dtype != bool else e)
+
+
 def test_layout_ops(check_kernel):
     def body(b):
         x = b.input("x", (6, 4))

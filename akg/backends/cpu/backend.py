@@ -77,8 +77,15 @@ class CpuBackend(Backend):
         return tensor.numpy()
 
     def link(self, executables, program):
-        """The model as one TVM module: a TIR driver that calls every kernel (`driver.py`)."""
+        """The model as one TVM module: a TIR driver that calls every kernel (`driver.py`);
+        None (kernel by kernel) for a model with bfloat16 or float8 tensors, whose type the
+        driver's LLVM code does not describe as the kernels check it."""
         from akg.backends.cpu.driver import CpuDriver
+        from akg.graph.types import is_storage
+
+        specs = [*program.inputs, *program.outputs, *((None, str(w.dtype)) for w in program.weights)]
+        if any(is_storage(dtype) for _, dtype in specs) or any(is_storage(d) for _, d, _ in program.temps):
+            return None
 
         return CpuDriver(executables, program, self)
 

@@ -233,7 +233,7 @@ def test_one_hot_inference_and_errors():
     with pytest.raises(AttrError, match="op 'one_hot' needs attribute 'depth'"):
         infer("one_hot", T((2,), "int32"))
     with pytest.raises(AttrError, match="op 'one_hot': attribute 'dtype'"):
-        infer("one_hot", T((2,), "int32"), depth=3, dtype="bfloat16")
+        infer("one_hot", T((2,), "int32"), depth=3, dtype="int4")
     assert get_op("one_hot").index_bounds(T((2,), "int32"), depth=9, axis=-1) == {0: 9}
 
 
