@@ -479,7 +479,11 @@ def _cast_like(c: Ctx):
 
 
 def _cast_to(c: Ctx, x: Value, dtype: str) -> Value:
-    return c.make("cast", x, to=dtype) if x.dtype != dtype else c.make("reshape", x, shape=x.shape)
+    if x.dtype == dtype:
+        return c.make("reshape", x, shape=x.shape)
+    if dtype.startswith("float8"):  # ONNX's saturate (default 1) clamps to the largest finite value
+        return c.make("cast", x, to=dtype, saturate=bool(c.int_("saturate", 1)))
+    return c.make("cast", x, to=dtype)
 
 
 @ONNX_OPS.register_op("Identity", "(none)")

@@ -321,6 +321,8 @@ EXPECTED_FAILURES: dict[str, str] = {name: why for why, names in _EXPECTED_BY_RE
 # Wrong results or crashes that are bugs of akg below the importer (reported to the lead), not
 # limits of the mapping: listed so the suite stays green, each to be removed when fixed.
 KNOWN_BUGS = {
+    "test_attention_3d_causal_bf16": "bfloat16 is a storage type: akg rounds to bfloat16 after every op, the "
+                                     "reference less often (1-ulp differences in 23 of 192 values)",
     "test_mod_float_edge_cases_fmod_0_float*": "floor mod by 0 / of inf in the cpu kernel differs from NumPy's "
                                                "(nan where NumPy gives inf, -0 or the dividend)",
     "test_mod_mixed_sign_float16": "float16 mod computed in float16 in the kernel (NumPy rounds once)",
@@ -417,6 +419,8 @@ def compare(expected: np.ndarray, got: np.ndarray, rtol: float, atol: float) -> 
         return f"shape {got.shape} vs expected {expected.shape}"
     if got.dtype != expected.dtype:
         return f"dtype {got.dtype} vs expected {expected.dtype}"
+    if expected.dtype.name.startswith(("bfloat16", "float8")):  # ml_dtypes: compared as float32 (NaN = NaN)
+        expected, got = expected.astype(np.float32), got.astype(np.float32)
     if expected.dtype.kind in "fc":
         try:
             np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
