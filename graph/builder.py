@@ -43,6 +43,47 @@ class GraphBuilder:
         self._names.add(name)
         return name
 
+    # --- rewriting a graph ------------------------------------------------------------
+    # A pass that rewrites a graph (expand, widen_storage, decompose_complex) builds the new one
+    # with every old name reserved: the values it adds get `unique` names that never take a
+    # name an old value still has to get back, and each old value is `release`d just before
+    # it is defined again under its own name.
+
+    @classmethod
+    def rewriting(cls, graph: Graph) -> GraphBuilder:
+        b = cls(graph.name)
+        b._names.update(v.name for v in graph.values)
+        return b
+
+    def release(self, *names: str) -> None:
+        """Let reserved names be defined (again)."""
+        self._names.difference_update(names)
+
+    def unique(self, base: str) -> str:
+        """`base`, else `base1`, `base2`, ...: the first name not taken (not reserved by this call)."""
+        name, k = base, 1
+        while name in self._names:
+            name, k = f"{base}{k}", k + 1
+        return name
+
+    def copy_io(self, graph: Graph) -> dict[Value, Value]:
+        """`graph`'s inputs and constants declared again under their names, in their order;
+        the map from old to new values."""
+        env: dict[Value, Value] = {}
+        for v in graph.inputs:
+            self.release(v.name)
+            env[v] = self.input(v.name, v.shape, v.dtype)
+        for v, a in graph.constants.items():
+            self.release(v.name)
+            env[v] = self.const(a, name=v.name)
+        return env
+
+    def copy_node(self, node: Node, inputs: Sequence[Value]) -> tuple[Value, ...]:
+        """`node` as it is, on `inputs`, its outputs under their names."""
+        self.release(*(v.name for v in node.outputs))
+        out = self.op(node.op, *inputs, name=[v.name for v in node.outputs], **node.attrs)
+        return out if isinstance(out, tuple) else (out,)
+
     # --- definitions ----------------------------------------------------------------
 
     def input(self, name: str, shape: Sequence[int], dtype: object = "float32") -> Value:

@@ -45,14 +45,10 @@ class _Rewriter:
     """Emits the float ops of the decomposed graph, naming helpers `<value>.<what>`."""
 
     def __init__(self, graph: Graph):
-        self.b = GraphBuilder(graph.name)
-        self.b._names.update(v.name for v in graph.values)
+        self.b = GraphBuilder.rewriting(graph)
 
     def name(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.b._names:
-            name, k = f"{base}{k}", k + 1
-        return name
+        return self.b.unique(base)
 
     def op(self, op: str, *inputs: Value, hint: str, **attrs: Any) -> Value:
         return self.b.op(op, *inputs, name=self.name(hint), **attrs)
@@ -202,8 +198,8 @@ def decompose_complex(graph: Graph) -> Graph:
     r = _Rewriter(graph)
     b = r.b
     env: dict[Value, Part] = {}
-    for v in graph.inputs:
-        b._names.discard(v.name)
+    for v in graph.inputs:  # in their order, complex or not
+        b.release(v.name)
         if not is_complex(v.dtype):
             env[v] = b.input(v.name, v.shape, v.dtype)
             continue
@@ -215,7 +211,7 @@ def decompose_complex(graph: Graph) -> Graph:
         env[v] = (re, im)
     for v, a in graph.constants.items():
         if not is_complex(v.dtype):
-            b._names.discard(v.name)
+            b.release(v.name)
             env[v] = b.const(a, name=v.name)
             continue
         part = COMPLEX_PART[v.dtype]
@@ -224,10 +220,7 @@ def decompose_complex(graph: Graph) -> Graph:
     for node in graph.nodes:
         ins = [env[v] for v in node.inputs]
         if not any(is_complex(v.dtype) for v in (*node.inputs, *node.outputs)):
-            for v in node.outputs:
-                b._names.discard(v.name)
-            out = b.op(node.op, *ins, name=[v.name for v in node.outputs], **node.attrs)
-            outs = out if isinstance(out, tuple) else (out,)
+            outs = b.copy_node(node, ins)
         elif node.op in COMPLEX_RULES:
             outs = tuple(COMPLEX_RULES.get(node.op)(r, node, ins))
         elif get_op(node.op).kind == LAYOUT:
@@ -244,7 +237,7 @@ def decompose_complex(graph: Graph) -> Graph:
         if v in joined:
             outputs.append(joined[v])
             continue
-        b._names.discard(v.name)
+        b.release(v.name)
         if isinstance(x, tuple):
             col = [r.op("reshape", p, hint=f"{v.name}.{w}_col", shape=(*v.shape, 1))
                    for p, w in zip(x, ("re", "im"))]

@@ -24,10 +24,7 @@ class Emitter:
     def _name(self, hint: str | None) -> str:
         base = f"{self._final[0]}.{hint or self._parts}"
         self._parts += 1
-        name, k = base, 1
-        while name in self._b._names:
-            name, k = f"{base}{k}", k + 1
-        return name
+        return self._b.unique(base)
 
     def op(self, op: str, *inputs: Value | float, hint: str | None = None, final: bool = False,
            **attrs: Any):
@@ -47,25 +44,17 @@ def expand(graph: Graph) -> Graph:
     """A graph with every composite op replaced by its expansion (others copied as they are)."""
     if not any(get_op(n.op).kind == COMPOSITE for n in graph.nodes):
         return graph
-    b = GraphBuilder(graph.name)
-    b._names.update(v.name for v in graph.values)
-    env: dict[Value, Value] = {}
-    for v in graph.inputs:
-        b._names.discard(v.name)
-        env[v] = b.input(v.name, v.shape, v.dtype)
-    for v, a in graph.constants.items():
-        b._names.discard(v.name)
-        env[v] = b.const(a, name=v.name)
+    b = GraphBuilder.rewriting(graph)
+    env = b.copy_io(graph)
     for node in graph.nodes:
         ins = [env[v] for v in node.inputs]
-        for v in node.outputs:
-            b._names.discard(v.name)
         if get_op(node.op).kind == COMPOSITE:
+            b.release(*(v.name for v in node.outputs))
             emitter = Emitter(b, tuple(v.name for v in node.outputs))
             out = EXPANDERS.get(node.op)(emitter, *ins, **node.attrs)
+            outs = out if isinstance(out, tuple) else (out,)
         else:
-            out = b.op(node.op, *ins, name=[v.name for v in node.outputs], **node.attrs)
-        outs = out if isinstance(out, tuple) else (out,)
+            outs = b.copy_node(node, ins)
         for old, new in zip(node.outputs, outs):
             if old.name != new.name or old.type != new.type:
                 raise AkgError(f"internal: the expander of '{node.op}' gave {new!r} for {old!r}")

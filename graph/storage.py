@@ -25,16 +25,9 @@ def widen_storage(graph: Graph) -> Graph:
     """The same computation with every op on a storage type done in float32 between casts."""
     if not has_storage(graph):
         return graph
-    b = GraphBuilder(graph.name)
-    b._names.update(v.name for v in graph.values)
-
-    def fresh(base: str) -> str:
-        name, k = base, 1
-        while name in b._names:
-            name, k = f"{base}{k}", k + 1
-        return name
-
-    env: dict[Value, Value] = {}
+    b = GraphBuilder.rewriting(graph)
+    fresh = b.unique
+    env: dict[Value, Value] = b.copy_io(graph)
     wide: dict[Value, Value] = {}  # a storage value of the new graph -> its float32 cast
 
     def widened(v: Value) -> Value:
@@ -45,32 +38,22 @@ def widen_storage(graph: Graph) -> Graph:
             wide[x] = b.op("cast", x, name=fresh(f"{v.name}.f32"), to="float32")
         return wide[x]
 
-    for v in graph.inputs:
-        b._names.discard(v.name)
-        env[v] = b.input(v.name, v.shape, v.dtype)
-    for v, a in graph.constants.items():
-        b._names.discard(v.name)
-        env[v] = b.const(a, name=v.name)
     for node in graph.nodes:
         touches = any(is_storage(v.dtype) for v in (*node.inputs, *node.outputs))
         if node.op == "cast" or not touches:
-            for v in node.outputs:
-                b._names.discard(v.name)
-            out = b.op(node.op, *(env[v] for v in node.inputs), name=[v.name for v in node.outputs],
-                       **node.attrs)
-            outs = out if isinstance(out, tuple) else (out,)
+            outs = b.copy_node(node, [env[v] for v in node.inputs])
         else:
             names = []
             for v in node.outputs:
                 if not is_storage(v.dtype):
-                    b._names.discard(v.name)
+                    b.release(v.name)
                 names.append(fresh(f"{v.name}.f32") if is_storage(v.dtype) else v.name)
             attrs = {k: ("float32" if isinstance(a, str) and is_storage(a) else a) for k, a in node.attrs.items()}
             out = b.op(node.op, *(widened(v) for v in node.inputs), name=names, **attrs)  # a dtype attr too
             outs = []
             for old, new in zip(node.outputs, out if isinstance(out, tuple) else (out,)):
                 if is_storage(old.dtype):
-                    b._names.discard(old.name)
+                    b.release(old.name)
                     new = b.op("cast", new, name=old.name, to=old.dtype)  # rounded, as stored
                 outs.append(new)
         for old, new in zip(node.outputs, outs):

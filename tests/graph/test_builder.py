@@ -47,3 +47,23 @@ def test_errors_surface_at_the_call():
         b.input("x", (1,))
     with pytest.raises(AttributeError):
         b.not_an_op(x)
+
+
+def test_rewriting_keeps_names_and_gives_helpers_unique_ones():
+    b = GraphBuilder("g")
+    x = b.input("x", (4,))
+    w = b.const(np.ones(4, np.float32), name="x1")  # the name a naive helper would take
+    y = b.add(x, w, name="y")
+    b.output(y)
+    g = b.build()
+
+    r = GraphBuilder.rewriting(g)
+    env = r.copy_io(g)
+    assert [v.name for v in env.values()] == ["x", "x1"]
+    helper = r.op("neg", env[g.inputs[0]], name=r.unique("x"))  # "x" and "x1" are taken
+    assert helper.name == "x2"
+    (y2,) = r.copy_node(g.nodes[0], [helper, env[w]])
+    r.output(y2)
+    new = r.build()
+    assert [v.name for v in new.inputs] == ["x"] and y2.name == "y" and y2.type == y.type
+    assert r.unique("y") == "y1"
