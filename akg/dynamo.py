@@ -26,17 +26,21 @@ log = logging.getLogger(__name__)
 class CompileStats:
     """What the backend did since the last `reset()`: graphs akg compiled (forward, backward,
     inference), graphs it could not compile whole (`fallbacks`, with the reasons in `reasons`)
-    and the parts of those that akg compiled all the same (`partitions`)."""
+    and the parts of those that akg compiled all the same (`partitions`); weights compiled into
+    inference graphs (`frozen`) and graphs compiled again as those weights changed (`thawed`)."""
 
     forward: int = 0
     backward: int = 0
     inference: int = 0
     fallbacks: int = 0
     partitions: int = 0  # parts of fallen-back graphs that akg compiled
+    frozen: int = 0  # weights compiled into inference graphs as constants
+    thawed: int = 0  # inference graphs compiled again, weights as inputs, as their weights changed
     reasons: list[str] = field(default_factory=list)
 
     def reset(self) -> None:
         self.forward = self.backward = self.inference = self.fallbacks = self.partitions = 0
+        self.frozen = self.thawed = 0
         self.reasons.clear()
 
 
@@ -47,14 +51,23 @@ class AkgFallbackWarning(UserWarning):
     """A graph akg could not compile runs eagerly in torch."""
 
 
-def compile_aten(gm: Any, example_inputs: list, kind: str = "inference", target: str = "cpu") -> Callable:
+def compile_aten(gm: Any, example_inputs: list, kind: str = "inference", target: str = "cpu",
+                 frozen: dict[int, Any] | None = None) -> Callable:
     """A boxed callable (it takes the list of inputs) that runs the ATen GraphModule `gm`
     compiled by akg for `target`. When akg cannot convert or compile the whole graph (an
     AkgFallbackWarning names the node and the op), the graph is partitioned: the runs of ops
     akg maps are compiled by akg, the rest runs eagerly in torch (`gm` itself when no part
-    compiles). `kind` ("forward", "backward", "inference") is what STATS counts it as."""
+    compiles). `kind` ("forward", "backward", "inference") is what STATS counts it as.
+
+    `frozen` (input index -> tensor) are weights compiled in as constants, so that akg folds
+    and lays them out once, as it does for a model file's weights; each call checks that those
+    inputs are still the same tensors, unchanged (`FrozenInputs`), and runs a graph that takes
+    them as inputs when they are not (never a result of stale weights)."""
     try:
-        run = _compile_whole(gm, example_inputs, kind, target)
+        if frozen:
+            run = _compile_frozen(gm, example_inputs, kind, target, FrozenInputs(frozen))
+        else:
+            run = _compile_whole(gm, example_inputs, kind, target)
     except AkgError as e:
         STATS.fallbacks += 1
         STATS.reasons.append(str(e))
@@ -66,12 +79,64 @@ def compile_aten(gm: Any, example_inputs: list, kind: str = "inference", target:
     return _boxed(run)
 
 
-def _compile_whole(gm: Any, example_inputs: list, kind: str, target: str) -> Callable:
+def _compile_whole(gm: Any, example_inputs: list, kind: str, target: str,
+                   frozen: FrozenInputs | None = None) -> Callable:
     from akg.api import compile_model
     from akg.graph.io.torch_fx import import_fx
 
-    graph, output_map = import_fx(gm, example_inputs, name=f"torch_{kind}")
-    return _runner(compile_model(graph, target) if graph.outputs else None, output_map)
+    graph, output_map = import_fx(gm, example_inputs, name=f"torch_{kind}",
+                                  frozen=frozen.arrays() if frozen else None)
+    return _runner(compile_model(graph, target) if graph.outputs else None, output_map,
+                   skip=set(frozen.values) if frozen else set())
+
+
+class FrozenInputs:
+    """Graph inputs compiled in as constants: the tensors, and the identity, storage and
+    version counter (`_version`, which every in-place write bumps) each had when frozen."""
+
+    def __init__(self, values: dict[int, Any]):
+        self.values = dict(values)
+        self._seen = {i: self._state(t) for i, t in self.values.items()}
+
+    def arrays(self) -> dict[int, np.ndarray]:
+        """Copies of the frozen values (read outside the fake-tensor mode aot_autograd compiles in)."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            return {i: np.array(t.detach().cpu().numpy()) for i, t in self.values.items()}
+
+    @staticmethod
+    def _state(t: Any) -> tuple:
+        return id(t), t.data_ptr(), t._version, tuple(t.shape), t.dtype
+
+    def hold(self, args: tuple) -> bool:
+        """Whether `args` pass the frozen tensors, unchanged."""
+        return all(i < len(args) and self._state(args[i]) == state for i, state in self._seen.items())
+
+
+def _compile_frozen(gm: Any, example_inputs: list, kind: str, target: str, frozen: FrozenInputs) -> Callable:
+    """The graph compiled with `frozen`'s weights as constants; a call whose weights are not
+    those (replaced, or written in place, as an optimizer step does) runs the graph compiled
+    with the weights as inputs, compiled then."""
+    run_frozen = _compile_whole(gm, example_inputs, kind, target, frozen)
+    STATS.frozen += len(frozen.values)
+    unfrozen: list[Callable] = []
+
+    def run(*args: Any) -> list:
+        if frozen.hold(args):
+            return run_frozen(*args)
+        if not unfrozen:
+            log.info("akg: the weights of the %s graph changed since it was compiled with them in; it is compiled "
+                     "again with the weights as inputs", kind)
+            try:
+                unfrozen.append(_compile_whole(gm, example_inputs, kind, target))
+            except AkgError as e:  # compiled with constants, not with inputs: torch runs it
+                log.warning("akg: the %s graph runs in torch from now on: %s", kind, e)
+                unfrozen.append(lambda *a: list(gm(*a)))
+            STATS.thawed += 1
+        return unfrozen[0](*args)
+
+    return run
 
 
 def _partitioned(gm: Any, kind: str, target: str) -> Any:
@@ -125,11 +190,11 @@ def _partitioned(gm: Any, kind: str, target: str) -> Any:
     return fused
 
 
-def _runner(compiled: Any, output_map: list[tuple[str, int]]) -> Callable:
+def _runner(compiled: Any, output_map: list[tuple[str, int]], skip: set[int] = frozenset()) -> Callable:
     import torch
 
     def run(*args: Any) -> list:
-        arrays = [_to_numpy(a) for a in args]
+        arrays = [_to_numpy(a) for i, a in enumerate(args) if i not in skip]
         results = compiled(*arrays) if compiled is not None else []
         return [None if where == "none" else args[i] if where == "input"
                 else torch.from_numpy(np.asarray(results[i])) for where, i in output_map]
@@ -162,9 +227,45 @@ def akg_backend(gm: Any, example_inputs: list, target: str = "cpu") -> Callable:
 
     from akg.graph.io.torch_fx import decompositions
 
+    weights = _weights(gm, example_inputs)
+
     def compiler(kind: str) -> Callable:
         return lambda g, inputs: compile_aten(g, inputs, kind, target)
 
+    def inference(g: Any, inputs: list) -> Callable:
+        # aot_autograd's inference graph takes dynamo's inputs in dynamo's order (unless it
+        # removed duplicated arguments: then nothing is frozen)
+        placeholders = sum(1 for n in g.graph.nodes if n.op == "placeholder")
+        frozen = weights if placeholders == len(example_inputs) else {}
+        return compile_aten(g, inputs, "inference", target, frozen=frozen)
+
     backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                           inference_compiler=compiler("inference"), decompositions=decompositions())
+                           inference_compiler=inference, decompositions=decompositions())
     return backend(gm, example_inputs)
+
+
+def _weights(gm: Any, example_inputs: list) -> dict[int, Any]:
+    """Dynamo's graph inputs that are model state rather than arguments, by index: parameters,
+    buffers, and tensors the function reads from globals or its closure. An inference graph
+    compiles them in as constants."""
+    import torch
+
+    weights: dict[int, Any] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return weights
+    for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        if not isinstance(value, torch.Tensor) or type(value).__name__ == "FakeTensor":
+            continue
+        grapharg = node.meta.get("grapharg")
+        source = getattr(grapharg, "source", None)
+        name = getattr(source, "name", "") or ""
+        root = source
+        while getattr(root, "base", None) is not None:
+            root = root.base
+        argument = (type(root).__name__ == "LocalSource" and getattr(root, "is_input", False)
+                    and not getattr(root, "is_derefed_cell_contents", False))
+        if (isinstance(value, torch.nn.Parameter) or "._parameters[" in name or "._buffers[" in name
+                or (source is not None and not argument)):
+            weights[i] = value
+    return weights

@@ -129,11 +129,14 @@ class FxImporter(Importer):
     format_name = "torch.fx graph"
     ops = ATEN_OPS
 
-    def __init__(self, gm: Any, example_inputs: Sequence[Any] = (), graph_name: str = "torch"):
+    def __init__(self, gm: Any, example_inputs: Sequence[Any] = (), graph_name: str = "torch",
+                 frozen: dict[int, Any] | None = None):
         super().__init__(FILE, graph_name)
         self.gm = gm
         self.example_inputs = list(example_inputs)
+        self.frozen = dict(frozen or {})  # placeholder index -> its value, imported as a constant
         self.output_map: list[tuple[str, int]] = []  # per FX output: ("graph"|"input", i), ("none", 0)
+        self.placeholder_of: dict[int, int] = {}  # id(graph input Value) -> its placeholder's index
 
     def placeholder_type(self, node: Any, index: int) -> TensorType:
         t = tensor_type(node.meta.get("val", node.meta.get("example_value")))
@@ -152,7 +155,11 @@ class FxImporter(Importer):
         n_inputs = 0
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
-                env[node] = self.input(node.name, self.placeholder_type(node, n_inputs))
+                if n_inputs in self.frozen:
+                    env[node] = self.frozen_input(node, n_inputs)
+                else:
+                    env[node] = self.input(node.name, self.placeholder_type(node, n_inputs))
+                    self.placeholder_of[id(env[node])] = n_inputs
                 n_inputs += 1
             elif node.op == "get_attr":
                 env[node] = self.attribute(node)
@@ -167,6 +174,16 @@ class FxImporter(Importer):
                                              f"node '{node.name}': only ATen call_function nodes are "
                                              "converted (trace the module to ATen with to_aten)")
         return self.build(self.graph_outputs(outputs))
+
+    def frozen_input(self, node: Any, index: int) -> Value:
+        """Placeholder `index` as a constant of the value it is frozen to (a weight)."""
+        want = self.placeholder_type(node, index)
+        data = self.frozen[index]
+        data = np.array(data.detach().cpu().numpy() if hasattr(data, "detach") else data)  # a copy
+        if tuple(data.shape) != tuple(want.shape) or str(data.dtype) != want.dtype:
+            raise ImportFail(f"input '{node.name}': frozen to a {data.dtype}{list(data.shape)} value, "
+                             f"but the graph takes {want}")
+        return self.const(data, node.name)
 
     def attribute(self, node: Any) -> Any:
         obj = self.gm
@@ -197,7 +214,7 @@ class FxImporter(Importer):
     def graph_outputs(self, outputs: list[Any]) -> list[Value]:
         """The graph's outputs, each a node result of its own (an input, a constant or a
         repeated value is copied by a reshape); `output_map` says where each FX output is."""
-        inputs = {id(v): i for i, v in enumerate(self.inputs)}
+        inputs = self.placeholder_of
         seen: set[int] = set()
         result: list[Value] = []
         for i, v in enumerate(outputs):
@@ -251,11 +268,14 @@ def _flatten(a: Any) -> list:
     return [a]
 
 
-def import_fx(gm: Any, example_inputs: Sequence[Any] = (), name: str = "torch") -> tuple[Graph, list]:
+def import_fx(gm: Any, example_inputs: Sequence[Any] = (), name: str = "torch",
+              frozen: dict[int, Any] | None = None) -> tuple[Graph, list]:
     """The Graph of an ATen-level GraphModule and, per FX output, where it is: ("graph", i), the
-    graph's output i, ("input", i), graph input i returned as it is, or ("none", 0) for None. Typed errors (akg.errors)
-    name the node and the op."""
-    imp = FxImporter(gm, example_inputs, name)
+    graph's output i, ("input", i), placeholder i returned as it is, or ("none", 0) for None.
+    `frozen` maps placeholder indices to values (tensors or arrays) imported as constants
+    instead of graph inputs: an inference graph's weights, which akg then folds and lays out
+    at compile time. Typed errors (akg.errors) name the node and the op."""
+    imp = FxImporter(gm, example_inputs, name, frozen)
     graph = imp.import_graph()
     return graph, imp.output_map
 

@@ -132,6 +132,36 @@ def check_training(name, backend):
     assert want_losses[-1] < want_losses[0]  # it did train
 
 
+def test_inference_compiles_the_weights_in_and_thaws_when_they_change():
+    model, x = make("cnn")
+    model.eval()
+    compiled = torch.compile(model, backend="akg")
+    with torch.no_grad():
+        assert rel_err(compiled(x), model(x)) <= 1e-5
+        assert rel_err(compiled(x * 2), model(x * 2)) <= 1e-5  # a new input is no reason to thaw
+        assert STATS.frozen == 8 and STATS.thawed == 0, STATS  # conv, bn (4), fc
+        model.conv.weight.mul_(-2)  # as an optimizer step writes a weight: in place
+        assert rel_err(compiled(x), model(x)) <= 1e-5
+        assert STATS.thawed == 1, STATS
+        model.fc.weight = nn.Parameter(torch.ones_like(model.fc.weight))  # a weight replaced
+        assert rel_err(compiled(x), model(x)) <= 1e-5
+
+
+def test_inference_freezes_tensors_a_function_reads_from_its_closure():
+    torch.manual_seed(0)
+    w = torch.randn(8, 4)
+
+    def fn(x, bias):
+        return torch.relu(x @ w) + bias
+
+    compiled = torch.compile(fn, backend="akg")
+    x, bias = torch.randn(3, 8), torch.randn(4)
+    with torch.no_grad():
+        assert rel_err(compiled(x, bias), fn(x, bias)) <= 1e-5
+        assert rel_err(compiled(x + 1, bias * 3), fn(x + 1, bias * 3)) <= 1e-5
+    assert STATS.frozen == 1 and STATS.thawed == 0, STATS  # w; x and bias are arguments
+
+
 def test_training_mlp_compiles_forward_and_backward():
     with warnings.catch_warnings():
         warnings.simplefilter("error", AkgFallbackWarning)
