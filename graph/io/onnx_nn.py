@@ -42,15 +42,23 @@ def _pads(c: Ctx, in_hw: list[int], kernel: list[int], strides: list[int], dilat
         return [0, pads[0], 0, pads[1]] if one_d else pads
     if auto == "VALID":
         return [0, 0, 0, 0]
+    lo, hi = _same_pads(c, auto, in_hw, kernel, strides, dilations)
+    return [lo[0], lo[1], hi[0], hi[1]]
+
+
+def _same_pads(c: Ctx, auto: str, in_shape: list[int], kernel: list[int], strides: list[int],
+               dilations: list[int]) -> tuple[list[int], list[int]]:
+    """auto_pad SAME_UPPER / SAME_LOWER: the (begin, end) padding per axis that makes each
+    output size ceil(in / stride); the odd cell goes last for UPPER, first for LOWER."""
     if auto not in ("SAME_UPPER", "SAME_LOWER"):
         raise c.fail(f"auto_pad '{auto}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
     lo, hi = [], []
-    for size, k, s, d in zip(in_hw, kernel, strides, dilations):
+    for size, k, s, d in zip(in_shape, kernel, strides, dilations):
         total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
         small, big = total // 2, total - total // 2
         lo.append(small if auto == "SAME_UPPER" else big)
         hi.append(big if auto == "SAME_UPPER" else small)
-    return [lo[0], lo[1], hi[0], hi[1]]
+    return lo, hi
 
 
 def _back(c: Ctx, y: Value, one_d: bool) -> Value:
@@ -96,16 +104,9 @@ def _window_taps(c: Ctx, in_shape: list[int], count_pad: bool) -> tuple[np.ndarr
         pads = c.ints("pads", None) or [0] * (2 * rank)
     elif auto == "VALID":
         pads = [0] * (2 * rank)
-    elif auto in ("SAME_UPPER", "SAME_LOWER"):
-        lo, hi = [], []
-        for size, k, st, d in zip(in_shape, kernel, strides, dilations):
-            total = max((-(-size // st) - 1) * st + (k - 1) * d + 1 - size, 0)
-            small, big = total // 2, total - total // 2
-            lo.append(small if auto == "SAME_UPPER" else big)
-            hi.append(big if auto == "SAME_UPPER" else small)
-        pads = lo + hi
     else:
-        raise c.fail(f"auto_pad '{auto}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+        lo, hi = _same_pads(c, auto, in_shape, kernel, strides, dilations)
+        pads = lo + hi
     per_axis, out_shape = [], []
     for i, (n, k, st, d) in enumerate(zip(in_shape, kernel, strides, dilations)):
         before, after = pads[i], pads[i + rank]
