@@ -35,6 +35,7 @@ CHUNK_LEVEL = "L1"  # tile(band, "L1", [ct]): a convolution's input channels per
 MARK_PAR = "npu.par"  # above a point loop that carries no dependence (the backend may distribute it)
 LEVEL = "UB"
 UB_FILL = 0.5  # fraction of the (per-buffer) UB budget the estimate may fill: temporaries
+FOOTPRINT_FILL = 0.85  # fraction of the UB the footprint model may fill (padding, reduction partials)
 MAX_BLOCKS = 4096
 
 
@@ -160,6 +161,21 @@ def cube_estimate(spec, tiles: int, mt: int, nt: int, K: int, kt: int, buffers: 
     return max(waves * (work + first + out), unique)
 
 
+def block_member(info: BandInfo, tile: tuple[int, ...], cores: int) -> int:
+    """The band member whose tile loop is split over the AI cores: the first, unless it has
+    fewer tiles than the cores and the band is permutable with another coincident member that
+    has more (a softmax over (16, 16, 512, 512) tiled (1, 8, 1): 64 row tiles, not 16 images);
+    its tile loop then goes first (the point loops keep their order)."""
+    counts = [e // t for e, t in zip(info.extents, tile)]
+    if not info.coincident or counts[0] >= cores or not info.permutable or info.members < 2:
+        return 0
+    candidates = [d for d in range(info.members) if info.coincident[d]]
+    if not candidates:
+        return 0
+    best = max(candidates, key=lambda d: (min(counts[d], cores), -d))
+    return best if counts[best] > counts[0] or not info.coincident[0] else 0
+
+
 def buffers_of(config: Config) -> int:
     for s in config.kernel_steps():
         if s.op == "promote":
@@ -220,9 +236,76 @@ class NpuRecipe(Recipe):
 
     def fit_tile(self, info: BandInfo, buffers: int) -> tuple[int, ...]:
         """The largest tile (outer members first shrunk, inner ones kept whole as long as
-        possible) whose estimated footprint fits the UB budget."""
+        possible) whose estimated footprint fits the UB budget: the larger of the tiles that
+        the rough estimate (`_point_bytes`: every tensor twice, half the UB) and the footprint
+        model (`_footprint`: tensors, their ping-pong halves and the statements' temps) allow."""
         per_point, whole = self._point_bytes(info)
-        budget = max(self._budget(buffers) - whole, 1024)
+        rough = self._fit(info, per_point, max(self._budget(buffers) - whole, 1024))
+        per_point, whole = self._footprint(info, buffers)
+        modelled = self._fit(info, per_point, self.spec.ub_usable_bytes * FOOTPRINT_FILL - whole)
+        if math.prod(modelled) <= math.prod(rough):
+            return rough
+        # a larger tile only where it keeps the AI cores as busy (as many blocks, up to the cores)
+        cores = self.spec.cores
+
+        def blocks(tile):
+            d = block_member(info, tile, cores)
+            return min(cores, info.extents[d] // tile[d]) if info.coincident and info.coincident[d] else 1
+        return modelled if blocks(modelled) >= blocks(rough) else rough
+
+    def _footprint(self, info: BandInfo, buffers: int) -> tuple[float, float]:
+        """(UB bytes per band point, bytes independent of the tile) of a vector band as the
+        backend lays it out: each tensor of the band per point, in `buffers` ping-pong halves
+        when it comes from or goes to GM (a tensor another statement of the band reads stays
+        in UB, single), plus the temps of the statement that needs the most (each call or cast
+        below a statement's root, each distinct one once, at the statement's elements per point:
+        a reduction's summed elements included)."""
+        from akg.graph.compute.expr import Call, Cast, Load, Reduce, Select, loads
+
+        program = self._program
+        if program is None:
+            return math.inf, 0.0
+        points = math.prod(info.extents)
+        ops = program.ops()
+        picked = []
+        for name in info.statements:
+            base = name.removesuffix("_init")
+            if base.startswith("S") and base[1:].isdigit() and int(base[1:]) < len(ops):
+                picked.append(ops[int(base[1:])])
+        if not picked:
+            return math.inf, 0.0
+        read = {id(ld.tensor) for op in picked for ld in loads(op.body)}
+        total, whole = 0.0, 0.0
+        for t in self._band_tensors(info):
+            n = int(np.prod(t.shape, dtype=np.int64)) * max(np.dtype(t.dtype).itemsize, 2)
+            local = t.op is not None and id(t) in read
+            k = 1 if local else buffers
+            if n >= points:
+                total += k * n / points
+            else:
+                whole += k * n
+        temps = 0.0
+        for op in picked:
+            body = op.body
+            elems = math.prod(int(a.extent) for a in op.axes)
+            if isinstance(body, Reduce):
+                elems *= math.prod(int(a.extent) for a in body.axes)
+                roots = [body.source]  # the source is evaluated into a temp, then reduced
+            else:
+                roots = [c for c in ((body.args if isinstance(body, Call) else (body.value,) if isinstance(body, Cast)
+                                      else (body.cond, body.a, body.b) if isinstance(body, Select) else ()))]
+            seen, stack = {}, list(roots)
+            while stack:
+                e = stack.pop()
+                if isinstance(e, Load) or not isinstance(e, (Call, Cast, Select)):
+                    continue
+                seen.setdefault(repr(e), max(np.dtype(e.dtype).itemsize, 2))
+                stack.extend(e.args if isinstance(e, Call) else (e.value,) if isinstance(e, Cast)
+                             else (e.cond, e.a, e.b))
+            temps = max(temps, sum(seen.values()) * elems / points)
+        return total + temps, whole
+
+    def _fit(self, info: BandInfo, per_point: float, budget: float) -> tuple[int, ...]:
         tile = list(info.extents)
         # members that may be a tensor's innermost (UB-padded) dim are shrunk last: a tile of
         # a few elements along it pads every row to a 32-byte block
@@ -299,9 +382,10 @@ class NpuRecipe(Recipe):
         return out
 
     def default_blocks(self, info: BandInfo, tile: tuple[int, ...], n_bands: int) -> int:
-        if n_bands > 1 or not info.coincident or not info.coincident[0]:
+        d = block_member(info, tile, self.spec.cores)
+        if n_bands > 1 or not info.coincident or not info.coincident[d]:
             return 1
-        count = info.extents[0] // tile[0]
+        count = info.extents[d] // tile[d]
         fits = [b for b in divisors(count) if b <= self.spec.cores]
         return max(fits) if fits else 1
 
@@ -453,10 +537,11 @@ class NpuRecipe(Recipe):
                     raise ScheduleError(f"band {k}: tile {list(p.tile)} does not divide the loops {list(info.extents)}")
             if p.tile != info.extents and not info.permutable and info.members > 1:
                 raise ScheduleError(f"band {k}: its loops are not permutable and cannot be tiled")
-            count = info.extents[0] // p.tile[0]
+            d = block_member(info, p.tile, self.spec.cores)
+            count = info.extents[d] // p.tile[d]
             if p.blocks < 1 or count % p.blocks or p.blocks > MAX_BLOCKS:
                 raise ScheduleError(f"band {k}: {p.blocks} blocks do not divide its {count} tiles")
-            if p.blocks > 1 and (len(bands) > 1 or not info.coincident[0]):
+            if p.blocks > 1 and (len(bands) > 1 or not info.coincident[d]):
                 raise ScheduleError(f"band {k}: only the parallel outer loop of a single-band kernel is "
                                     f"split over cores")
 
@@ -545,6 +630,9 @@ class NpuRecipe(Recipe):
             point = mark_points(tree.mark(tree.child(node), f"{MARK_TILE}.{k}.{buffers}"))
             node = tree.parent(point, 2)  # the tile band
             if p.blocks > 1:
+                d = block_member(bands[k], p.tile, self.spec.cores)
+                if d:
+                    node = tree.permute_band(node, (d, *(e for e in range(len(p.tile)) if e != d)))
                 counts = tree.band_extents(node)
                 node = tree.tile_band(node, (counts[0] // p.blocks, *counts[1:]))
                 node = tree.mark(node, MARK_PARALLEL)
@@ -630,10 +718,11 @@ class NpuSpace(Space):
 
     def _blocks(self, k: int, tile: tuple[int, ...]) -> list[int]:
         info = self.infos[k]
-        if len(self.infos) > 1 or not info.coincident[0]:
-            return [1]
         cores = self.target.spec.cores if self.target is not None else 32
-        return [b for b in divisors(info.extents[0] // tile[0]) if b <= cores] or [1]
+        d = block_member(info, tile, cores)
+        if len(self.infos) > 1 or not info.coincident[d]:
+            return [1]
+        return [b for b in divisors(info.extents[d] // tile[d]) if b <= cores] or [1]
 
     def _config(self, plans, buffers) -> Config:
         return Config(self.fusion, _steps(list(plans), buffers))

@@ -36,6 +36,8 @@ import numpy as np
 
 from akg.errors import CompileError
 from akg.target import Artifact, Backend, HostArrays
+from akg.backends.npu.reuse import drop_recomputed, fold_initial_values
+from akg.backends.npu.rowblocks import block_reduce, block_rows_cost, block_rows_op
 
 ARTIFACT_KIND = "npu-sim"
 NPU_DTYPES = ("float16", "float32", "int32")
@@ -716,6 +718,7 @@ class _NotDense(Exception):
 class Translator:
     layout_mode = "padded"  # UB boxes: "dense" unpadded, "live" innermost non-unit dim padded, "padded"
     fold_rows = True  # rows of a statement folded into repeats where that is cheaper (`_Compute._rows`)
+    row_temp_bytes = 16384  # the largest temp of several rows (`_Compute._rows`)
 
     @property
     def dense(self) -> bool:
@@ -930,10 +933,13 @@ class Translator:
         # padded (trailing unit dims are not rows), then the last dim padded whatever its size;
         # each first with rows folded into repeats, then (when their temps of several rows
         # overflow the UB) without
+        # (row temps of up to ROW_TEMP_BYTES_LARGE first: more rows per instruction, while they fit)
         modes = ("dense", "live") if all(isinstance(it, Nest) for it in region.items) else ("live",)
-        attempts = [(m, True) for m in modes] + [(m, False) for m in modes] + [("padded", True)]
-        for mode, rows in attempts:
-            self.layout_mode, self.fold_rows = mode, rows
+        large, small = _Compute.ROW_TEMP_BYTES_LARGE, _Compute.ROW_TEMP_BYTES
+        attempts = ([(m, True, large) for m in modes] + [(m, True, small) for m in modes]
+                    + [(m, False, small) for m in modes] + [("padded", True, small)])
+        for mode, rows, temp_bytes in attempts:
+            self.layout_mode, self.fold_rows, self.row_temp_bytes = mode, rows, temp_bytes
             try:
                 records = self._region_tiles(region, half, where, state)
                 if self.ub_offset <= self.spec.ub_usable_bytes:
@@ -941,7 +947,7 @@ class Translator:
             except (_NotDense, NpuMappingError):
                 pass  # the next layout (the last one raises its typed error)
             finally:
-                self.layout_mode, self.fold_rows = "padded", True
+                self.layout_mode, self.fold_rows, self.row_temp_bytes = "padded", True, small
             self._restore(state)
         self.fold_rows = False
         try:
@@ -1043,7 +1049,7 @@ class Translator:
         self.ksplit = {}
         comp = _Compute(self, locals_, half, where)
         if not ksplit:
-            body = comp.items(items)
+            body = fold_initial_values(drop_recomputed(comp.items(items)))
             return pre + comp.prelude + body + post
         at = items.index(new)
         head, tail = comp.items(items[:at]), comp.items(items[at + 1:])
@@ -1434,11 +1440,14 @@ class _Compute:
                    slot=(loc.buffer.name, HALF if loc.halves else None))
 
     def temp(self, dtype: str, k: int, elems: int):
-        pool = self.temps[dtype]
+        # temps of a few repeats (a row's statistics) in their own pool: they do not overwrite
+        # the row-sized temps whose values a later statement may reuse (`reuse.drop_recomputed`)
+        small = elems <= 4 * self._lanes(dtype)
+        pool = self.temps[(dtype, "small") if small else dtype]
         while len(pool) <= k:
             pool.append(None)
         if pool[k] is None or pool[k].size < elems:
-            pool[k] = self.tr.alloc(f"tmp_{dtype}_{k}", (max(elems, self._lanes(dtype)),), dtype)
+            pool[k] = self.tr.alloc(f"tmp_{dtype}_{'s' if small else ''}{k}", (max(elems, self._lanes(dtype)),), dtype)
         return pool[k]
 
     def _lanes(self, dtype: str) -> int:
@@ -1557,6 +1566,7 @@ class _Compute:
         return self._wrap(emit.records, rest, names)
 
     ROW_TEMP_BYTES = 16384  # a temp of rows x row elements at most this large
+    ROW_TEMP_BYTES_LARGE = 65536  # tried first (fewer, longer instructions), while the region fits the UB
 
     def _rows(self, rest, vec, n, opds) -> int:
         """Rows of the innermost outer loop to fold into repeats (a divisor of its extent, at
@@ -1573,7 +1583,7 @@ class _Compute:
             if c < 0 or (o.coeffs.get(vec, 0) and c % block):
                 return 0
         row_bytes = -(-n // 8) * 8 * 4
-        cap = min(self.spec.max_repeat, max(self.ROW_TEMP_BYTES // row_bytes, 1))
+        cap = min(self.spec.max_repeat, max(self.tr.row_temp_bytes // row_bytes, 1))
         fits = [d for d in divisors_upto(R, cap)]
         best = max(fits) if fits else 1
         return best if best >= 2 else 0
@@ -1697,9 +1707,18 @@ class _Compute:
                 return 0
         size = np.dtype(dst.dtype).itemsize
         row_bytes = -(-n // 8) * 8 * 4
-        cap = min(self.spec.max_repeat, max(self.ROW_TEMP_BYTES // row_bytes, 1))
+        cap = min(self.spec.max_repeat, max(self.tr.row_temp_bytes // row_bytes, 1))
         fits = [d for d in divisors_upto(ue, cap) if d == ue or (d * size) % self.spec.vector_block_bytes == 0]
         return max(fits) if fits and max(fits) >= 2 else 0
+
+    def _reduce_rows_cost(self, n: int, rows: int, dtype: str) -> int:
+        """Cycles of a group's partials and its `reduce_*` in the forms below (the cheaper of
+        across and per row)."""
+        spec, issue = self.spec, self.spec.vector_issue
+        full, tail = divmod(n, self._lanes(dtype))
+        across = max(full - 1, 1) * (issue + rows) + (issue + rows if tail else 0)
+        per_row = rows * (spec.loop_cycles + issue + full + (issue + 1 if tail else 0))
+        return (min(across, per_row) if full else 0) + issue + rows
 
     def _reduce_rows(self, op, src, dst, loads, vec, n, merged, rest, rows, where) -> list:
         """A row reduction over groups of `rows` rows at once: the source evaluated for all of
@@ -1734,7 +1753,12 @@ class _Compute:
         lanes = self._lanes(dtype)
         full, tail = divmod(n, lanes)
         block = spec.block_elements(np.dtype(dtype).itemsize)
-        if full == 0:
+        blocked = block_reduce(isa, spec, op, val, n, rows, lambda elems: self.temp(dtype, 92, elems),
+                               lambda elems: self.temp(dtype, 93, elems))
+        if blocked is not None and blocked[0] < (issue_cost := self._reduce_rows_cost(n, rows, dtype)):
+            _cost, instrs, res = blocked
+            records += instrs
+        elif full == 0:
             part, width = val, n
         else:
             width = lanes
@@ -1770,9 +1794,11 @@ class _Compute:
                     chunk.n = tail
                     chunk.op(combine, part, [(part, 1), at(full)])
                 records += chunk.records
-        res = self.temp(dtype, 93, rows)
-        records.append(("acc", isa.Vector(f"reduce_{op}", res.ref(0), (part.buffer.ref(part.base),), rows, width,
-                                          src_strides=(isa.Stride(block, part.row),)), [part.slot], [(res.name, None)]))
+        if blocked is None or blocked[0] >= issue_cost:
+            res = self.temp(dtype, 93, rows)
+            records.append(("acc", isa.Vector(f"reduce_{op}", res.ref(0), (part.buffer.ref(part.base),), rows, width,
+                                              src_strides=(isa.Stride(block, part.row),)), [part.slot],
+                            [(res.name, None)]))
         final = _Emitter(self, rows, where)
         dsto = bind(dst, False)
         final.op(combine, dsto, [(dsto, 1), (Opd("ref", dtype, buffer=res, base=isa.Affine(), slot=(res.name, None)), 1)])
@@ -1838,6 +1864,11 @@ class _Emitter:
         chunks = -(-n // lanes)
         across = chunks * (spec.vector_issue + rows)
         per_row = rows * (spec.loop_cycles + sum(spec.vector_issue + r for _s, r, _m in self._chunks(n, lanes)))
+        blocked = block_rows_cost(spec, dst, srcs, n, rows)
+        if blocked is not None and blocked < min(across, per_row):
+            for instr in block_rows_op(isa, spec, name, dst, srcs, n, rows):
+                self.records.append(("acc", instr, reads, [dst.slot]))
+            return
         if per_row < across:
             var = self.c.tr.fresh("r")
 

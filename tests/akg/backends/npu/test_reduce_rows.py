@@ -51,8 +51,15 @@ def test_row_reduction_is_one_reduce_per_group_of_rows():
     k = check_npu(softmax16())
     text = k.target.backend().source(k.executable)
     # the row maxima and sums: one `reduce_*` over several rows (repeat = rows), not one per row
-    reduces = [line for line in text.splitlines() if "v.reduce_max " in line or "v.reduce_sum " in line]
-    assert reduces and all("repeat=1 " not in line + " " for line in reduces)
+    # (or, a row per 32-byte block: one `reduce_*_across` along eight rows at once, repeat = the
+    # row's blocks, then one `reduce_*_block`, a value per row)
+    lines = text.splitlines()
+    reduces = [line for line in lines if "v.reduce_max " in line or "v.reduce_sum " in line]
+    blocked = [line for line in lines if "v.reduce_max_across " in line or "v.reduce_sum_across " in line]
+    assert reduces or blocked
+    assert all("repeat=1 " not in line + " " for line in reduces + blocked)
+    assert all("](" in line for line in blocked)  # strided: eight rows per repeat, not one row
+    assert len([line for line in lines if "_block " in line]) == len(blocked)
     # the per-row sum is cast once (a value per row), not as a vector filled with it
     assert "v.dup tmp_float32" not in text
 
