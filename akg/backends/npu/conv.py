@@ -262,7 +262,12 @@ def conv_region(tr, region, half, kt: int, ct: int, where: str) -> list:
         dma = isa.Dma(src, dst, (c1, rows * W, FRACTAL), (FRACTAL * sxc, sxw, sxc),
                       (bt * rows * W * FRACTAL, FRACTAL, 1))
         chunk_recs.append(("acc", dma, [(gx.name, None)], [(l1x.name, hs1)]))
-    for j in range(c1):
+    if taps == 1:  # a 1 x 1 window: the chunk's channel groups in one DMA (one start latency, not c1)
+        src = gw.ref(wbase + chunk * ct * swc)
+        dst = l1w.ref(h1 * (ft * ct * taps))
+        dma = isa.Dma(src, dst, (c1, ft, FRACTAL), (FRACTAL * swc, swf, swc), (ft * FRACTAL, FRACTAL, 1))
+        chunk_recs.append(("acc", dma, [(gw.name, None)], [(l1w.name, hs1)]))
+    for j in range(c1 if taps > 1 else 0):
         src = gw.ref(wbase + (chunk * ct + j * FRACTAL) * swc)
         dst = l1w.ref(h1 * (ft * ct * taps) + j * (taps * ft * FRACTAL))
         dma = isa.Dma(src, dst, (taps, ft, FRACTAL), (sww, swf, swc), (ft * FRACTAL, FRACTAL, 1))
