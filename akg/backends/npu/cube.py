@@ -265,7 +265,41 @@ def cube_region(tr, region, half, kt: int, where: str) -> list:
            for d in layout_dmas(c0.ref(0), loc.buffer.ref(ubase), mt, nt, ZN, ND, dst_ld=ld)]
     comp = _Compute(tr, locals_, half, where)
     body = [] if direct is not None else comp.items(epi_items)
+    if direct is not None and not pre:
+        chunked = chunked_write_out(tr, c0, loc, post, mt, nt, half)
+        if chunked is not None:
+            return [cube] + chunked
     return pre + [cube] + out + body + post
+
+
+WRITE_CHUNKS = 4  # column chunks of a directly stored cube tile: L0C -> UB of one overlaps UB -> GM of another
+
+
+def chunked_write_out(tr, c0, loc, post: list, mt: int, nt: int, half):
+    """The write-out of a cube tile stored as it is (fp16 from L0C), in column chunks with a
+    UB buffer each, so that L0C -> UB (on V) of chunk c + 1 runs while chunk c goes to GM
+    (on MTE3); None where the store is not one 2-D DMA of the tile or the chunks would not
+    be whole fractals."""
+    from akg.backends.npu.layout import ND, ZN, layout_dmas
+
+    isa, f = tr.isa, tr.spec.fractal
+    q = next((q for q in range(WRITE_CHUNKS, 1, -1) if nt % (q * f) == 0 and mt * (nt // q) * 2 >= 4096), 1)
+    if q < 2 or half is not None or len(post) != 1 or not isinstance(post[0], tuple):
+        return None
+    store = post[0][1]
+    if not isinstance(store, isa.Dma) or tuple(store.shape) != (mt, nt) or store.src_strides[1] != 1 or \
+            store.dst_strides[1] != 1 or store.src.buffer is not loc.buffer:
+        return None
+    nc = nt // q
+    out = []
+    for c in range(q):
+        ub = tr.alloc(f"{loc.buffer.name}_c{c}", (mt * nc,), "float16")
+        out.extend(("acc", d, [(c0.name, None)], [(ub.name, None)])
+                   for d in layout_dmas(c0.ref(c * nc * mt), ub.ref(0), mt, nc, ZN, ND, dst_ld=nc))
+        dst = isa.Ref(store.dst.buffer, store.dst.offset + c * nc)
+        out.append(("acc", isa.Dma(ub.ref(0), dst, (mt, nc), (nc, 1), store.dst_strides),
+                    [(ub.name, None)], post[0][3]))
+    return out
 
 
 def has_contraction(func) -> tuple[bool, str]:
