@@ -35,6 +35,9 @@ CHUNK_LEVEL = "L1"  # tile(band, "L1", [ct]): a convolution's input channels per
 MARK_PAR = "npu.par"  # above a point loop that carries no dependence (the backend may distribute it)
 LEVEL = "UB"
 UB_FILL = 0.5  # fraction of the (per-buffer) UB budget the estimate may fill: temporaries
+# calls that are one vector instruction each (the footprint model counts one temp per call)
+SIMPLE_CALLS = frozenset({"add", "sub", "mul", "div", "max", "min", "neg", "abs", "exp", "log", "sqrt", "rsqrt",
+                          "relu"})
 FOOTPRINT_FILL = 0.85  # fraction of the UB the footprint model may fill (padding, reduction partials)
 MAX_BLOCKS = 4096
 
@@ -159,6 +162,27 @@ def cube_estimate(spec, tiles: int, mt: int, nt: int, K: int, kt: int, buffers: 
     out = mt * nt * 4 / spec.rate("L0C->UB") + mt * nt * 2 / spec.rate("UB->GM") + 4 * spec.dma_latency
     unique = (tiles * mt * nt * 2) / spec.gm_bytes_per_cycle
     return max(waves * (work + first + out), unique)
+
+
+def _rows_reduced(red, axes) -> bool:
+    """Does a reduction sum rows: in every tensor it loads, the dims its reduced axes index
+    come after those its output axes index (a softmax's or layer norm's row, not a channel
+    summed across images)?"""
+    from akg.graph.compute.expr import Var, loads, walk
+
+    summed = {id(a) for a in red.axes}
+    kept = {id(a) for a in axes}
+    for ld in loads(red.source):
+        dims_s, dims_k = [], []
+        for d, idx in enumerate(ld.indices):
+            used = {id(v) for v in walk(idx) if isinstance(v, Var)}
+            if used & summed:
+                dims_s.append(d)
+            if used & kept:
+                dims_k.append(d)
+        if dims_s and dims_k and max(dims_k) >= min(dims_s):
+            return False
+    return True
 
 
 def block_member(info: BandInfo, tile: tuple[int, ...], cores: int) -> int:
@@ -288,7 +312,11 @@ class NpuRecipe(Recipe):
         for op in picked:
             body = op.body
             elems = math.prod(int(a.extent) for a in op.axes)
+            if isinstance(body, Select) or isinstance(body, Call) and body.op not in SIMPLE_CALLS:
+                return math.inf, 0.0
             if isinstance(body, Reduce):
+                if not _rows_reduced(body, op.axes):
+                    return math.inf, 0.0  # not a row reduction: its mapping's partials are not modelled
                 elems *= math.prod(int(a.extent) for a in body.axes)
                 roots = [body.source]  # the source is evaluated into a temp, then reduced
             else:
@@ -297,6 +325,8 @@ class NpuRecipe(Recipe):
             seen, stack = {}, list(roots)
             while stack:
                 e = stack.pop()
+                if isinstance(e, Select) or isinstance(e, Call) and e.op not in SIMPLE_CALLS:
+                    return math.inf, 0.0  # expansions and selects take temps of their own: not modelled
                 if isinstance(e, Load) or not isinstance(e, (Call, Cast, Select)):
                     continue
                 seen.setdefault(repr(e), max(np.dtype(e.dtype).itemsize, 2))
