@@ -147,57 +147,6 @@ def cube_region(tr, region, half, kt: int, where: str) -> list:
     gb, bbase, sbk, sbn = geometry(lb, kv, nv)
     if sak != 1 and sam != 1 or sbn != 1 and sbk != 1:
         raise NpuCubeError(f"{where}: an operand with neither matrix dim contiguous in GM (not supported yet)")
-    a1 = tr.alloc_in("L1", la.source.name, (ways, mt * kt), "float16")
-    b1 = tr.alloc_in("L1", lb.source.name, (ways, kt * nt), "float16")
-    a0 = tr.alloc_in("L0A", la.source.name, (ways, mt * kt), "float16")
-    b0 = tr.alloc_in("L0B", lb.source.name, (ways, kt * nt), "float16")
-    c0 = tr.alloc_in("L0C", acc.name, (mt * nt,), "float32")
-    ko, kh = tr.fresh("k"), tr.fresh("kh")
-    if ways == 2:
-        hv, kstep = isa.var(kh), isa.var(ko) * 2 + isa.var(kh)
-    elif steps > 1:
-        hv, kstep = isa.Affine(), isa.var(ko)
-    else:
-        hv, kstep = isa.Affine(), isa.Affine()
-    hs = HALF if ways == 2 else None
-    recs = []
-
-    def add(dmas, reads, writes):
-        recs.extend(("acc", d, reads, writes) for d in dmas)
-
-    a1r, b1r = a1.ref(hv * (mt * kt)), b1.ref(hv * (kt * nt))
-    a0r, b0r = a0.ref(hv * (mt * kt)), b0.ref(hv * (kt * nt))
-    asrc = ga.ref(abase + kstep * (kt * sak))
-    bsrc = gb.ref(bbase + kstep * (kt * sbk))
-    if sak == 1:  # A[m, k]: ND -> zN -> zZ
-        add(layout_dmas(asrc, a1r, mt, kt, ND, ZN, src_ld=sam), [(ga.name, None)], [(a1.name, hs)])
-        l0a = layout_dmas(a1r, a0r, mt, kt, ZN, ZZ)
-    else:  # A stored [k, m]: ND -> nZ of the k x m matrix, fractals reordered into zZ of A
-        add(layout_dmas(asrc, a1r, kt, mt, ND, NZ, src_ld=sak), [(ga.name, None)], [(a1.name, hs)])
-        m1, k1 = mt // f, kt // f
-        l0a = [isa.Dma(a1r, a0r, (m1, k1, f * f), (f * f, m1 * f * f, 1), (k1 * f * f, f * f, 1))]
-    if sbn == 1:  # B[k, n]: ND -> zN -> nZ
-        add(layout_dmas(bsrc, b1r, kt, nt, ND, ZN, src_ld=sbk), [(gb.name, None)], [(b1.name, hs)])
-        l0b = layout_dmas(b1r, b0r, kt, nt, ZN, NZ)
-    else:  # B stored [n, k]: zN of the n x k matrix is nZ of B
-        add(layout_dmas(bsrc, b1r, nt, kt, ND, ZN, src_ld=sbn), [(gb.name, None)], [(b1.name, hs)])
-        l0b = [isa.Dma(b1r, b0r, (kt * nt,))]
-    add(l0a, [(a1.name, hs)], [(a0.name, hs)])
-    add(l0b, [(b1.name, hs)], [(b0.name, hs)])
-    accumulate = kstep if steps > 1 else False
-    recs.append(("acc", isa.Mmad(c0.ref(0), a0r, b0r, mt, kt, nt, accumulate=accumulate),
-                 [(a0.name, hs), (b0.name, hs), (c0.name, None)], [(c0.name, None)]))
-    ids = (4, 5, 6)
-    if ways == 2:
-        body, before, after = SyncPass(half=kh, ids=ids).body(recs, carried=2)
-        cube = _compound(recs, [*before, isa.Loop(ko, steps // 2, (isa.Loop(kh, 2, tuple(body)),)), *after])
-    elif steps > 1:
-        body, before, after = SyncPass(ids=ids).body(recs, carried=1)
-        cube = _compound(recs, [*before, isa.Loop(ko, steps, tuple(body)), *after])
-    else:
-        body, _b, _a = SyncPass(ids=ids).body(recs)
-        cube = _compound(recs, body)
-
     # the epilogue's tensors in UB (the accumulator first: written by L0C -> UB)
     locals_: dict[str, Local] = {}
     first_access: dict[str, str] = {acc.name: "w"}
@@ -261,6 +210,63 @@ def cube_region(tr, region, half, kt: int, where: str) -> list:
     ld = loc.strides[dims["m"]]
     ubase = isa.var(half) * loc.slot_elems if loc.halves else isa.Affine()
     slot = (loc.buffer.name, HALF if loc.halves else None)
+    from akg.backends.npu.cube_panel import panel_plan, panel_region
+
+    chunks = panel_plan(spec, half, direct, pre, post, mt, nt, kt, K, ways)
+    if chunks:
+        return panel_region(tr, chunks, ga, abase, sam, sak, gb, bbase, sbk, sbn, mt, nt, kt, K, ways, acc, loc, ld,
+                            post[0])
+    a1 = tr.alloc_in("L1", la.source.name, (ways, mt * kt), "float16")
+    b1 = tr.alloc_in("L1", lb.source.name, (ways, kt * nt), "float16")
+    a0 = tr.alloc_in("L0A", la.source.name, (ways, mt * kt), "float16")
+    b0 = tr.alloc_in("L0B", lb.source.name, (ways, kt * nt), "float16")
+    c0 = tr.alloc_in("L0C", acc.name, (mt * nt,), "float32")
+    ko, kh = tr.fresh("k"), tr.fresh("kh")
+    if ways == 2:
+        hv, kstep = isa.var(kh), isa.var(ko) * 2 + isa.var(kh)
+    elif steps > 1:
+        hv, kstep = isa.Affine(), isa.var(ko)
+    else:
+        hv, kstep = isa.Affine(), isa.Affine()
+    hs = HALF if ways == 2 else None
+    recs = []
+
+    def add(dmas, reads, writes):
+        recs.extend(("acc", d, reads, writes) for d in dmas)
+
+    a1r, b1r = a1.ref(hv * (mt * kt)), b1.ref(hv * (kt * nt))
+    a0r, b0r = a0.ref(hv * (mt * kt)), b0.ref(hv * (kt * nt))
+    asrc = ga.ref(abase + kstep * (kt * sak))
+    bsrc = gb.ref(bbase + kstep * (kt * sbk))
+    if sak == 1:  # A[m, k]: ND -> zN -> zZ
+        add(layout_dmas(asrc, a1r, mt, kt, ND, ZN, src_ld=sam), [(ga.name, None)], [(a1.name, hs)])
+        l0a = layout_dmas(a1r, a0r, mt, kt, ZN, ZZ)
+    else:  # A stored [k, m]: ND -> nZ of the k x m matrix, fractals reordered into zZ of A
+        add(layout_dmas(asrc, a1r, kt, mt, ND, NZ, src_ld=sak), [(ga.name, None)], [(a1.name, hs)])
+        m1, k1 = mt // f, kt // f
+        l0a = [isa.Dma(a1r, a0r, (m1, k1, f * f), (f * f, m1 * f * f, 1), (k1 * f * f, f * f, 1))]
+    if sbn == 1:  # B[k, n]: ND -> zN -> nZ
+        add(layout_dmas(bsrc, b1r, kt, nt, ND, ZN, src_ld=sbk), [(gb.name, None)], [(b1.name, hs)])
+        l0b = layout_dmas(b1r, b0r, kt, nt, ZN, NZ)
+    else:  # B stored [n, k]: zN of the n x k matrix is nZ of B
+        add(layout_dmas(bsrc, b1r, nt, kt, ND, ZN, src_ld=sbn), [(gb.name, None)], [(b1.name, hs)])
+        l0b = [isa.Dma(b1r, b0r, (kt * nt,))]
+    add(l0a, [(a1.name, hs)], [(a0.name, hs)])
+    add(l0b, [(b1.name, hs)], [(b0.name, hs)])
+    accumulate = kstep if steps > 1 else False
+    recs.append(("acc", isa.Mmad(c0.ref(0), a0r, b0r, mt, kt, nt, accumulate=accumulate),
+                 [(a0.name, hs), (b0.name, hs), (c0.name, None)], [(c0.name, None)]))
+    ids = (4, 5, 6)
+    if ways == 2:
+        body, before, after = SyncPass(half=kh, ids=ids).body(recs, carried=2)
+        cube = _compound(recs, [*before, isa.Loop(ko, steps // 2, (isa.Loop(kh, 2, tuple(body)),)), *after])
+    elif steps > 1:
+        body, before, after = SyncPass(ids=ids).body(recs, carried=1)
+        cube = _compound(recs, [*before, isa.Loop(ko, steps, tuple(body)), *after])
+    else:
+        body, _b, _a = SyncPass(ids=ids).body(recs)
+        cube = _compound(recs, body)
+
     out = [("acc", d, [(c0.name, None)], [slot])
            for d in layout_dmas(c0.ref(0), loc.buffer.ref(ubase), mt, nt, ZN, ND, dst_ld=ld)]
     comp = _Compute(tr, locals_, half, where)

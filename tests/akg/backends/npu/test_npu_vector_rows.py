@@ -67,3 +67,14 @@ def test_footprint_model_keeps_cores_busy():
     """A larger tile from the footprint model only where it leaves as many blocks."""
     k, _ = checked(graph(lambda b: b.output(b.op("max", b.input("x", (64, 512), "float16"), axes=[1]))))
     assert k.target.backend().report(k.executable).blocks >= 4
+
+
+def test_cube_tile_in_row_chunks_with_b_panel_in_l1():
+    """A 256 x 128 cube tile over 16 K steps: two row chunks, B's panel loaded once by the
+    first, the first chunk's rows written to GM a slice per K step of the second, the last
+    chunk written out in column chunks."""
+    g = graph(lambda b: b.output(b.matmul(b.input("a", (1024, 512), "float16"), b.input("b", (512, 1024), "float16"))))
+    k, text = checked(g)
+    assert "t0_acc_ub1_r0" in text or "_r0_ub" in text
+    assert sum(1 for ln in text.splitlines() if "dma.MTE2 b_" in ln) == 1  # B's panel: one load loop
+    assert "_c1_ub" in text  # the last chunk's write-out in column chunks
