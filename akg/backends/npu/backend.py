@@ -37,7 +37,7 @@ import numpy as np
 from akg.errors import CompileError
 from akg.target import Artifact, Backend, HostArrays
 from akg.backends.npu.reuse import drop_recomputed, fold_initial_values
-from akg.backends.npu.rowblocks import block_reduce, block_rows_cost, block_rows_op
+from akg.backends.npu.rowblocks import block_reduce, block_reduce_cost, block_rows_cost, block_rows_op
 
 ARTIFACT_KIND = "npu-sim"
 NPU_DTYPES = ("float16", "float32", "int32")
@@ -1753,10 +1753,11 @@ class _Compute:
         lanes = self._lanes(dtype)
         full, tail = divmod(n, lanes)
         block = spec.block_elements(np.dtype(dtype).itemsize)
-        blocked = block_reduce(isa, spec, op, val, n, rows, lambda elems: self.temp(dtype, 92, elems),
-                               lambda elems: self.temp(dtype, 93, elems))
-        if blocked is not None and blocked[0] < (issue_cost := self._reduce_rows_cost(n, rows, dtype)):
-            _cost, instrs, res = blocked
+        cost = block_reduce_cost(spec, val, n, rows)
+        blocked = cost is not None and cost < self._reduce_rows_cost(n, rows, dtype)
+        if blocked:  # a row per block: reduce_*_across + reduce_*_block per eight rows
+            _cost, instrs, res = block_reduce(isa, spec, op, val, n, rows, lambda elems: self.temp(dtype, 92, elems),
+                                              lambda elems: self.temp(dtype, 93, elems))
             records += instrs
         elif full == 0:
             part, width = val, n
@@ -1794,7 +1795,7 @@ class _Compute:
                     chunk.n = tail
                     chunk.op(combine, part, [(part, 1), at(full)])
                 records += chunk.records
-        if blocked is None or blocked[0] >= issue_cost:
+        if not blocked:
             res = self.temp(dtype, 93, rows)
             records.append(("acc", isa.Vector(f"reduce_{op}", res.ref(0), (part.buffer.ref(part.base),), rows, width,
                                               src_strides=(isa.Stride(block, part.row),)), [part.slot],

@@ -83,6 +83,17 @@ def block_rows_op(isa, spec, name: str, dst, srcs, n: int, rows: int):
                              dst_stride=isa.Stride(dst.row, blk), src_strides=tuple(strides))
 
 
+def block_reduce_cost(spec, val, n: int, rows: int):
+    """Cycles of `block_reduce`, or None where it does not apply."""
+    size = np.dtype(val.dtype).itemsize
+    blk = spec.block_elements(size)
+    if val.kind != "ref" or n % blk or val.row <= 0 or val.row % blk or n // blk > spec.max_repeat:
+        return None
+    if spec.vector_bytes // size != GROUP * blk or (rows > GROUP and GROUP % blk):
+        return None
+    return -(-rows // GROUP) * (2 * spec.vector_issue + n // blk + 1)
+
+
 def block_reduce(isa, spec, op: str, val, n: int, rows: int, part_temp, res_temp):
     """A row reduction of `rows` rows of n elements (`val`, rows at its row stride) with one
     row per block: per group of eight rows, `reduce_<op>_across` over the row's blocks (a
@@ -90,14 +101,11 @@ def block_reduce(isa, spec, op: str, val, n: int, rows: int, part_temp, res_temp
     Returns (cycles, records, the results' temp: one value per row, contiguous), or None
     where it does not apply (rows not whole blocks, a row past max_repeat blocks, or groups
     of results that would not start a 32-byte block)."""
-    size = np.dtype(val.dtype).itemsize
-    blk = spec.block_elements(size)
-    if val.kind != "ref" or n % blk or val.row <= 0 or val.row % blk or n // blk > spec.max_repeat:
+    cost = block_reduce_cost(spec, val, n, rows)
+    if cost is None:
         return None
-    if spec.vector_bytes // size != GROUP * blk or (rows > GROUP and GROUP % blk):
-        return None
+    blk = spec.block_elements(np.dtype(val.dtype).itemsize)
     groups = -(-rows // GROUP)
-    cost = groups * (2 * spec.vector_issue + n // blk + 1)
     part = part_temp(GROUP * blk)
     res = res_temp(groups * GROUP)
     records = []
