@@ -8,13 +8,14 @@ matmul a ninth of the kernel. Here the tile runs as `q` chunks of mt / q rows in
 first chunk streams its A rows and all of B's K x nt panel, which stays in L1; each later
 chunk streams only its own A rows and reuses the panel, so GM reads are those of the
 unchunked tile (A once, B once). Each chunk has its own L0C accumulator and L1 / L0
-staging, so chunk c's L0C -> UB -> GM runs while chunk c + 1 loads and multiplies. Its
-UB -> GM comes after chunk c + 1's loop in program order: a core's MTE2 and MTE3 share its
-part of the HBM cap in program order, so the next chunk's reads keep their rate and the
-write takes what they leave: it goes a slice of rows per K step inside the next chunk's
-loop (a DMA after each step's read; a DMA waiting behind a whole loop in program order would
-not be dispatched before that loop's instructions are). Only the last chunk's write-out is exposed (and that one in
-column chunks, `cube.chunked_write_out`).
+staging, so chunk c's L0C -> UB -> GM runs while chunk c + 1 loads and multiplies: its UB
+-> GM goes a slice of rows per K step inside chunk c + 1's loop, each slice after the step's
+read in program order. A core's MTE2 and MTE3 share its part of the HBM cap in program
+order, so the reads keep their rate and the write takes what they leave (a write placed
+after the whole loop would not even be dispatched before the loop's instructions are). A
+chunk's closing flag waits come after the next chunk's loop (flag ids alternate between
+chunks), so that loop's first reads do not wait for the previous chunk's last mmad. Only the
+last chunk's write-out is exposed, and that one in column chunks (`cube.chunked_write_out`).
 
 Used for a tile whose epilogue is the accumulator's cast to fp16 stored as it is, in a
 region without ping-pong halves of its own, when B's panel and the chunks' buffers fit."""
