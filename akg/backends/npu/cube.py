@@ -278,6 +278,20 @@ def cube_region(tr, region, half, kt: int, where: str) -> list:
     return pre + [cube] + out + body + post
 
 
+def as_matrix_store(store, mt: int, nt: int):
+    """A UB -> GM store of an mt x nt tile as a 2-D DMA ((mt, nt), unit column strides), or
+    None: a tile whose rows are whole GM rows may come as one flat DMA of mt * nt elements."""
+    from akg.backends.npu import isa
+
+    if not isinstance(store, isa.Dma):
+        return None
+    if len(store.shape) == 1 and store.shape[0] == mt * nt and store.src_strides == (1,) and store.dst_strides == (1,):
+        return isa.Dma(store.src, store.dst, (mt, nt), (nt, 1), (nt, 1))
+    if tuple(store.shape) == (mt, nt) and store.src_strides[1] == 1 and store.dst_strides[1] == 1:
+        return store
+    return None
+
+
 WRITE_CHUNKS = 4  # column chunks of a directly stored cube tile: L0C -> UB of one overlaps UB -> GM of another
 
 
@@ -292,9 +306,8 @@ def chunked_write_out(tr, c0, loc, post: list, mt: int, nt: int, half):
     q = next((q for q in range(WRITE_CHUNKS, 1, -1) if nt % (q * f) == 0 and mt * (nt // q) * 2 >= 4096), 1)
     if q < 2 or half is not None or len(post) != 1 or not isinstance(post[0], tuple):
         return None
-    store = post[0][1]
-    if not isinstance(store, isa.Dma) or tuple(store.shape) != (mt, nt) or store.src_strides[1] != 1 or \
-            store.dst_strides[1] != 1 or store.src.buffer is not loc.buffer:
+    store = as_matrix_store(post[0][1], mt, nt)
+    if store is None or store.src.buffer is not loc.buffer:
         return None
     nc = nt // q
     out = []

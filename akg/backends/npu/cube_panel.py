@@ -18,7 +18,8 @@ chunks), so that loop's first reads do not wait for the previous chunk's last mm
 last chunk's write-out is exposed, and that one in column chunks (`cube.chunked_write_out`).
 
 Used for a tile whose epilogue is the accumulator's cast to fp16 stored as it is, in a
-region without ping-pong halves of its own, when B's panel and the chunks' buffers fit."""
+region without ping-pong halves of its own, with its K steps double-buffered, when B's panel
+and the chunks' buffers fit."""
 
 from __future__ import annotations
 
@@ -32,12 +33,11 @@ def panel_plan(spec, half, direct, pre: list, post: list, mt: int, nt: int, kt: 
     """The number of row chunks (0: the plain tile)."""
     q = CHUNKS
     f = spec.fractal
-    if direct is None or half is not None or pre or K // kt < MIN_STEPS or mt % (q * f) or len(post) != 1:
+    if direct is None or half is not None or pre or ways != 2 or K // kt < MIN_STEPS or mt % (q * f) or len(post) != 1:
         return 0
-    rec = post[0]
-    dma = rec[1] if isinstance(rec, tuple) else None
-    if dma is None or not hasattr(dma, "dst_strides") or tuple(dma.shape) != (mt, nt) or \
-            dma.src_strides[1] != 1 or dma.dst_strides[1] != 1:
+    from akg.backends.npu.cube import as_matrix_store
+
+    if not isinstance(post[0], tuple) or as_matrix_store(post[0][1], mt, nt) is None:
         return 0
     mq = mt // q
     if 2 * K * nt + q * ways * 2 * mq * kt > spec.l1_bytes or 4 * mt * nt > spec.l0c_bytes:
@@ -58,7 +58,9 @@ def panel_region(tr, q: int, ga, abase, sam: int, sak: int, gb, bbase, sbk: int,
     f = spec.fractal
     steps = K // kt
     mq = mt // q
-    store = post[1]
+    from akg.backends.npu.cube import as_matrix_store
+
+    store = as_matrix_store(post[1], mt, nt)
     b1 = tr.alloc_in("L1", gb.name, (steps * kt * nt,), "float16")  # B's K x nt panel, a zN block per K step
     a1s = [tr.alloc_in("L1", ga.name, (ways, mq * kt), "float16") for _ in range(q)]
     a0s = [tr.alloc_in("L0A", ga.name, (ways, mq * kt), "float16") for _ in range(q)]
