@@ -273,6 +273,25 @@ class OpContext:
     def const(self, data: Any, dtype: str, what: str) -> Value:
         return self.imp.const(np.asarray(data, dtype=dtype), f"{self.name}.{what}")
 
+    def flat_index_along(self, index: Value, axis: int, src_shape: tuple[int, ...],
+                         out_shape: tuple[int, ...]) -> Value:
+        """For each element i of `out_shape`: the position, in a tensor of `src_shape` flattened,
+        of i with its `axis` coordinate replaced by index[i] (an int64 `index` that broadcasts
+        to `out_shape`, of the same rank as both shapes)."""
+        rank = len(out_shape)
+        strides = [int(np.prod(src_shape[k + 1:], dtype=np.int64)) for k in range(rank)]
+        grid = np.indices(out_shape, dtype=np.int64)
+        offset = sum((grid[k] * strides[k] for k in range(rank) if k != axis), np.zeros(out_shape, np.int64))
+        along = self.emit("mul", [index, self.const(strides[axis], "int64", "stride")], "along")
+        return self.emit("add", [along, self.const(offset, "int64", "offsets")], "flat_index")
+
+    def gather_along(self, src: Value, index: Value, axis: int, out_shape: tuple[int, ...],
+                     what: str | None = None) -> Value:
+        """out[i] = src[i with its `axis` coordinate replaced by index[i]], i over `out_shape`
+        (torch.gather, ONNX GatherElements): one gather from `src` flattened."""
+        flat = self.emit("reshape", [src], "flat", shape=[int(np.prod(src.shape, dtype=np.int64))])
+        return self.emit("gather", [flat, self.flat_index_along(index, axis, src.shape, out_shape)], what, axis=0)
+
     def attr(self, *names: str, default: Any = None) -> Any:
         """The first of the attributes `names` that is set (not None), else `default`."""
         for n in names:

@@ -775,9 +775,8 @@ def _one_hot(c: Ctx):
                 axis=c.int_("axis", -1), dtype=values.dtype.name)
 
 
-def _element_index(c: Ctx, x: Value, index: Value) -> Value:
-    """GatherElements / ScatterElements indices as positions in x flattened: the index along
-    `axis` (negative ones wrapped), each element's own place along the other axes."""
+def _element_index(c: Ctx, x: Value, index: Value) -> tuple[Value, int]:
+    """GatherElements / ScatterElements indices as int64 with negative ones wrapped, and the axis."""
     rank = len(x.shape)
     axis = c.axis(c.int_("axis", 0), rank)
     if len(index.shape) != rank:
@@ -786,19 +785,14 @@ def _element_index(c: Ctx, x: Value, index: Value) -> Value:
     zero = c.scalar(0, index, "zero")
     index = c.make("where", c.make("less", index, zero, what="negative"),
                    c.make("add", index, c.scalar(x.shape[axis], index, "size"), what="wrapped"), index, what="index")
-    # the flat position of each element: the index along `axis`, the element's own place elsewhere
-    strides = [math.prod(x.shape[k + 1:]) for k in range(rank)]
-    grid = np.indices(index.shape, dtype=np.int64)
-    offset = sum(grid[k] * strides[k] for k in range(rank) if k != axis)
-    return c.make("add", c.make("mul", index, c.scalar(strides[axis], index, "stride"), what="along"),
-                  c.const(np.asarray(offset, np.int64).reshape(index.shape), "int64", "offset"), what="flat_index")
+    return index, axis
 
 
 @ONNX_OPS.register_op("GatherElements", "reshape, add, mul, gather (flat indices)")
 def _gather_elements(c: Ctx):
     x = c.v(0)
-    flat = c.make("reshape", x, shape=[x.type.size], what="flat")
-    return c.make("gather", flat, _element_index(c, x, c.v(1)), axis=0)
+    index, axis = _element_index(c, x, c.v(1))
+    return c.gather_along(x, index, axis, index.shape)
 
 
 def _scatter(c: Ctx, x: Value, flat: Value, flat_index: Value, updates: Value) -> Value:
@@ -858,7 +852,8 @@ def _scatter_dense(c: Ctx, flat: Value, flat_index: Value, updates: Value, reduc
 def _scatter_elements(c: Ctx):
     x, index, updates = c.v(0), c.v(1), c.v(2)
     flat = c.make("reshape", x, shape=[x.type.size], what="flat")
-    return _scatter(c, x, flat, _element_index(c, x, index), updates)
+    index, axis = _element_index(c, x, index)
+    return _scatter(c, x, flat, c.flat_index_along(index, axis, x.shape, index.shape), updates)
 
 
 # --- reductions -----------------------------------------------------------------------------------

@@ -86,22 +86,7 @@ def _reverse_sequence(c: Ctx):
     t = c.const(np.arange(x.shape[time], dtype=np.int64).reshape(tshape), "int64", "t")
     flipped = c.make("sub", c.make("sub", length, c.scalar(1, "int64", "one"), what="last"), t, what="flipped")
     source = c.make("where", c.make("less", t, length, what="inside"), flipped, t, what="source")
-    return _gather_along(c, x, source, time, x.shape)
-
-
-def _gather_along(c: Ctx, src: Value, index: Value, axis: int, out_shape: tuple[int, ...],
-                  what: str | None = None) -> Value:
-    """out[i] = src[i with its `axis` coordinate replaced by index[i]], for i over `out_shape`
-    (`index` broadcasts to it): one gather from `src` flattened."""
-    rank = len(out_shape)
-    strides = [math.prod(src.shape[k + 1:]) for k in range(rank)]
-    grid = np.indices(out_shape, dtype=np.int64)
-    offset = sum(grid[k] * strides[k] for k in range(rank) if k != axis)
-    flat_index = c.make("add", c.make("mul", index, c.scalar(strides[axis], "int64", "stride"), what="along"),
-                        c.const(np.asarray(offset, np.int64).reshape(out_shape), "int64", "offsets"),
-                        what="flat_index")
-    flat = c.make("reshape", src, shape=[src.type.size], what="flat")
-    return c.make("gather", flat, flat_index, axis=0, what=what)
+    return c.gather_along(x, source, time, x.shape)
 
 
 @ONNX_OPS.register_op("CenterCropPad", "slice, pad")
@@ -203,7 +188,7 @@ def _tensor_scatter(c: Ctx):
                  c.make("less", j, c.scalar(length, "int64", "length"), what="before"), what="hit")
     j = c.make("minimum", c.make("maximum", j, c.scalar(0, "int64", "zero"), what="lo"),
                c.scalar(length - 1, "int64", "last"), what="j")
-    written = _gather_along(c, update, j, axis, past.shape, what="written")
+    written = c.gather_along(update, j, axis, past.shape, what="written")
     return c.make("where", hit, written, past)
 
 

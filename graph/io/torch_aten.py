@@ -217,6 +217,17 @@ def _slice(ctx: FxContext):
     return ctx.emit("strided_slice", [x], begin=begin, end=stop, strides=strides)
 
 
+@ATEN_OPS.register_op("aten.gather", "reshape, mul, add, gather (flat indices)")
+def _gather(ctx: FxContext):
+    x, index = ctx.tensor(ctx.args[0]), ctx.arg(2, "index")
+    if not isinstance(index, Value) or len(index.shape) != len(x.shape) or not x.shape:
+        raise ctx.unsupported("gather needs an index tensor of the input's rank (>= 1)")
+    axis = ctx.arg(1, "dim") % len(x.shape)
+    if index.dtype != "int64":
+        index = ctx.emit("cast", [index], "index64", to="int64")
+    return ctx.gather_along(x, index, axis, index.shape)
+
+
 @ATEN_OPS.register_op("aten.select", "slice + reshape")
 def _select(ctx: FxContext):
     x = ctx.tensor(ctx.args[0])

@@ -296,6 +296,27 @@ def test_akg_compile_takes_an_aten_graph_module():
         assert rel_err(got, model(x)) <= 1e-5
 
 
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_gather_along_a_dim(dim):
+    torch.manual_seed(0)
+    x = torch.randn(4, 5)
+    index = torch.randint(0, 4 if dim == 0 else 5, (3, 2))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", AkgFallbackWarning)
+        got = torch.compile(lambda a, i: torch.gather(a, dim, i) * 2, backend="akg")(x, index)
+    assert torch.equal(got, torch.gather(x, dim, index) * 2)
+
+
+def test_cross_entropy_loss_compiles_whole():
+    torch.manual_seed(0)
+    logits, labels = torch.randn(8, 10), torch.randint(0, 10, (8,))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", AkgFallbackWarning)
+        got = torch.compile(lambda x, y: F.cross_entropy(x, y), backend="akg")(logits, labels)
+    assert STATS.inference == 1 and STATS.fallbacks == 0, STATS
+    assert rel_err(got, F.cross_entropy(logits, labels)) <= 1e-5
+
+
 def test_outputs_that_are_inputs():
     gm = to_aten(lambda x, y: (x, torch.mul(y, 2)), (torch.ones(2), torch.ones(3)))
     graph, where = import_fx(gm)
