@@ -28,7 +28,7 @@ from tvm import tirx
 
 from akg.errors import LoweringError
 from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Select, Tensor, Var, walk
-from akg.graph.compute.float8 import FLOAT8, bits_dtype, tir_cast
+from akg.graph.compute.float8 import bits_dtype, tir_cast
 from akg.polyhedral.model import PolyModel, Statement
 from akg.polyhedral.intrinsics import FAST_F32
 from akg.polyhedral.promote import Promoter, Promotion, local_index
@@ -124,10 +124,10 @@ class TirLowering:
         program = self.model.program
         for t in [*program.placeholders, *program.outputs]:
             buf = tirx.decl_buffer(t.shape, t.dtype, _ident(t.name))
-            # float8 tensors are read and written as their bits (graph/compute/float8.py)
+            # float8 and bfloat16 tensors are read and written as their bits (graph/compute/float8.py)
             self.buffers[id(t)] = buf
-            if t.dtype in FLOAT8:
-                self.buffers[id(t)] = tirx.decl_buffer(t.shape, "uint8", _ident(t.name) + "_bits")
+            if bits_dtype(t.dtype) != t.dtype:
+                self.buffers[id(t)] = tirx.decl_buffer(t.shape, bits_dtype(t.dtype), _ident(t.name) + "_bits")
                 self.aliases.append((self.buffers[id(t)], buf.data))
             self.params.append(buf)
         for op in program.ops():
@@ -695,7 +695,7 @@ class TirLowering:
             elif isinstance(n, Load):
                 out = self._load(n.tensor, [go(i) for i in n.indices])
             elif isinstance(n, Cast):
-                out = tir_cast(n.dtype, go(n.value), n.value.dtype, bits=True)  # float8 by its bits
+                out = tir_cast(n.dtype, go(n.value), n.value.dtype, bits=True)  # float8, bfloat16 by bits
             elif isinstance(n, Select):
                 lazy = any(isinstance(x, Load) for x in (*walk(n.a), *walk(n.b)))
                 c, a, b = go(n.cond), go(n.a), go(n.b)

@@ -25,15 +25,18 @@ FLOAT8 = {
 
 
 def bits_dtype(dtype: str) -> str:
-    """The TIR type a kernel keeps a tensor of `dtype` in: float8 as its bits, uint8."""
-    return "uint8" if dtype in FLOAT8 else dtype
+    """The TIR type a kernel keeps a tensor of `dtype` in: float8 and bfloat16 as their bits,
+    uint8 and uint16 (TVM's bfloat16 legalisation converts a bfloat16 load bound in a Let, as
+    the fast-math exp binds its input, as a number: bits 0xC040 became 49216.0, not -3.0)."""
+    return "uint8" if dtype in FLOAT8 else "uint16" if dtype == "bfloat16" else dtype
 
 
 def tir_cast(dtype: str, value, src: str | None = None, *, bits: bool = False):
     """tirx.Cast(dtype, value) of a value of type `src` (default its TIR type), by bits where
     either side is bfloat16 or a float8 type (so that no simplifier folds a rounding
     float32 -> bfloat16 -> float32 away, and LLVM never sees a float8 value). With `bits`,
-    float8 values are their uint8 bits (`bits_dtype`: how astgen keeps them in buffers)."""
+    float8 and bfloat16 values are their uint8 / uint16 bits (`bits_dtype`: how astgen keeps
+    them in buffers)."""
     from tvm import tirx
 
     src = src or _dtype(value)
@@ -41,11 +44,15 @@ def tir_cast(dtype: str, value, src: str | None = None, *, bits: bool = False):
         if src != "float32":
             value = tir_cast("float32", value, src, bits=bits)
         if dtype == "bfloat16":
-            return tirx.reinterpret(dtype, tirx.Cast("uint16", _encode_bf16(value)))
-        code = tirx.Cast("uint8", _encode(FLOAT8[dtype], value))
+            code = tirx.Cast("uint16", _encode_bf16(value))
+        else:
+            code = tirx.Cast("uint8", _encode(FLOAT8[dtype], value))
         return code if bits else tirx.reinterpret(dtype, code)
-    if src == "bfloat16":  # TVM widens a bfloat16 it loads exactly; an encoding here, by its bits
+    if src == "bfloat16":  # an encoding, or (`bits`) the bits themselves, by its bits
         inner = _encoded(value)
+        if inner is None and _dtype(value) == "uint16":
+            inner = value.value if type(value).__name__ == "Cast" and _dtype(value.value) == "uint32" \
+                else tirx.Cast("uint32", value)
         wide = tirx.Cast("float32", value) if inner is None else tirx.reinterpret("float32", inner << _u32(16))
         return wide if dtype == "float32" else tirx.Cast(dtype, wide)
     if src in FLOAT8:

@@ -101,6 +101,28 @@ def test_storage_type_kernels(dtype):
                                       e.astype(np.float32) if e.dtype != bool else e)
 
 
+@pytest.mark.parametrize("dtype, ulp, ops", [("bfloat16", 2.0 ** -8, ("exp", "tanh", "sigmoid", "erf", "exp_half")),
+                                              ("float8_e4m3fn", 2.0 ** -3, ("exp",)),
+                                              ("float8_e4m3fn", 2.0 ** -3, ("tanh",))])
+def test_storage_type_transcendentals(dtype, ulp, ops):
+    """exp, tanh, sigmoid and erf (the fast-math expansions, which bind their input in TIR Lets:
+    a bfloat16 load there was converted as a number, exp(-3) gave inf) on bfloat16 and float8
+    inputs, rows long enough to vectorise: within 1 ulp of the type (the polynomials differ from
+    NumPy's functions by a few float32 ulp before rounding). float8 takes one op per kernel:
+    LLVM takes minutes over five fused float8 transcendentals (a known compile-time problem)."""
+    from akg.graph import evaluate
+
+    def body(b):
+        s = b.input("s", (4, 256), dtype)
+        half = b.div(s, b.const(np.float32(2).astype(dtype)))
+        b.output(*(b.exp(half) if op == "exp_half" else b.op(op, s) for op in ops))
+    g = graph(body)
+    s = np.random.default_rng(0).uniform(-4, 4, (4, 256)).astype(dtype)
+    for a, e in zip(akg.build(g)(s=s), evaluate(g, {"s": s})):
+        assert a.dtype == e.dtype
+        np.testing.assert_allclose(a.astype(np.float32), e.astype(np.float32), rtol=ulp, atol=1e-6)
+
+
 def test_layout_ops(check_kernel):
     def body(b):
         x = b.input("x", (6, 4))
