@@ -96,7 +96,8 @@ class FrozenInputs:
 
     def __init__(self, values: dict[int, Any]):
         self.values = dict(values)
-        self._seen = {i: self._state(t) for i, t in self.values.items()}
+        self._seen = [(i, t, t.data_ptr(), t._version) for i, t in self.values.items()]
+        self._arity = max(self.values, default=-1) + 1
 
     def arrays(self) -> dict[int, np.ndarray]:
         """Copies of the frozen values (read outside the fake-tensor mode aot_autograd compiles in)."""
@@ -105,13 +106,17 @@ class FrozenInputs:
         with unset_fake_temporarily():
             return {i: np.array(t.detach().cpu().numpy()) for i, t in self.values.items()}
 
-    @staticmethod
-    def _state(t: Any) -> tuple:
-        return id(t), t.data_ptr(), t._version, tuple(t.shape), t.dtype
-
     def hold(self, args: tuple) -> bool:
-        """Whether `args` pass the frozen tensors, unchanged."""
-        return all(i < len(args) and self._state(args[i]) == state for i, state in self._seen.items())
+        """Whether `args` pass the frozen tensors (the same objects: their shapes and dtypes are
+        dynamo's guards), on the same storage, unwritten. Per call, so kept to three lookups
+        a weight."""
+        if len(args) < self._arity:
+            return False
+        for i, t, ptr, version in self._seen:
+            a = args[i]
+            if a is not t or a._version != version or a.data_ptr() != ptr:
+                return False
+        return True
 
 
 def _compile_frozen(gm: Any, example_inputs: list, kind: str, target: str, frozen: FrozenInputs) -> Callable:
