@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -140,7 +141,9 @@ def test_planted_faults_become_records_and_no_worker_outlives_the_tune(faults, t
     assert rows["segv"].error.startswith("the kernel crashed the runner (killed by SIGSEGV)")
     assert len(rows["segv"].error.splitlines()) > 3  # the worker's native stack dump
     assert rows["hang"].status == Status.TIMEOUT, summary
-    assert rows["hang"].error == "no result within 3.0s (and within 1.0s before)"  # measured again, fully
+    # measured again, fully: the shortened limit is max(1 s, 300 x the best time), more than 1 s on a loaded host
+    shortened = re.fullmatch(r"no result within 3\.0s \(and within (\d+\.\d)s before\)", rows["hang"].error)
+    assert shortened and 1.0 <= float(shortened.group(1)) < 3.0, rows["hang"].error
     assert rows["wrong"].status == Status.WRONG_RESULT and "differ" in rows["wrong"].error, summary
     # timed out under the shortened limit (1 s), then measured with the full one: not a timeout
     assert rows["slow-once"].status == Status.OK and rows["slow-once"].cost > 0, summary
