@@ -291,11 +291,7 @@ class NpuRecipe(Recipe):
             return math.inf, 0.0
         points = math.prod(info.extents)
         ops = program.ops()
-        picked = []
-        for name in info.statements:
-            base = name.removesuffix("_init")
-            if base.startswith("S") and base[1:].isdigit() and int(base[1:]) < len(ops):
-                picked.append(ops[int(base[1:])])
+        picked = _statement_ops(ops, info.statements)
         if not picked:
             return math.inf, 0.0
         read = {id(ld.tensor) for op in picked for ld in loads(op.body)}
@@ -384,11 +380,7 @@ class NpuRecipe(Recipe):
 
         program = self._program
         ops = program.ops()
-        picked = []
-        for name in info.statements:
-            base = name.removesuffix("_init")
-            if base.startswith("S") and base[1:].isdigit() and int(base[1:]) < len(ops):
-                picked.append(ops[int(base[1:])])
+        picked = _statement_ops(ops, info.statements)
         if not picked:
             return [*program.placeholders, *(op.output for op in ops)]
         seen, out = set(), []
@@ -819,3 +811,13 @@ class NpuSpace(Space):
         pa, pb = band_plans(a, list(self.infos)), band_plans(b, list(self.infos))
         plans = [rng.choice((x, y)) for x, y in zip(pa, pb)]
         return self._config(plans, buffers_of(rng.choice((a, b))))
+
+
+def _statement_ops(ops: list, statements) -> list:
+    """The program ops of a band's statements (`S<i>`, `S<i>_init`); other names are skipped."""
+    picked = []
+    for name in statements:
+        base = name.removesuffix("_init")
+        if base.startswith("S") and base[1:].isdigit() and int(base[1:]) < len(ops):
+            picked.append(ops[int(base[1:])])
+    return picked
