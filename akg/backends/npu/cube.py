@@ -85,7 +85,7 @@ def _cast_only(expr, acc) -> bool:
 
 
 def cube_region(tr, region, half, kt: int, where: str) -> list:
-    from akg.backends.npu.layout import ND, NZ, ZN, ZZ, layout_dmas
+    from akg.backends.npu.layout import ND, NZ, ZN, a_operand_dmas, layout_dmas
 
     from akg.backends.npu.conv import chunk_of, conv_region
 
@@ -238,13 +238,8 @@ def cube_region(tr, region, half, kt: int, where: str) -> list:
     a0r, b0r = a0.ref(hv * (mt * kt)), b0.ref(hv * (kt * nt))
     asrc = ga.ref(abase + kstep * (kt * sak))
     bsrc = gb.ref(bbase + kstep * (kt * sbk))
-    if sak == 1:  # A[m, k]: ND -> zN -> zZ
-        add(layout_dmas(asrc, a1r, mt, kt, ND, ZN, src_ld=sam), [(ga.name, None)], [(a1.name, hs)])
-        l0a = layout_dmas(a1r, a0r, mt, kt, ZN, ZZ)
-    else:  # A stored [k, m]: ND -> nZ of the k x m matrix, fractals reordered into zZ of A
-        add(layout_dmas(asrc, a1r, kt, mt, ND, NZ, src_ld=sak), [(ga.name, None)], [(a1.name, hs)])
-        m1, k1 = mt // f, kt // f
-        l0a = [isa.Dma(a1r, a0r, (m1, k1, f * f), (f * f, m1 * f * f, 1), (k1 * f * f, f * f, 1))]
+    to_l1, l0a = a_operand_dmas(asrc, a1r, a0r, mt, kt, sak, sam, f)
+    add(to_l1, [(ga.name, None)], [(a1.name, hs)])
     if sbn == 1:  # B[k, n]: ND -> zN -> nZ
         add(layout_dmas(bsrc, b1r, kt, nt, ND, ZN, src_ld=sbk), [(gb.name, None)], [(b1.name, hs)])
         l0b = layout_dmas(b1r, b0r, kt, nt, ZN, NZ)

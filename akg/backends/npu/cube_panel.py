@@ -52,7 +52,7 @@ def panel_region(tr, q: int, ga, abase, sam: int, sak: int, gb, bbase, sbk: int,
     """The chunked tile's records: per chunk its K loop (a compound), L0C -> UB and UB -> GM."""
     from akg.backends.npu import isa
     from akg.backends.npu.cube import chunked_write_out
-    from akg.backends.npu.layout import ND, NZ, ZN, ZZ, layout_dmas
+    from akg.backends.npu.layout import ND, NZ, ZN, a_operand_dmas, layout_dmas
 
     spec = tr.spec
     f = spec.fractal
@@ -86,13 +86,8 @@ def panel_region(tr, q: int, ga, abase, sam: int, sak: int, gb, bbase, sbk: int,
             recs.extend(("acc", d, reads, writes) for d in dmas)
 
         asrc = ga.ref(abase + c * mq * sam + kstep * (kt * sak))
-        if sak == 1:  # A[m, k]: ND -> zN -> zZ
-            add(layout_dmas(asrc, a1r, mq, kt, ND, ZN, src_ld=sam), [(ga.name, None)], [(a1.name, hs)])
-            l0a = layout_dmas(a1r, a0r, mq, kt, ZN, ZZ)
-        else:  # A stored [k, m]: ND -> nZ of the k x m matrix, fractals reordered into zZ of A
-            add(layout_dmas(asrc, a1r, kt, mq, ND, NZ, src_ld=sak), [(ga.name, None)], [(a1.name, hs)])
-            m1, k1 = mq // f, kt // f
-            l0a = [isa.Dma(a1r, a0r, (m1, k1, f * f), (f * f, m1 * f * f, 1), (k1 * f * f, f * f, 1))]
+        to_l1, l0a = a_operand_dmas(asrc, a1r, a0r, mq, kt, sak, sam, f)
+        add(to_l1, [(ga.name, None)], [(a1.name, hs)])
         if c == 0:
             bsrc = gb.ref(bbase + kstep * (kt * sbk))
             if sbn == 1:  # B[k, n]: ND -> zN

@@ -126,3 +126,16 @@ def layout_dmas(src: Ref, dst: Ref, rows: int, cols: int, src_layout: str, dst_l
         out.append(Dma(Ref(src.buffer, src.offset + so), Ref(dst.buffer, dst.offset + do),
                        shape, src_strides, dst_strides))
     return out
+
+
+def a_operand_dmas(src: Ref, l1: Ref, l0: Ref, rows: int, kt: int, k_stride: int, m_stride: int,
+                   side: int = 16) -> tuple[list[Dma], list[Dma]]:
+    """A cube's A operand, a rows x kt block of A in GM: the GM -> L1 DMAs and the L1 -> L0A
+    ones that leave it zZ in L0A. A stored [m, k] (`k_stride` 1) goes ND -> zN -> zZ; A stored
+    [k, m] goes ND -> nZ of the k x m matrix, whose fractals are reordered into zZ of A."""
+    if k_stride == 1:
+        return (layout_dmas(src, l1, rows, kt, ND, ZN, src_ld=m_stride, side=side),
+                layout_dmas(l1, l0, rows, kt, ZN, ZZ, side=side))
+    m1, k1, ff = rows // side, kt // side, side * side
+    return (layout_dmas(src, l1, kt, rows, ND, NZ, src_ld=k_stride, side=side),
+            [Dma(l1, l0, (m1, k1, ff), (ff, m1 * ff, 1), (k1 * ff, ff, 1))])
