@@ -5,8 +5,6 @@ OptionalHasElement / OptionalGetElement on plain tensors."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from akg.graph.io.onnx_ops import ONNX_OPS, OnnxOpContext as Ctx

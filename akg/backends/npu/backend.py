@@ -100,6 +100,18 @@ _LOOP_RANGES: contextvars.ContextVar = contextvars.ContextVar("npu_loop_ranges",
 _LOOP_SPLITS: contextvars.ContextVar = contextvars.ContextVar("npu_loop_splits", default=None)
 
 
+def _divided_terms(accesses, where: str):
+    """(coefficients of the dividend, divisor) of each affine floordiv / floormod in the
+    accesses' indices (those whose dividend is not affine are skipped)."""
+    for acc in accesses:
+        for div in (d for idx in acc.indices for d in _divisions(idx)):
+            try:
+                coeffs, _k = _affine(div.a, where)
+            except NpuMappingError:
+                continue
+            yield coeffs, int(div.b.value)
+
+
 def _divisions(e) -> list:
     """The integer divisions and remainders (by a constant) in an index expression."""
     from tvm import tirx
@@ -135,20 +147,14 @@ def _split_divided_loops(items: list, where: str) -> list:
     factors, extents = {}, {}
     for nest in nests:
         ext = dict(nest.loops)
-        for acc in [nest.store, *_loads(nest.store.value)]:
-            for div in (d for idx in acc.indices for d in _divisions(idx)):
-                try:
-                    coeffs, _k = _affine(div.a, where)
-                except NpuMappingError:
+        for coeffs, d in _divided_terms([nest.store, *_loads(nest.store.value)], where):
+            for v, c in coeffs.items():
+                if v not in ext or not c % d or any(v.same_as(w) for w in serial):
                     continue
-                d = int(div.b.value)
-                for v, c in coeffs.items():
-                    if v not in ext or not c % d or any(v.same_as(w) for w in serial):
-                        continue
-                    k = d // math.gcd(abs(c), d)
-                    factor = math.lcm(factors.get(v, 1), k)
-                    if 1 < factor < ext[v] and ext[v] % factor == 0:
-                        factors[v], extents[v] = factor, ext[v]
+                k = d // math.gcd(abs(c), d)
+                factor = math.lcm(factors.get(v, 1), k)
+                if 1 < factor < ext[v] and ext[v] % factor == 0:
+                    factors[v], extents[v] = factor, ext[v]
     reversed_ = _reversed_loops(nests, serial, where)
     if not factors and not reversed_:
         return items
@@ -192,16 +198,10 @@ def _split_divided_top_loop(loop, extent: int, where: str):
 
     v, factor = loop.loop_var, 1
     for st in stores(loop.body):
-        for acc in [st, *_loads(st.value)]:
-            for div in (d for idx in acc.indices for d in _divisions(idx)):
-                try:
-                    coeffs, _k = _affine(div.a, where)
-                except NpuMappingError:
-                    continue
-                d = int(div.b.value)
-                c = next((c for w, c in coeffs.items() if w.same_as(v)), 0)
-                if c % d:
-                    factor = math.lcm(factor, d // math.gcd(abs(c), d))
+        for coeffs, d in _divided_terms([st, *_loads(st.value)], where):
+            c = next((c for w, c in coeffs.items() if w.same_as(v)), 0)
+            if c % d:
+                factor = math.lcm(factor, d // math.gcd(abs(c), d))
     splits, ranges = _LOOP_SPLITS.get(), _LOOP_RANGES.get()
     if not 1 < factor < extent or extent % factor or splits is None or ranges is None or v in splits:
         return None

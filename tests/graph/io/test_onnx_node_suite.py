@@ -604,8 +604,9 @@ def test_full_node_suite(node_cases):
     for case in stale:
         print(f"STALE {case}")
     passing_ops = {o.op for o in outcomes if o.status in ("pass", "pass-fixed")}
-    untested = {akg: op for akg, op in registry_ops_in_onnx().items() if op not in passing_ops}
-    print(f"akg registry ops ONNX has: {len(registry_ops_in_onnx())}, each passes a case of its ONNX op"
+    in_onnx = registry_ops_in_onnx()
+    untested = {akg: op for akg, op in in_onnx.items() if op not in passing_ops}
+    print(f"akg registry ops ONNX has: {len(in_onnx)}, each passes a case of its ONNX op"
           + (f", but for {untested}" if untested else ""))
     assert not unexplained, "failures not in the lists:\n" + "\n".join(
         f"{o.case} [{o.op}] {o.status}: {o.detail}" for o in unexplained[:40])
