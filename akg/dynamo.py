@@ -122,15 +122,15 @@ class FrozenInputs:
 def _compile_frozen(gm: Any, example_inputs: list, kind: str, target: str, frozen: FrozenInputs) -> Callable:
     """The graph compiled with `frozen`'s weights as constants; a call whose weights are not
     those (replaced, or written in place, as an optimizer step does) runs the graph compiled
-    with the weights as inputs, compiled then."""
+    with the weights as inputs, compiled then, and so does every later call."""
     run_frozen = _compile_whole(gm, example_inputs, kind, target, frozen)
     STATS.frozen += len(frozen.values)
     unfrozen: list[Callable] = []
 
     def run(*args: Any) -> list:
-        if frozen.hold(args):
-            return run_frozen(*args)
-        if not unfrozen:
+        if not unfrozen:  # once thawed, always: a version counter only grows
+            if frozen.hold(args):
+                return run_frozen(*args)
             log.info("akg: the weights of the %s graph changed since it was compiled with them in; it is compiled "
                      "again with the weights as inputs", kind)
             try:
