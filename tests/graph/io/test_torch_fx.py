@@ -317,6 +317,16 @@ def test_cross_entropy_loss_compiles_whole():
     assert rel_err(got, F.cross_entropy(logits, labels)) <= 1e-5
 
 
+def test_a_frozen_value_of_another_type_is_an_error():
+    from akg.errors import ImportFormatError
+
+    gm = to_aten(lambda x, w: torch.mm(x, w), (torch.ones(2, 3), torch.ones(3, 4)))
+    graph, _ = import_fx(gm, frozen={1: np.ones((3, 4), np.float32)})
+    assert len(graph.inputs) == 1 and len(graph.constants) == 1  # w is a constant, x the input
+    with pytest.raises(ImportFormatError, match=r"frozen to a float32\[4, 3\] value"):
+        import_fx(gm, frozen={1: np.ones((4, 3), np.float32)})
+
+
 def test_outputs_that_are_inputs():
     gm = to_aten(lambda x, y: (x, torch.mul(y, 2)), (torch.ones(2), torch.ones(3)))
     graph, where = import_fx(gm)
