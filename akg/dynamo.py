@@ -11,6 +11,7 @@ the op: akg compiles the runs of ops it maps, torch runs the rest; slower, never
 from __future__ import annotations
 
 import logging
+import operator
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,7 +28,8 @@ class CompileStats:
     """What the backend did since the last `reset()`: graphs akg compiled (forward, backward,
     inference), graphs it could not compile whole (`fallbacks`, with the reasons in `reasons`)
     and the parts of those that akg compiled all the same (`partitions`); weights compiled into
-    inference graphs (`frozen`) and graphs compiled again as those weights changed (`thawed`)."""
+    inference graphs (`frozen`) and graphs compiled again as those weights changed (`thawed`);
+    `compiled` says what each graph akg compiled whole became (`CompiledGraph`)."""
 
     forward: int = 0
     backward: int = 0
@@ -37,11 +39,23 @@ class CompileStats:
     frozen: int = 0  # weights compiled into inference graphs as constants
     thawed: int = 0  # inference graphs compiled again, weights as inputs, as their weights changed
     reasons: list[str] = field(default_factory=list)
+    compiled: list[CompiledGraph] = field(default_factory=list)
 
     def reset(self) -> None:
         self.forward = self.backward = self.inference = self.fallbacks = self.partitions = 0
         self.frozen = self.thawed = 0
         self.reasons.clear()
+        self.compiled.clear()
+
+
+@dataclass(frozen=True)
+class CompiledGraph:
+    """One graph akg compiled whole: what STATS counts it as, its kernel calls (in order) and
+    the bytes its memory plan holds at its peak."""
+
+    kind: str
+    calls: tuple[str, ...]
+    peak_bytes: int
 
 
 STATS = CompileStats()
@@ -86,8 +100,10 @@ def _compile_whole(gm: Any, example_inputs: list, kind: str, target: str,
 
     graph, output_map = import_fx(gm, example_inputs, name=f"torch_{kind}",
                                   frozen=frozen.arrays() if frozen else None)
-    return _runner(compile_model(graph, target) if graph.outputs else None, output_map,
-                   skip=set(frozen.values) if frozen else set())
+    model = compile_model(graph, target) if graph.outputs else None
+    if model is not None:
+        STATS.compiled.append(CompiledGraph(kind, tuple(c.kernel for c in model.calls), model.plan.peak_bytes))
+    return _runner(model, output_map, skip=set(frozen.values) if frozen else set())
 
 
 class FrozenInputs:
@@ -96,8 +112,11 @@ class FrozenInputs:
 
     def __init__(self, values: dict[int, Any]):
         self.values = dict(values)
-        self._seen = [(i, t, t.data_ptr(), t._version) for i, t in self.values.items()]
         self._arity = max(self.values, default=-1) + 1
+        self._tensors = list(self.values.values())
+        self._versions = list(map(_VERSION, self._tensors))
+        self._ptrs = [t.data_ptr() for t in self._tensors]
+        self._pick = _picker(list(self.values))
 
     def arrays(self) -> dict[int, np.ndarray]:
         """Copies of the frozen values (read outside the fake-tensor mode aot_autograd compiles in)."""
@@ -108,15 +127,24 @@ class FrozenInputs:
 
     def hold(self, args: tuple) -> bool:
         """Whether `args` pass the frozen tensors (the same objects: their shapes and dtypes are
-        dynamo's guards), on the same storage, unwritten. Per call, so kept to three lookups
-        a weight."""
+        dynamo's guards), on the same storage, unwritten. Per call, so C-level maps, no Python
+        loop over the weights."""
         if len(args) < self._arity:
             return False
-        for i, t, ptr, version in self._seen:
-            a = args[i]
-            if a is not t or a._version != version or a.data_ptr() != ptr:
-                return False
-        return True
+        passed = self._pick(args)
+        return (all(map(operator.is_, passed, self._tensors)) and list(map(_VERSION, passed)) == self._versions
+                and [t.data_ptr() for t in passed] == self._ptrs)
+
+
+_VERSION = operator.attrgetter("_version")
+
+
+def _picker(indices: list[int]) -> Callable[[tuple], tuple]:
+    """`args -> tuple(args[i] for i in indices)`, in C."""
+    if len(indices) == 1:
+        (i,) = indices
+        return lambda args: (args[i],)
+    return operator.itemgetter(*indices) if indices else (lambda args: ())
 
 
 def _compile_frozen(gm: Any, example_inputs: list, kind: str, target: str, frozen: FrozenInputs) -> Callable:
@@ -198,21 +226,30 @@ def _partitioned(gm: Any, kind: str, target: str) -> Any:
 def _runner(compiled: Any, output_map: list[tuple[str, int]], skip: set[int] = frozenset()) -> Callable:
     import torch
 
-    def run(*args: Any) -> list:
-        arrays = [_to_numpy(a) for i, a in enumerate(args) if i not in skip]
-        results = compiled(*arrays) if compiled is not None else []
-        return [None if where == "none" else args[i] if where == "input"
-                else torch.from_numpy(np.asarray(results[i])) for where, i in output_map]
+    from_numpy = torch.from_numpy
 
+    def run(*args: Any) -> list:
+        if compiled is None:
+            results = []
+        else:
+            pick = kept.get(len(args))
+            if pick is None:
+                pick = kept[len(args)] = _picker([i for i in range(len(args)) if i not in skip])
+            results = compiled(*map(_to_numpy, pick(args)))
+        return [None if where == "none" else args[i] if where == "input"
+                else from_numpy(np.asarray(results[i])) for where, i in output_map]
+
+    kept: dict[int, Callable] = {}  # the picker of the arguments akg takes, by the number passed
     return run
 
 
 def _to_numpy(t: Any) -> np.ndarray:
     """A CPU tensor's memory as a C-contiguous array (no copy when it already is one)."""
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
     if not t.is_contiguous():
         t = t.contiguous()
-    return t.cpu().numpy()
+    return t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
 
 
 def _boxed(fn: Callable) -> Callable:

@@ -95,6 +95,8 @@ def test_compiled_inference_matches_eager(name):
         want = model(x)
         again = compiled(x + 1)  # a second call gives fresh outputs, the first ones stay
     assert STATS.inference == 1 and STATS.fallbacks == 0, STATS
+    (graph,) = STATS.compiled
+    assert graph.kind == "inference" and graph.calls and graph.peak_bytes > 0, graph
     assert got.shape == want.shape and got.dtype == torch.float32
     assert rel_err(got, want) <= 1e-5
     with torch.no_grad():
@@ -145,6 +147,19 @@ def test_inference_compiles_the_weights_in_and_thaws_when_they_change():
         assert STATS.thawed == 1, STATS
         model.fc.weight = nn.Parameter(torch.ones_like(model.fc.weight))  # a weight replaced
         assert rel_err(compiled(x), model(x)) <= 1e-5
+
+
+def test_inference_thaws_when_a_weight_gets_new_storage():
+    model, x = make("cnn")
+    model.eval()
+    compiled = torch.compile(model, backend="akg")
+    with torch.no_grad():
+        assert rel_err(compiled(x), model(x)) <= 1e-5
+        before = model.conv.weight._version
+        model.conv.weight.data = -model.conv.weight.detach().clone()  # same Parameter, same version
+        assert model.conv.weight._version == before
+        assert rel_err(compiled(x), model(x)) <= 1e-5
+    assert STATS.thawed == 1, STATS
 
 
 def test_inference_freezes_tensors_a_function_reads_from_its_closure():
