@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from akg.graph.ir import Graph, Node, Value
+from akg.graph.types import TensorType
 from akg.graph.ops.layout import transpose_perm
 from akg.registry import Registry
 
@@ -43,8 +44,10 @@ class SimplifyPass:
 
 PASSES: Registry[SimplifyPass] = Registry("simplification pass")
 
-# The order `simplify` runs them in, each round.
-PIPELINE = ("fold_constants", "identities", "cse", "dce")
+# The order `simplify` runs them in, each round: matmul_operands first, so that a transposed
+# weight stays a weight with the product's transpose flag (as model files store linear layers)
+# rather than being folded into a transposed copy.
+PIPELINE = ("matmul_operands", "fold_constants", "identities", "cse", "dce")
 
 
 def defpass(name: str) -> Callable[[Callable[[Graph], Graph]], Callable[[Graph], Graph]]:
@@ -288,6 +291,74 @@ def identities(graph: Graph) -> Graph:
             continue
         rw.keep(node)
     return rw.finish("identities")
+
+
+# --- matrix-product operands --------------------------------------------------------------------
+
+
+def _swaps_last_two(node: _Pending | None) -> bool:
+    """Whether `node` is a transpose that swaps the last two dims and nothing else."""
+    if node is None or node.op != "transpose":
+        return False
+    rank = node.inputs[0].type.rank
+    perm = transpose_perm(rank, node.attrs["perm"])
+    return rank >= 2 and perm == (*range(rank - 2), rank - 1, rank - 2)
+
+
+def _merged_batch(node: _Pending | None, merged: Value) -> Value | None:
+    """The source of `node` when it is a reshape-like that only merges the leading (batch)
+    dims of its source into the first dim of `merged` (rank 3), the last two dims untouched."""
+    if node is None or node.op not in RESHAPES or merged.type.rank != 3:
+        return None
+    source = node.inputs[0]
+    shape = source.type.shape
+    if len(shape) < 4 or shape[-2:] != merged.type.shape[-2:] or int(np.prod(shape[:-2])) != merged.type.shape[0]:
+        return None
+    return source
+
+
+@defpass("matmul_operands")
+def matmul_operands(graph: Graph) -> Graph:
+    """Layout ops around matrix products folded into them, as frameworks' decompositions
+    spell them out: a transpose of an operand's last two dims becomes the product's
+    transpose flag; a batch_matmul of reshapes that merge the same leading batch dims
+    (torch's matmul of 4-d tensors: view to 3-d, bmm, view back) becomes a batch_matmul over
+    those dims, reshaped (and the reshape back then cancels in `identities`)."""
+    rw = _Rewriter(graph)
+    taken = {v.name for v in graph.values}
+    for node in rw.walk():
+        if node.op not in ("matmul", "batch_matmul"):
+            rw.keep(node)
+            continue
+        (a, b), out = rw.inputs(node), node.outputs[0]
+        attrs = dict(node.attrs)
+        batched = None
+        if node.op == "batch_matmul":
+            a4, b4 = _merged_batch(rw.producer.get(a), a), _merged_batch(rw.producer.get(b), b)
+            if a4 is not None and b4 is not None and a4.type.shape[:-2] == b4.type.shape[:-2]:
+                name = f"{out.name}.batched"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                batched = Value(name, TensorType((*a4.type.shape[:-2], *out.type.shape[-2:]), out.type.dtype))
+                a, b = a4, b4
+        changed = batched is not None
+        for key, operand in (("transpose_a", 0), ("transpose_b", 1)):
+            producer = rw.producer.get((a, b)[operand])
+            if _swaps_last_two(producer):
+                attrs[key] = not attrs[key]
+                a, b = (producer.inputs[0], b) if operand == 0 else (a, producer.inputs[0])
+                changed = True
+        if not changed:
+            rw.keep(node)
+            continue
+        rw.changes += 1
+        if batched is None:
+            rw.emit(node.op, [a, b], attrs, [out])
+        else:
+            rw.emit("batch_matmul", [a, b], attrs, [batched])
+            rw.emit("reshape", [batched], {"shape": list(out.type.shape)}, [out])
+    return rw.finish("matmul_operands")
 
 
 # --- common subexpressions ----------------------------------------------------------------------

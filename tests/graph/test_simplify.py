@@ -68,7 +68,7 @@ def test_golden_cases_cover_every_pass():
 
 
 def test_pipeline_passes_are_registered_under_their_names():
-    assert list(PIPELINE) == ["fold_constants", "identities", "cse", "dce"]
+    assert list(PIPELINE) == ["matmul_operands", "fold_constants", "identities", "cse", "dce"]
     for name, p in PASSES.items():
         assert p.name == name and p.doc
     with pytest.raises(Exception, match="no simplification pass for 'nope'.*known: cse"):
