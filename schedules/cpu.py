@@ -144,15 +144,21 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     if info.permutable and n > 1:
         best = max(range(n), key=lambda m: (info.contiguity[m], info.coincident[m], m))
         depth = info.work // max(1, math.prod(info.extents))  # reduction points per point
+        row = info.extents[best]
+        # a row whose width is no power of two has no vector shape at all (LLVM splits it into
+        # a vector part and scalar tails): there one vector of channels already wins
+        channels = 2 * lanes if row & (row - 1) == 0 else lanes
         wide = [m for m in range(n) if info.coincident[m] and info.contiguity[m] > 0
-                and info.extents[m] >= 2 * lanes]
+                and info.extents[m] >= channels]
         if info.reduction_inner and info.extents[best] < lanes and wide and depth >= 4 * lanes:
             # under a deep reduction, a loop narrower than a vector (a small conv's output
             # width) yields to a contiguous loop two vectors wide or more (its output channels):
             # a strided conv's 4-wide rows as the vector loop took 51 us, its channels 5 us (16 ->
             # 32 channels, 8x8 -> 4x4). One vector of channels is a single accumulator chain that
             # waits on each FMA (16 channels at 8x8 ran ~1.8x slower), and a shallow reduction (a
-            # 1x1 conv of 16 channels) does not pay for each point's own accumulators (~2x slower)
+            # 1x1 conv of 16 channels) does not pay for each point's own accumulators (~2x slower).
+            # Rows 10 wide (LeNet-5's second conv, 6 -> 16 channels, 5x5) ran scalar: its 16
+            # channels as the vector loop took 2.65x less time
             best = max(wide, key=lambda m: (info.contiguity[m], m))
         order.remove(best)
         order.append(best)

@@ -79,6 +79,23 @@ def test_narrow_conv_is_vectorised_over_output_channels():
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
 
 
+def _vectorised_over_channels(graph) -> bool:
+    kernel, built = _kernel_config(graph)
+    conv_band = bands_of(built.config)[-1]
+    return conv_band.order[-1] != len(conv_band.order) - 1  # the row is not the vector loop
+
+
+def test_one_vector_of_channels_takes_rows_that_have_no_vector_shape():
+    """One vector of output channels: rows 10 wide (LeNet-5's second conv) have no vector
+    shape, so the channels are the vector loop; rows 8 wide keep the row (a vector of 8)."""
+    lanes = get_target("cpu").vector_lanes("float32")
+    ten = _conv_bn_relu(2, 6, lanes, 10, 5, 1)
+    assert _vectorised_over_channels(ten)
+    inputs = random_inputs(ten, 0)
+    assert compare(ten, compile_model(ten)(**inputs), Reference.of(ten, inputs)) == []
+    assert not _vectorised_over_channels(_conv_bn_relu(2, lanes, lanes, 8, 3, 1))
+
+
 def test_wide_conv_keeps_the_output_width_innermost():
     graph = _conv_bn_relu(1, 16, 32, 32, 3, 1)
     kernel, built = _kernel_config(graph)
