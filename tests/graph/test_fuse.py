@@ -192,6 +192,20 @@ def test_matmul_takes_cheap_prologues_and_epilogues():
     check_partition(g, p)
 
 
+def test_a_flatten_after_a_pool_is_the_classifier_s_prologue():
+    """A rank-changing reshape between a pool and a matmul (LeNet's flatten) joins the matmul
+    as a prologue: as the pool's epilogue the pool's loops would run over the flat output."""
+    b = GraphBuilder("flat")
+    x = b.input("x", (4, 16, 10, 10))
+    pooled = b.max_pool2d(x, kernel=[2, 2], strides=[2, 2], padding=[0, 0, 0, 0], ceil_mode=False, name="pool")
+    flat = b.reshape(pooled, shape=[4, 400], name="flat")
+    b.output(b.matmul(flat, _weights(b, "w", (400, 8)), name="y"))
+    g = b.build()
+    p = partition(g)
+    assert groups(p) == [["pool"], ["flat", "y"]]
+    check_partition(g, p)
+
+
 def test_matmul_refuses_an_expensive_prologue():
     b = GraphBuilder("pro")
     x = b.input("x", (8, 16))
