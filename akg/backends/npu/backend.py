@@ -27,6 +27,7 @@ What it cannot map yet raises `CompileError` naming the statement and the reason
 from __future__ import annotations
 
 import contextvars
+import math
 import pickle
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -144,7 +145,7 @@ def _split_divided_loops(items: list, where: str) -> list:
                 serial_vars(it.items)
 
     serial_vars(items)
-    factors, extents = {}, {}
+    factors, extents, cuts = {}, {}, defaultdict(set)
     for nest in nests:
         ext = dict(nest.loops)
         for coeffs, d in _divided_terms([nest.store, *_loads(nest.store.value)], where):
@@ -155,6 +156,7 @@ def _split_divided_loops(items: list, where: str) -> list:
                 factor = math.lcm(factors.get(v, 1), k)
                 if 1 < factor < ext[v] and ext[v] % factor == 0:
                     factors[v], extents[v] = factor, ext[v]
+                    cuts[v].add(k)
     reversed_ = _reversed_loops(nests, serial, where)
     if not factors and not reversed_:
         return items
@@ -162,6 +164,18 @@ def _split_divided_loops(items: list, where: str) -> list:
     if splits is None or ranges is None:
         return items
     for v, k in factors.items():
+        # divisors that nest (5 | 25 | 400: `c // 25`, `c // 5 % 5`, `c % 5`, a merged loop of
+        # three dims) split the loop at each: c = 25 c_o + 5 c_m + c_i
+        chain = sorted(cuts[v])
+        if len(chain) > 1 and chain[-1] == k and all(b % a == 0 for a, b in zip(chain, chain[1:])):
+            sizes = [extents[v] // k] + [b // a for a, b in zip(chain, chain[1:])][::-1] + [chain[0]]
+            names = [f"{v.name}_o"] + [f"{v.name}_m{n}" for n in range(len(sizes) - 2)] + [f"{v.name}_i"]
+            new = [tirx.Var(n, "int32") for n in names]
+            strides = [k] + list(reversed(chain[:-1])) + [1]
+            splits[v] = (({w: st for w, st in zip(new, strides)}, 0), list(zip(new, sizes)))
+            for w, n in zip(new, sizes):
+                ranges[w] = n
+            continue
         outer, inner = tirx.Var(f"{v.name}_o", "int32"), tirx.Var(f"{v.name}_i", "int32")
         splits[v] = (({outer: k, inner: 1}, 0), [(outer, extents[v] // k), (inner, k)])
         ranges[outer], ranges[inner] = extents[v] // k, k
@@ -253,10 +267,95 @@ def _divided(e, form: tuple[dict, int], d: int, where: str) -> tuple[dict, int]:
     quotient = {v: c // d for v, c in coeffs.items() if c // d}
     remainder = {v: c % d for v, c in coeffs.items() if c % d}
     top = rk + sum(c * (ranges[v] - 1) for v, c in remainder.items())
+    floor = isinstance(e, (tirx.FloorDiv, tirx.Div))
     if top >= d:
+        # affine on the loops' ranges all the same (`(24 * i + 24) // 25` is i for i < 25, a
+        # schedule's form of a merged loop): the values fitted and checked at every point
+        fit = _affine_on_ranges(remainder, rk, d, {v: ranges[v] for v in remainder}, floor)
+        if fit is not None:
+            fc, fk = fit
+            if not floor:
+                return fc, fk
+            merged = dict(quotient)
+            for v, c in fc.items():
+                merged[v] = merged.get(v, 0) + c
+            return {v: c for v, c in merged.items() if c}, qk + fk
         raise NpuMappingError(f"{where}: index {e} is not affine in the loops (its remainder spans {rk}..{top}, past "
                               f"{d}: a tile that splits the divided loop at multiples of {d} would make it affine)")
-    return (quotient, qk) if isinstance(e, (tirx.FloorDiv, tirx.Div)) else (remainder, rk)
+    return (quotient, qk) if floor else (remainder, rk)
+
+
+def _bounds_test(cond, forms: list, where: str):
+    """{dim: (lo, hi)}: the bounds `lo <= forms[dim] < hi` that `cond` (a conjunction of
+    comparisons of the forms with constants) tests; None when it tests anything else."""
+    from tvm import tirx
+
+    out: dict = {}
+    terms, stack = [], [cond]
+    while stack:
+        c = stack.pop()
+        if type(c).__name__ == "And":
+            stack += [c.a, c.b]
+        else:
+            terms.append(c)
+    for t in terms:
+        kind = type(t).__name__
+        if kind not in ("GE", "GT", "LE", "LT"):
+            return None
+        a, b = t.a, t.b
+        if isinstance(a, tirx.IntImm) and not isinstance(b, tirx.IntImm):
+            a, b = b, a
+            kind = {"GE": "LE", "GT": "LT", "LE": "GE", "LT": "GT"}[kind]
+        if not isinstance(b, tirx.IntImm):
+            return None
+        try:
+            form = _affine(a, where)
+        except NpuMappingError:
+            return None
+        n = int(b.value)
+        dims = [d for d, f in enumerate(forms) if _same_coeffs(f[0], form[0])]
+        if len(dims) != 1:
+            return None
+        d = dims[0]
+        shift = forms[d][1] - form[1]  # forms[d] = form + shift
+        lo, hi = out.get(d, (-math.inf, math.inf))
+        if kind == "GE":
+            lo = max(lo, n + shift)
+        elif kind == "GT":
+            lo = max(lo, n + 1 + shift)
+        elif kind == "LT":
+            hi = min(hi, n + shift)
+        else:
+            hi = min(hi, n + 1 + shift)
+        out[d] = (lo, hi)
+    return out
+
+
+AFFINE_FIT_POINTS = 1 << 16  # the most loop points `_affine_on_ranges` evaluates
+
+
+def _affine_on_ranges(coeffs: dict, const: int, d: int, ranges: dict, floor: bool):
+    """({Var: coeff}, const) of `(const + sum(c v)) // d` (floor) or `% d` when that is an
+    affine function of the loops over their ranges (checked at every point), else None."""
+    import math
+
+    vs = list(coeffs)
+    if not vs or math.prod(ranges[v] for v in vs) > AFFINE_FIT_POINTS:
+        return None
+    grids = np.meshgrid(*[np.arange(ranges[v], dtype=np.int64) for v in vs], indexing="ij")
+    a = const + sum(coeffs[v] * g for v, g in zip(vs, grids))
+    vals = a // d if floor else a % d
+    base = int(vals.flat[0])
+    slopes = {}
+    for k, v in enumerate(vs):
+        if ranges[v] > 1:
+            index = [0] * len(vs)
+            index[k] = 1
+            slopes[v] = int(vals[tuple(index)]) - base
+    fitted = base + sum(slopes.get(v, 0) * g for v, g in zip(vs, grids))
+    if not np.array_equal(fitted, vals):
+        return None
+    return {v: c for v, c in slopes.items() if c}, base
 
 
 # --- the parsed TIR ---------------------------------------------------------------------------------
@@ -709,6 +808,72 @@ class Local:
     moving: bool = False  # brought in per tile of a tiled reduction loop
     perm: list = None  # the tensor dims in UB order, outer to inner (None: the tensor's own);
     #                    a transposed access gets its transpose in the DMA
+    view: "Window" = None  # a window dim unfolded in UB (the box's dims are the view's, `Window`)
+
+
+@dataclass
+class Window:
+    """A tensor accessed through windows, strides or merged dims, laid out in UB unfolded: each
+    such dim of the tensor, index `y*s + ry*d + k` (a convolution's or a pooling's input; the
+    cube takes fp16 convs only) or `25*o + 5*a + b` (a reshape's merged dims whose rows are no
+    whole 32-byte blocks), is split into its window loop `ry` (at most one; coefficient `rstep`)
+    and one dim per output loop (`parts`: (loop, coefficient), outermost first), the window
+    dims outermost: `UB[ry, rx, b, c, y, x] = X[b, c, y*sh + ry*dh + k, x*sw + rx*dw + l]`. Each
+    window offset then starts its own aligned rows in UB, so a vector over the output positions
+    starts aligned and runs contiguous whatever the offsets and strides; the GM <-> UB DMA makes
+    the copies (overlapping, shifted, strided GM reads; GM strides per dim, UB strides in whole
+    blocks). Loops around the region (tile loops) go with the innermost part."""
+
+    dims: tuple  # per unfolded tensor dim: (dim, rvar or None, rstep, parts, const)
+
+    @property
+    def writable(self) -> bool:
+        """Each element of the box one tensor element (no window, parts apart): a tensor written
+        in the region may be laid out so."""
+        return all(rvar is None for _d, rvar, *_r in self.dims)
+
+    def same(self, other) -> bool:
+        if other is None or len(self.dims) != len(other.dims):
+            return False
+        for (d, r, rs, parts, k), (d2, r2, rs2, parts2, k2) in zip(self.dims, other.dims):
+            if (d, rs, k, len(parts)) != (d2, rs2, k2, len(parts2)) or (r is None) != (r2 is None) \
+                    or r is not None and not r.same_as(r2):
+                return False
+            if any(c != c2 or not v.same_as(v2) for (v, c), (v2, c2) in zip(parts, parts2)):
+                return False
+        return True
+
+    def forms(self, forms: list) -> list:
+        """The affine forms of an access's indices over the view's dims."""
+        out, windows = [], []
+        unfolded = {d: (rvar, parts) for d, rvar, _rs, parts, _k in self.dims}
+        for d, (coeffs, _c) in enumerate(forms):
+            if d not in unfolded:
+                out.append((coeffs, _c))
+                continue
+            rvar, parts = unfolded[d]
+            if rvar is not None:
+                windows.append(({rvar: 1}, 0))
+            inner = parts[-1][1]
+            rest = {v: c // inner for v, c in coeffs.items()
+                    if not (rvar is not None and v.same_as(rvar)) and not any(v.same_as(p) for p, _c in parts)}
+            out += [({v: 1}, 0) for v, _c in parts[:-1]] + [({parts[-1][0]: 1, **rest}, 0)]
+        return windows + out
+
+    def gm(self, strides: list) -> tuple[list, int]:
+        """GM element strides of the view's dims (from the tensor's) and its GM offset."""
+        out, windows, const = [], [], 0
+        unfolded = {d: (rvar, rstep, parts, k) for d, rvar, rstep, parts, k in self.dims}
+        for d, g in enumerate(strides):
+            if d not in unfolded:
+                out.append(g)
+                continue
+            rvar, rstep, parts, k = unfolded[d]
+            if rvar is not None:
+                windows.append(rstep * g)
+            out += [c * g for _v, c in parts]
+            const += k * g
+        return windows + out, const
 
 
 class _NotDense(Exception):
@@ -743,6 +908,7 @@ class Translator:
         self.grid_vars = []
         self.grid = ()
         self.scope_offsets = defaultdict(int)
+        self.views = {}  # tensor name -> Window: the region's tensors read through a window (unfolded in UB)
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -923,6 +1089,7 @@ class Translator:
         """The DMAs and vector instructions of one tile region, each with its accesses."""
         where = f"{self.name} ({region.name})"
         _bufs, kt = _mark_parts(region.name)
+        self.views = {}
         if kt:
             from akg.backends.npu.cube import cube_region
 
@@ -988,6 +1155,14 @@ class Translator:
         the reduction loop kv of `nest` run in K / kt tiles of kt (the operands it moves
         brought in per tile, ping-pong halves when the region has none)."""
         isa = self.isa
+        if split is None:
+            pads = [it for it in items if isinstance(it, Nest) and self._padding_of(it, items, where) is not None]
+            if pads:
+                records = []
+                for nest in pads:
+                    records += self._padding(nest, *self._padding_of(nest, items, where), half, where)
+                rest = [it for it in items if not any(it is p for p in pads)]
+                return records + (self._vector_region(rest, half, where) if rest else [])
         ksplit = {}
         kname = None
         kways = 1
@@ -1005,6 +1180,7 @@ class Translator:
             items = [new if it is snest else it for it in items]
         self.ksplit = ksplit
         nests = list(_nests(items))
+        self.views = self._window_views(nests, where)
         locals_: dict[str, Local] = {}
         first_access: dict[str, str] = {}
         tir_bufs = {}
@@ -1015,6 +1191,8 @@ class Translator:
                 tir_bufs[b.name] = b
                 first_access.setdefault(b.name, kind)
                 self._extend_box(locals_, b, acc.indices, nest.loops, where)
+        for name, loc in locals_.items():
+            loc.view = self.views.get(name)
         written = {n.store.buffer.name for n in nests}
         read = {l.source.name for n in nests for l in _loads(n.store.value)}
         if not ksplit:
@@ -1067,6 +1245,181 @@ class Translator:
     def _block(self, dtype: str) -> int:
         return self.spec.block_elements(np.dtype(dtype).itemsize)
 
+    # --- padding producers ---------------------------------------------------------------------
+
+    def _padding_of(self, nest, items, where: str):
+        """(the load, the fill value) when `nest` is a padding producer whose result goes to GM:
+        `P[i] = inside(X, i - k) ? X[i - k] : c` (the condition exactly X's bounds test over
+        the loops' ranges, X read from GM and not written in the region, P not read in it);
+        None otherwise."""
+        from tvm import tirx
+
+        store, value = nest.store, nest.store.value
+        kind = type(value).__name__
+        if kind == "Call" and str(value.op.name).endswith("if_then_else"):
+            cond, tv, fv = value.args
+        elif kind == "Select":
+            cond, tv, fv = value.condition, value.true_value, value.false_value
+        else:
+            return None
+        if not _is_load(tv) or not isinstance(fv, (tirx.FloatImm, tirx.IntImm)) or _dt(tv) != _dt(value):
+            return None
+        pname, x = store.buffer.name, tv.source
+        others = [n for n in _nests(items) if n is not nest]
+        if any(n.store.buffer.name == x.name for n in others) or x.name == pname or \
+                any(l.source.name == pname for n in others for l in _loads(n.store.value)):
+            return None
+        if pname not in {b.name for b in self.func.params} and len(self.region_users[pname]) < 2:
+            return None  # P stays in UB: the vector path computes it
+        if len(store.indices) != len(tv.indices) or len(x.shape) != len(tv.indices):
+            return None
+        try:
+            pforms = [_affine(i, where) for i in store.indices]
+            xforms = [_affine(i, where) for i in tv.indices]
+        except NpuMappingError:
+            return None
+        ext = dict(nest.loops)
+        if any(not _same_coeffs(pc, xc) for (pc, _p), (xc, _x) in zip(pforms, xforms)):
+            return None
+        bounds = _bounds_test(cond, xforms, where)
+        if bounds is None:
+            return None
+        for d, ((coeffs, k), n) in enumerate(zip(xforms, x.shape)):
+            if any(v not in ext for v in coeffs):  # moves with the outer loops: not padded
+                if d in bounds or k != pforms[d][1] or int(n) != int(store.buffer.shape[d]):
+                    return None
+                continue
+            fmin = k + sum(min(0, c * (ext[v] - 1)) for v, c in coeffs.items())
+            fmax = k + sum(max(0, c * (ext[v] - 1)) for v, c in coeffs.items())
+            lo, hi = bounds.get(d, (-math.inf, math.inf))
+            if (max(lo, fmin), min(hi, fmax + 1)) != (max(0, fmin), min(int(n), fmax + 1)):
+                return None
+        return tv, float(fv.value)
+
+    def _padding(self, nest, load, fill: float, half, where: str) -> list:
+        """A padding producer as DMAs: P's box filled with the value in UB (`dup`) and written
+        out, then X's part inside the tensor brought in and written out at its place in P (GM
+        addresses need no alignment, UB ones do: no shifted copy in UB)."""
+        isa = self.isa
+        store = nest.store
+        pbuf, xbuf = store.buffer, load.source
+        boxes: dict = {}
+        self._extend_box(boxes, pbuf, store.indices, nest.loops, where)
+        self._extend_box(boxes, xbuf, load.indices, nest.loops, where)
+        ploc, xloc = boxes[pbuf.name], boxes[xbuf.name]
+        for d, ((outer, lo), size) in enumerate(zip(xloc.lo, xloc.sizes)):  # X's box inside X
+            start, end = max(lo, 0), min(lo + size, int(xbuf.shape[d]))
+            if (start, end) != (lo, lo + size) and outer or end <= start:
+                raise NpuMappingError(f"{where}: a padding whose box moves with the tile loops (not supported yet)")
+            xloc.lo[d], xloc.sizes[d] = (outer, start), end - start
+        records = []
+        for loc in (ploc, xloc):
+            loc.halves = half is not None
+            padded = self._layout(loc)
+            if loc.halves:
+                loc.slot_elems = -(-padded // self._block(loc.dtype)) * self._block(loc.dtype)
+                loc.buffer = self.alloc(loc.name, (2, loc.slot_elems), loc.dtype)
+            else:
+                loc.buffer = self.alloc(loc.name, (padded,), loc.dtype)
+        pgm, xgm = self._gm(pbuf), self._gm(xbuf)
+        records += self._dma(xloc, xgm, into=True, half=half)
+        slot = (ploc.buffer.name, HALF if ploc.halves else None)
+        base = isa.var(half) * ploc.slot_elems if ploc.halves else isa.Affine()
+        lanes = self.spec.lanes(ploc.buffer.itemsize)
+        count = ploc.slot_elems if ploc.halves else ploc.buffer.size
+        start = 0
+        while start < count:
+            repeat = min(-(-(count - start) // lanes), self.spec.max_repeat)
+            mask = None if count - start >= repeat * lanes else (count - start) - (repeat - 1) * lanes
+            if mask is not None and repeat > 1:
+                repeat, mask = repeat - 1, None
+            records.append(("acc", isa.Vector("dup", ploc.buffer.ref(base + start), (fill,), repeat, mask), [],
+                            [slot]))
+            start += repeat * lanes if mask is None else mask
+        records += self._dma(ploc, pgm, into=False, half=half)
+        # X's box written at its place in P: P index = X index - (X index - P index)
+        offsets = [_affine(x, where)[1] - _affine(p, where)[1] for p, x in zip(store.indices, load.indices)]
+        inner = Local(pbuf.name, xloc.dtype, [(o, lo - k) for (o, lo), k in zip(xloc.lo, offsets)], list(xloc.sizes),
+                      list(xloc.strides), xloc.buffer, xloc.halves, xloc.slot_elems)
+        records += self._dma(inner, pgm, into=False, half=half)
+        return records
+
+    def _index_forms(self, name: str, indices, where: str) -> list:
+        """The affine forms of an access's indices, over its UB box's dims (a windowed
+        tensor's over its unfolded view, `Window`)."""
+        forms = [_affine(i, where) for i in indices]
+        view = self.views.get(name)
+        return forms if view is None else view.forms(forms)
+
+    def _window_views(self, nests, where: str) -> dict:
+        """The tensors of a region to unfold in UB (`Window`): every access of the tensor in the
+        region unfolds the same way (`_window_of`), and a tensor the region writes has no
+        window (the unfolded copies of an element would go stale)."""
+        found: dict = {}
+        for nest in nests:
+            order = [(v, e) for v, e in nest.loops]
+            dst = set()
+            for idx in nest.store.indices:
+                dst |= {v for v, c in _affine(idx, where)[0].items() if c}
+            for acc in [*_loads(nest.store.value), nest.store]:
+                name = _buf(acc).name
+                view = self._window_of(acc, order, dst, where)
+                if name not in found:
+                    found[name] = view
+                elif found[name] is not None and not found[name].same(view):
+                    found[name] = None
+        written = {n.store.buffer.name for n in nests}
+        return {n: v for n, v in found.items() if v is not None and (v.writable or n not in written)}
+
+    def _window_of(self, acc, order: list, dst: set, where: str):
+        """The `Window` of one access: its dims whose index is `sum(c_i x_i) + r*d + k` (x_i
+        loops of the statement that its destination indexes, `parts`; r at most one loop it does
+        not index, in no other dim; loops around the region in multiples of the innermost
+        part's coefficient), unfolded where there is a window, a stride (c > 1 for the innermost
+        part), or parts whose rows are no whole 32-byte blocks; the innermost live dim one of
+        them. None otherwise (a plain access)."""
+        buf = _buf(acc)
+        shape = [int(n) for n in buf.shape]
+        live = [d for d, n in enumerate(shape) if n > 1]
+        if not live:
+            return None
+        try:
+            forms = [_affine(i, where) for i in acc.indices]
+        except NpuMappingError:
+            return None
+        block = self._block(_npu_dtype(buf.dtype))
+
+        def at(v) -> int:
+            return next((i for i, (w, _e) in enumerate(order) if w.same_as(v)), -1)
+
+        def in_dst(v) -> bool:
+            return any(v.same_as(w) for w in dst)
+
+        dims, used = [], []
+        for d, (coeffs, const) in enumerate(forms):
+            window = [v for v, c in coeffs.items() if c and at(v) >= 0 and not in_dst(v)]
+            parts = sorted(((v, c) for v, c in coeffs.items() if c and at(v) >= 0 and in_dst(v)),
+                           key=lambda vc: (-vc[1], -at(vc[0])))
+            used.append(window)
+            if len(window) > 1 or not parts or any(c < 1 for _v, c in parts) or window and coeffs[window[0]] < 1:
+                continue
+            inner = parts[-1][1]
+            others = [c for v, c in coeffs.items() if at(v) < 0]
+            if any(c % inner for c in others):
+                continue
+            if not window and inner == 1 and all(c % block == 0 for _v, c in parts[:-1]):
+                continue  # a plain dim (rows of whole blocks)
+            spans = [c * (order[at(v)][1] - 1) for v, c in parts]
+            if not window and any(c <= sum(spans[k + 1:]) for k, (_v, c) in enumerate(parts[:-1])):
+                continue  # overlapping parts
+            dims.append((d, window[0] if window else None, coeffs[window[0]] if window else 0, tuple(parts), const))
+        if not dims or dims[-1][0] != live[-1]:
+            return None
+        for d, rvar, *_rest in dims:  # a window loop in one dim only
+            if rvar is not None and sum(any(rvar.same_as(v) for v in w) for w in used) > 1:
+                return None
+        return Window(tuple(dims))
+
     def _reference_order(self, nest, where) -> dict:
         """The loop order the region's UB tiles follow for one statement: the loops' own, or
         the order an access walks them in when that puts a longer loop innermost (a
@@ -1076,8 +1429,7 @@ class Translator:
         best = [v for v, _e in loops]
         for acc in [nest.store, *_loads(nest.store.value)]:
             seq = []
-            for idx in acc.indices:
-                coeffs, _k = _affine(idx, where)
+            for coeffs, _k in self._index_forms(_buf(acc).name, acc.indices, where):
                 inner = [v for v, c in coeffs.items() if c and v in ext]
                 if len(inner) == 1 and inner[0] not in seq:
                     seq.append(inner[0])
@@ -1097,14 +1449,13 @@ class Translator:
             pos = self._reference_order(nest, where)
             for acc in [nest.store, *_loads(nest.store.value)]:
                 keys = []
-                for d, idx in enumerate(acc.indices):
-                    coeffs, _k = _affine(idx, where)
+                for d, (coeffs, _k) in enumerate(self._index_forms(_buf(acc).name, acc.indices, where)):
                     inner = [pos[v] for v, c in coeffs.items() if c and v in pos]
                     keys.append((max(inner) if inner else -1, d))
                 orders[_buf(acc).name].add(tuple(d for _k, d in sorted(keys)))
         for name, loc in locals_.items():
             found = orders.get(name, set())
-            if len(found) != 1:
+            if len(found) != 1 or loc.view is not None:  # a window's view keeps its positions innermost
                 continue
             perm = list(next(iter(found)))
             live = [d for d in perm if loc.sizes[d] > 1]
@@ -1115,8 +1466,8 @@ class Translator:
         inner = {v for v, _ in loops}
         ext = {v: e for v, e in loops}
         lo, hi, outer = [], [], []
-        for d, idx in enumerate(indices):
-            coeffs, const = _affine(idx, where)
+        forms = self._index_forms(buf.name, indices, where)
+        for d, (coeffs, const) in enumerate(forms):
             out = {v: c for v, c in coeffs.items() if v not in inner}
             for v, c in coeffs.items():
                 for kv, (kk, kt) in getattr(self, "ksplit", {}).items():
@@ -1132,7 +1483,7 @@ class Translator:
             locals_[buf.name] = Local(buf.name, _npu_dtype(buf.dtype), [(o, l) for o, l in zip(outer, lo)],
                                       [h - l + 1 for h, l in zip(hi, lo)], [])
             return
-        for d in range(len(indices)):
+        for d in range(len(forms)):
             o, l0 = loc.lo[d]
             if not _same_coeffs(o, outer[d]):
                 raise NpuMappingError(f"{where}: the accesses of '{buf.name}' move differently with the outer "
@@ -1173,9 +1524,12 @@ class Translator:
         per DMA (outer dims as a loop)."""
         isa = self.isa
         gstrides = list(isa.contiguous_strides(gm.shape)) if gm.shape else [1]
+        gconst = 0
+        if loc.view is not None:  # a window unfolded: the view's dims over the tensor's
+            gstrides, gconst = loc.view.gm(gstrides)
         order = list(loc.perm) if loc.perm is not None else list(range(len(loc.sizes)))
         sizes, starts, shift = list(loc.sizes), [l for _o, l in loc.lo], 0
-        if into:
+        if into and loc.view is None:
             # a box that reaches past the tensor (the unchosen branch of a select: `c < 4 ?
             # a[c] : b[c - 4]`) brings in only the part inside it, where the box does not move
             # with the outer loops; the lanes outside are never chosen
@@ -1196,12 +1550,12 @@ class Translator:
                 merged.append((n, gs, ls))
         if not merged:
             merged = [(1, 1, 1)]
-        gbase = isa.Affine()
+        gbase = isa.Affine(gconst)
         for (o, _l), l, gs in zip(loc.lo, starts, gstrides):
             gbase = gbase + self.iaff(o, l) * gs
         lbase = isa.Affine(shift)
         if loc.halves:
-            lbase = isa.var(half) * loc.slot_elems
+            lbase = lbase + isa.var(half) * loc.slot_elems
         loops, loops_dims = [], []
         while len(merged) > 3:
             n, gs, ls = merged.pop(0)
@@ -1425,8 +1779,7 @@ class _Compute:
         base = isa.Affine()
         coeffs: dict = {}
         inner = {v for v, _ in loops}
-        for d, idx in enumerate(load.indices):
-            c, k = _affine(idx, where)
+        for d, (c, k) in enumerate(self.tr._index_forms(_buf(load).name, load.indices, where)):
             stride = loc.strides[d]
             base = base + (k - loc.lo[d][1]) * stride
             for v, cv in c.items():
@@ -1551,6 +1904,7 @@ class _Compute:
         values = _value_vars(store.value)
         n, merged, rest = self._geometry(nest.loops, vec, [dst, *loads], keep=values)
         self._dense_ok(rest, vec, [dst, *loads])
+        rest = self._rows_inside(rest, n, dst, loads, store, where)
         rows = self._rows(rest, vec, n, [dst, *loads])
         if rows:
             return self._elementwise_rows(nest, dst, loads, vec, n, merged, rest, rows, where)
@@ -1564,6 +1918,27 @@ class _Compute:
         emit.index_vars = (vec,) if len(merged) == 1 else ()
         emit.evaluate(store.value, opmap, dstb)
         return self._wrap(emit.records, rest, names)
+
+    def _rows_inside(self, rest, n, dst, loads, store, where) -> list:
+        """The outer loops of an element-wise statement with a loop its destination does not
+        index innermost (an update `acc += X * W` over a window or a summed dim): an output
+        loop moved inside them, so that its rows fold into repeats (`_rows`). Each element's
+        updates keep their order: the statement writes only its destination, which it reads at
+        the element it writes, the loops moved over do not index it, and the rows of the moved
+        loop are disjoint (destination stride at least a row)."""
+        if not self.tr.fold_rows or not rest or dst.coeffs.get(rest[-1][0], 0) >= n:
+            return rest
+        store_forms = [_affine(i, where) for i in store.indices]
+        for ld in _loads(store.value):
+            if ld.source.same_as(store.buffer) and [_affine(i, where) for i in ld.indices] != store_forms:
+                return rest
+        found = [k for k, (v, e) in enumerate(rest) if e > 1 and dst.coeffs.get(v, 0) >= n and
+                 all(o.coeffs.get(v, 0) >= 0 for o in loads) and
+                 not any(dst.coeffs.get(w, 0) for w, _f in rest[k + 1:])]
+        if not found:
+            return rest
+        k = found[-1]
+        return rest[:k] + rest[k + 1:] + [rest[k]]
 
     ROW_TEMP_BYTES = 16384  # a temp of rows x row elements at most this large
     ROW_TEMP_BYTES_LARGE = 65536  # tried first (fewer, longer instructions), while the region fits the UB
