@@ -164,9 +164,11 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         order.append(best)
     ext = [info.extents[m] for m in order]
     coin = [info.coincident[m] for m in order]
-    sink = info.reduction_inner and all(coin) and info.contiguity[order[-1]] >= max(info.inner_contiguity, 1)
-    if sink and vectorises_across_rows(info, order, lanes):
+    if info.reduction_inner and all(coin) and vectorises_across_rows(info, order, lanes):
+        # the channels' vectors accumulate across the whole reduction, whichever loop of it
+        # reads most contiguously (the input rows are broadcast, not vector-loaded)
         return channel_vector_band(order, ext, lanes, itemsize, register_bytes)
+    sink = info.reduction_inner and all(coin) and info.contiguity[order[-1]] >= max(info.inner_contiguity, 1)
 
     register = [0] * n
     innermost_contiguous = info.contiguity[order[-1]] > 0 or not info.has_inner

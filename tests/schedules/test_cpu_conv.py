@@ -80,9 +80,11 @@ def test_narrow_conv_is_vectorised_over_output_channels():
 
 
 def _vectorised_over_channels(graph) -> bool:
+    """Whether the conv's band is the channel-vector mapping: the channels innermost, with
+    vector accumulators sunk below the reduction (`channel_vector_band`)."""
     kernel, built = _kernel_config(graph)
     conv_band = bands_of(built.config)[-1]
-    return conv_band.order[-1] != len(conv_band.order) - 1  # the row is not the vector loop
+    return conv_band.order[-1] != len(conv_band.order) - 1 and conv_band.sink
 
 
 def test_one_vector_of_channels_takes_rows_that_have_no_vector_shape():
