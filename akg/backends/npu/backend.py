@@ -101,10 +101,74 @@ _LOOP_RANGES: contextvars.ContextVar = contextvars.ContextVar("npu_loop_ranges",
 _LOOP_SPLITS: contextvars.ContextVar = contextvars.ContextVar("npu_loop_splits", default=None)
 
 
+# tensors of a region read or written through a reshape of merged dims whose address is affine
+# (`x[c // 25, c // 5 % 5, c % 5]` is element c of x): tensor name -> [(indices, address)]
+_FLATS: contextvars.ContextVar = contextvars.ContextVar("npu_flats", default=None)
+
+
+def _flat_address(acc):
+    """The affine address expression of an access recorded in `_FLATS`, or None."""
+    flats = _FLATS.get() or {}
+    for indices, address in flats.get(_buf(acc).name, ()):
+        if len(indices) == len(acc.indices) and all(a.same_as(b) for a, b in zip(indices, acc.indices)):
+            return address
+    return None
+
+
+def _access_forms(acc, where: str) -> list:
+    """The affine forms of an access's indices; a flattened tensor's (`_FLATS`) one form, its
+    address."""
+    address = _flat_address(acc)
+    if address is not None:
+        return [_affine(address, where)]
+    return [_affine(i, where) for i in acc.indices]
+
+
+def _find_flats(nests, where: str) -> None:
+    """Record in `_FLATS` the tensors of a region whose accesses divide their indices but whose
+    addresses (row-major, simplified over the loops' ranges) are affine in every access: a
+    reshape's merged dims read as the flat range they are (`out[b, c // 25, c // 5 % 5, c % 5]`
+    is `out[b * 400 + c]`), one dim in UB, no loop split."""
+    flats = _FLATS.get()
+    if flats is None:
+        return
+    accesses = defaultdict(list)
+    for nest in nests:
+        for acc in [nest.store, *_loads(nest.store.value)]:
+            accesses[_buf(acc).name].append(acc)
+    analyzer = None
+    for name, accs in accesses.items():
+        if not any(_divisions(i) for a in accs for i in a.indices):
+            continue
+        analyzer = analyzer or _ranged_analyzer()
+        if analyzer is None:
+            return
+        found = []
+        for a in accs:
+            shape = [int(n) for n in _buf(a).shape]
+            address, stride = 0, 1
+            for idx, n in reversed(list(zip(a.indices, shape))):
+                address = address + idx * stride if stride != 1 else address + idx
+                stride *= n
+            address = analyzer.simplify(address)
+            if _divisions(address):
+                break
+            try:
+                _affine(address, where)
+            except NpuMappingError:
+                break
+            found.append((a.indices, address))
+        else:
+            flats.setdefault(name, []).extend(found)
+
+
 def _divided_terms(accesses, where: str):
     """(coefficients of the dividend, divisor) of each affine floordiv / floormod in the
-    accesses' indices (those whose dividend is not affine are skipped)."""
+    accesses' indices (those whose dividend is not affine are skipped; flattened accesses
+    have none)."""
     for acc in accesses:
+        if _flat_address(acc) is not None:
+            continue
         for div in (d for idx in acc.indices for d in _divisions(idx)):
             try:
                 coeffs, _k = _affine(div.a, where)
@@ -136,6 +200,7 @@ def _split_divided_loops(items: list, where: str) -> list:
     from tvm import tirx
 
     nests = list(_nests(items))
+    _find_flats(nests, where)
     serial = []
 
     def serial_vars(xs):
@@ -876,6 +941,25 @@ class Window:
         return windows + out, const
 
 
+@dataclass
+class _Access:
+    """A tensor access by name and indices (what `_access_forms` looks up)."""
+
+    name: str
+    indices: object
+
+    @property
+    def buffer(self):
+        return self
+
+
+class _Flat:
+    """The UB view of a flattened tensor (`_FLATS`): one dim, the element's address."""
+
+    def gm(self, strides: list) -> tuple[list, int]:
+        return [1], 0
+
+
 class _NotDense(Exception):
     """An unpadded (dense) UB layout does not work for this region: use the padded one."""
 
@@ -976,12 +1060,13 @@ class Translator:
                             _npu_dtype(buf.dtype))
             self.params[buf.name] = gm
             self.param_order.append(gm)
-        ranges, splits = _LOOP_RANGES.set({}), _LOOP_SPLITS.set({})
+        ranges, splits, flats = _LOOP_RANGES.set({}), _LOOP_SPLITS.set({}), _FLATS.set({})
         try:
             return self._translate(func)
         finally:
             _LOOP_RANGES.reset(ranges)
             _LOOP_SPLITS.reset(splits)
+            _FLATS.reset(flats)
 
     def _translate(self, func):
         isa = self.isa
@@ -1192,7 +1277,8 @@ class Translator:
                 first_access.setdefault(b.name, kind)
                 self._extend_box(locals_, b, acc.indices, nest.loops, where)
         for name, loc in locals_.items():
-            loc.view = self.views.get(name)
+            loc.view = self.views.get(name) or (_Flat() if name in (_FLATS.get() or {}) and len(loc.sizes) == 1 and
+                                                len(tir_bufs[name].shape) > 1 else None)
         written = {n.store.buffer.name for n in nests}
         read = {l.source.name for n in nests for l in _loads(n.store.value)}
         if not ksplit:
@@ -1347,7 +1433,10 @@ class Translator:
     def _index_forms(self, name: str, indices, where: str) -> list:
         """The affine forms of an access's indices, over its UB box's dims (a windowed
         tensor's over its unfolded view, `Window`)."""
-        forms = [_affine(i, where) for i in indices]
+        if name in (_FLATS.get() or {}):
+            forms = _access_forms(_Access(name, indices), where)
+        else:
+            forms = [_affine(i, where) for i in indices]
         view = self.views.get(name)
         return forms if view is None else view.forms(forms)
 
@@ -1373,8 +1462,8 @@ class Translator:
 
     def _window_of(self, acc, order: list, dst: set, where: str):
         """The `Window` of one access: its dims whose index is `sum(c_i x_i) + r*d + k` (x_i
-        loops of the statement that its destination indexes, `parts`; r at most one loop it does
-        not index, in no other dim; loops around the region in multiples of the innermost
+        loops of the statement that its destination indexes, `parts`, or all summed loops where
+        it indexes none; r at most one loop it does not index, in no other dim; loops around the region in multiples of the innermost
         part's coefficient), unfolded where there is a window, a stride (c > 1 for the innermost
         part), or parts whose rows are no whole 32-byte blocks; the innermost live dim one of
         them. None otherwise (a plain access)."""
@@ -1401,6 +1490,8 @@ class Translator:
             parts = sorted(((v, c) for v, c in coeffs.items() if c and at(v) >= 0 and in_dst(v)),
                            key=lambda vc: (-vc[1], -at(vc[0])))
             used.append(window)
+            if not parts and len(window) > 1:  # merged summed dims (a reshape read along a reduction)
+                parts, window = sorted(((v, coeffs[v]) for v in window), key=lambda vc: (-vc[1], -at(vc[0]))), []
             if len(window) > 1 or not parts or any(c < 1 for _v, c in parts) or window and coeffs[window[0]] < 1:
                 continue
             inner = parts[-1][1]
@@ -1598,14 +1689,14 @@ def _reduction_loop(items, where: str):
             continue
         store = it.store
         dvars = set()
-        for idx in store.indices:
-            dvars |= set(_affine(idx, where)[0])
+        for coeffs, _k in _access_forms(store, where):
+            dvars |= set(coeffs)
         svars = set()
         for ld in _loads(store.value):
             if ld.source.same_as(store.buffer):
                 continue
-            for idx in ld.indices:
-                svars |= set(_affine(idx, where)[0])
+            for coeffs, _k in _access_forms(ld, where):
+                svars |= set(coeffs)
         for v, e in it.loops:
             if e > 1 and v not in dvars and v in svars:
                 if best is None or e > best[2]:
