@@ -183,3 +183,18 @@ def test_sin_over_cos_is_not_folded_into_a_wrong_tan():
     graph = b.build()
     xs = np.random.default_rng(0).uniform(-1.4, 1.4, (3, 4, 16)).astype(np.float32)
     np.testing.assert_allclose(akg.build(graph)(xs)[0], np.tan(xs.astype(np.float64)), rtol=2e-6, atol=1e-6)
+
+
+def test_a_partial_tile_of_known_width_is_a_vector_loop_too():
+    """LeNet-5's first conv: output rows 28 wide under a 16-wide vector strip. The last tile
+    (12 wide) is a vector loop of its own, not a scalar remainder of variable width."""
+    lanes = host_cpu().vector_lanes("float32")
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("conv28")
+    x = b.input("x", (2, 1, 32, 32))
+    w = b.const(rng.standard_normal((6, 1, 5, 5)).astype(np.float32), name="w")
+    b.output(b.relu(b.conv2d(x, w, strides=[1, 1], padding=[0, 0, 0, 0])))
+    tir = _check(b.build())
+    if lanes == 16:
+        assert "T.vectorized(16)" in tir and "T.vectorized(12)" in tir
+    assert "in range(T.min(" not in tir  # no loop of variable width is left
