@@ -125,10 +125,11 @@ def _access_forms(acc, where: str) -> list:
 
 
 def _find_flats(nests, where: str) -> None:
-    """Record in `_FLATS` the tensors of a region whose accesses divide their indices but whose
-    addresses (row-major, simplified over the loops' ranges) are affine in every access: a
-    reshape's merged dims read as the flat range they are (`out[b, c // 25, c // 5 % 5, c % 5]`
-    is `out[b * 400 + c]`), one dim in UB, no loop split."""
+    """Record in `_FLATS` the tensors of a region whose accesses divide a loop by several
+    divisors (a merged loop of three or more dims) but whose addresses (row-major, simplified
+    over the loops' ranges) are affine in every access: a reshape's merged dims read as the
+    flat range they are (`out[b, c // 25, c // 5 % 5, c % 5]` is `out[b * 400 + c]`), one dim
+    in UB, no loop split."""
     flats = _FLATS.get()
     if flats is None:
         return
@@ -138,8 +139,12 @@ def _find_flats(nests, where: str) -> None:
             accesses[_buf(acc).name].append(acc)
     analyzer = None
     for name, accs in accesses.items():
-        if not any(_divisions(i) for a in accs for i in a.indices):
-            continue
+        divisors = defaultdict(set)  # loop var name -> the divisors of the dividends it is in
+        for div in (d for a in accs for i in a.indices for d in _divisions(i)):
+            for v in _index_vars(div.a):
+                divisors[v].add(int(div.b.value))
+        if not any(len(ds) > 1 for ds in divisors.values()):
+            continue  # one divisor per loop: split at it (`_split_divided_loops`)
         analyzer = analyzer or _ranged_analyzer()
         if analyzer is None:
             return
@@ -160,6 +165,19 @@ def _find_flats(nests, where: str) -> None:
             found.append((a.indices, address))
         else:
             flats.setdefault(name, []).extend(found)
+
+
+def _index_vars(e) -> set:
+    """The names of the variables in an index expression."""
+    from tvm import tirx
+
+    if isinstance(e, tirx.Var):
+        return {e.name}
+    out = set()
+    for name in ("a", "b"):
+        if hasattr(e, name):
+            out |= _index_vars(getattr(e, name))
+    return out
 
 
 def _divided_terms(accesses, where: str):

