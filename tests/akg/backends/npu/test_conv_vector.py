@@ -80,3 +80,20 @@ def test_fp32_max_pool_windows_match_numpy(kernel_size, strides, padding):
     kernel = akg.build(g, target="npu")
     check_npu(g, kernel)
     kernel.target.backend().report(kernel.executable, races=True)
+
+
+def test_fp32_pool_then_flatten_writes_its_merged_dims_through_the_dma():
+    """A 2x2 / stride-2 max pool flattened in the same kernel (LeNet-5's pool + flatten): the
+    scheduler merges the pool's (c, y, x) loops into the flat one (`c // 25`, `c // 5 % 5`,
+    `c % 5`, and forms like `(24 c + 24) // 25` that are affine on the loops' ranges only),
+    which is split at each divisor; the flat output's rows of 5 are no whole blocks,
+    so it is laid out [c][y][x] in UB with aligned rows, the UB -> GM DMA writing them back
+    flat."""
+    b = GraphBuilder("pool_flat")
+    p = b.max_pool2d(b.input("x", (2, 16, 10, 10), "float32"), kernel=[2, 2], strides=[2, 2], padding=[0, 0],
+                     ceil_mode=False)
+    b.output(b.reshape(p, shape=[2, 400]))
+    g = b.build()
+    kernel = akg.build(g, target="npu")
+    check_npu(g, kernel)
+    kernel.target.backend().report(kernel.executable, races=True)
