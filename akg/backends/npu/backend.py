@@ -1555,6 +1555,13 @@ class Translator:
         doing the transpose (GM strides in any order, UB strides in whole 32-byte blocks)."""
         orders: dict[str, set] = defaultdict(set)
         for nest in nests:
+            if any(l.source.name in self.views for l in _loads(nest.store.value)):
+                # a statement over a window: the view's output positions are innermost, the
+                # other tensors keep their own order (a schedule's inner batch loop is no reason
+                # to transpose the destination)
+                for acc in [nest.store, *_loads(nest.store.value)]:
+                    orders[_buf(acc).name].add(None)
+                continue
             pos = self._reference_order(nest, where)
             for acc in [nest.store, *_loads(nest.store.value)]:
                 keys = []
@@ -1564,7 +1571,7 @@ class Translator:
                 orders[_buf(acc).name].add(tuple(d for _k, d in sorted(keys)))
         for name, loc in locals_.items():
             found = orders.get(name, set())
-            if len(found) != 1 or loc.view is not None:  # a window's view keeps its positions innermost
+            if len(found) != 1 or None in found or loc.view is not None:  # a window's view keeps its order
                 continue
             perm = list(next(iter(found)))
             live = [d for d in perm if loc.sizes[d] > 1]

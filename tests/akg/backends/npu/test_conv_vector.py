@@ -12,10 +12,10 @@ from akg.graph import GraphBuilder
 from conftest_npu import check_npu
 
 
-def conv(x, w, padding=(0, 0), strides=(1, 1), dilation=(1, 1), bias=False, relu=False):
+def conv(x, w, padding=(0, 0), strides=(1, 1), dilation=(1, 1), bias=False, relu=False, groups=1):
     b = GraphBuilder("conv32")
     y = b.conv2d(b.input("x", x, "float32"), b.input("w", w, "float32"), padding=list(padding),
-                 strides=list(strides), dilation=list(dilation))
+                 strides=list(strides), dilation=list(dilation), groups=groups)
     if bias:
         y = b.add(y, b.input("bias", (1, w[0], 1, 1), "float32"))
     if relu:
@@ -42,7 +42,10 @@ def check(g):
     lambda: conv((1, 4, 9, 9), (4, 4, 3, 3), padding=(1, 1), strides=(2, 2)),
     lambda: conv((1, 2, 10, 10), (3, 2, 3, 3), padding=(2, 1, 0, 1), dilation=(2, 2)),
     lambda: conv((1, 3, 9, 13), (4, 3, 5, 3), padding=(2, 1), bias=True, relu=True),
-], ids=["5x5", "5x5_stride2", "3x3_pad", "3x3_pad_stride2", "dilation_asymmetric_pad", "bias_relu"])
+    lambda: conv((2, 4, 9, 9), (8, 1, 3, 3), padding=(1, 1), groups=4),
+    lambda: conv((1, 3, 8, 8), (4, 3, 1, 1), strides=(2, 2)),
+], ids=["5x5", "5x5_stride2", "3x3_pad", "3x3_pad_stride2", "dilation_asymmetric_pad", "bias_relu", "grouped",
+        "1x1_stride2"])
 def test_fp32_conv_with_unaligned_window_offsets_matches_numpy(make):
     check(make())
 
