@@ -204,8 +204,10 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     # parallel chunks: split the outermost loop so each core gets a few pieces
     if coin[0] and ext[0] > 1 and tile[0] == 0 and not (n == 1 and register[0]):
         chunk = max(1, math.ceil(ext[0] / (cores * 4)))
+        rows = register[0] if sink and n > 1 and register[-1] >= lanes else 0
+        chunk = max(chunk, rows)  # a chunk holds whole register tiles of rows (below)
         if chunk < ext[0]:
-            tile[0] = _largest_fitting(ext[0], chunk)
+            tile[0] = _largest_fitting(ext[0], chunk, rows or 1)
     if info.passes > 1 and info.row_writers <= 1 and not sink and coin[-1] and register[-1] == 0:
         # several passes over each row that reduce it to scalars before a last one writes it
         # (a layer norm's mean, variance, output): a block of rows filling half of L1 runs
@@ -221,7 +223,10 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     for pos in range(n):
         t = tile[pos] or ext[pos]
         if register[pos] >= t:
-            register[pos] = 0
+            # rows of accumulators under a reduction stay, as many as the cache tile has: a
+            # 32-row matmul in parallel chunks of 4 rows lost its 8-row register tile and ran
+            # one row of 2 vectors, each FMA waiting on the last (the examples' mlp, 784 deep)
+            register[pos] = t if sink and pos < n - 1 and t > 1 and register[-1] >= lanes else 0
     if whole_strip and any(register[:-1]):
         # a vector strip as wide as its loop (a conv's 16-wide output rows) stays the register
         # tile's innermost loop under the rows tiled above it; left out, the loop went outside
