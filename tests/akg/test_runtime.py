@@ -89,6 +89,21 @@ def test_input_errors_and_index_bounds(examples_dir):
         model(x=np.zeros((2, 2), np.float32), labels=inputs["labels"])
     with pytest.raises(InputDataError, match=r"labels holds indices outside \[0, 10\)"):
         model(x=inputs["x"], labels=np.full(32, 10, np.int32))
+    with pytest.raises(InputDataError, match=r"labels holds indices outside \[0, 10\)"):  # by position too
+        model(inputs["x"], np.full(32, 10, np.int32))
+
+
+def test_positional_calls_check_shapes_and_dtypes():
+    b = GraphBuilder("p")
+    b.output(b.relu(b.input("x", (2, 3))))
+    model = compile_model(b.build())
+    x = np.array([[-1, 0, 1], [2, -3, 4]], np.float32)
+    np.testing.assert_array_equal(model(x)[0], np.maximum(x, 0))
+    for bad in (x.astype(np.float64), x.T, x[:1]):
+        with pytest.raises(InputDataError, match=r"input x must be float32\[2, 3\]"):
+            model(bad)
+    with pytest.raises(InputDataError, match="takes 1 inputs, got 2"):
+        model(x, x)
 
 
 def test_graph_outputs_that_are_inputs_or_constants():
