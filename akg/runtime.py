@@ -151,15 +151,16 @@ class CompiledModel:
     # --- running --------------------------------------------------------------------------
 
     def _bind(self, args, named) -> dict[str, np.ndarray]:
-        if args and not named:  # the common call: NumPy arrays of the right shapes and dtypes, in order
+        if not (args and named):  # the common call: NumPy arrays of the right shapes and dtypes
             plain = self._plain
             if plain is None:
                 plain = self._plain = self._plain_inputs()
             names, shapes, dtypes = plain
-            if (names and len(args) == len(names)
+            given = args if args else tuple(named.get(n) for n in names) if len(named) == len(names) else ()
+            if (names and len(given) == len(names)
                     and all(type(a) is np.ndarray and a.shape == shape and a.dtype == dtype
-                            for a, shape, dtype in zip(args, shapes, dtypes))):
-                return dict(zip(names, args))
+                            for a, shape, dtype in zip(given, shapes, dtypes))):
+                return dict(zip(names, given))
         if args and named:
             raise InputDataError("pass inputs by position or by name, not both")
         if args:
