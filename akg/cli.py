@@ -337,8 +337,8 @@ def _save_outputs(path: Path | None, names, outputs) -> None:
 @cli.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--target", default="cpu", show_default=True, help="Target to compile for.")
-@click.option("--show-source", is_flag=True, help="Print the kernel's TIR.")
-@click.option("--asm", "show_asm", is_flag=True, help="Print the generated assembly.")
+@click.option("--show-source", is_flag=True, help="Print the TIR of the kernel (of each distinct kernel of a model).")
+@click.option("--asm", "show_asm", is_flag=True, help="Print the generated assembly (of each distinct kernel of a model).")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
               help="Model: the .akgpack to write. Kernel file: a folder for kernel.tir, kernel.s, kernel.so. "
                    "Missing folders are created.")
@@ -378,6 +378,8 @@ def compile_cmd(model: Path, target: str, show_source: bool, show_asm: bool, out
         plan = compiled.plan
         console.print(f"memory plan: peak {_human(plan.peak_bytes, 'B')} of intermediates, "
                       f"{_human(plan.naive_bytes, 'B')} without reuse; compiled in {compiled.stats['compile_s']:.1f}s")
+        if show_source or show_asm:
+            _echo_kernel_sources(compiled, show_source, show_asm)
         if target_path is not None:
             if reference:
                 compiled.reference = graph
@@ -412,6 +414,22 @@ def compile_cmd(model: Path, target: str, show_source: bool, show_asm: bool, out
         except OSError as e:
             raise _write_error(out_dir, e) from None
         console.print(f"wrote {out_dir}/kernel.tir, kernel.s, kernel.{artifact.kind}")
+
+
+def _echo_kernel_sources(compiled, tir: bool, asm: bool) -> None:
+    """Each distinct kernel of a compiled model, under the name of its first call: its TIR and/or
+    the target's generated code."""
+    shown = set()
+    for call in compiled.calls:
+        if call.kernel in shown:
+            continue
+        shown.add(call.kernel)
+        kernel = compiled.kernels[call.kernel]
+        click.echo(f"# kernel {call.name} ({kernel.source} config)")
+        if tir:
+            click.echo(kernel.func.script() if kernel.func is not None else "# (no TIR: loaded from a pack)")
+        if asm:
+            click.echo(compiled.backend.source(kernel.executable, "asm"))
 
 
 @cli.command("grad")

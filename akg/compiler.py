@@ -189,7 +189,7 @@ def compile_model(graph: Graph, target: str | Target = "cpu", choose: ConfigChoo
         if key not in built:
             program = lower_graph(fk.subgraph.graph)  # lowered once: built, and its weights bound
             kernel = build(fk.subgraph, target, choose=choose, program=program)
-            built[key] = LoadedKernel(kernel.executable, kernel.config.to_json(), kernel.config_source)
+            built[key] = LoadedKernel(kernel.executable, kernel.config.to_json(), kernel.config_source, func=kernel.func)
             params = list(program.params.values())
             if progress is not None:
                 progress(i, len(parts.kernels), fk, kernel)

@@ -107,6 +107,7 @@ class LoadedKernel:
     config: str = ""
     source: str = "default"
     entry: object = field(default=None, repr=False)  # the kernel function, looked up on first call
+    func: object = field(default=None, repr=False)  # its TIR PrimFunc when compiled here (not from a pack)
 
 
 @dataclass

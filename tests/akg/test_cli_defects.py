@@ -500,3 +500,13 @@ def test_every_help_page_prints(capsys, command):
     # the option types (e.g. finite floats) render their metavars with this click version
     code, out, err = _run(capsys, *command, "--help")
     assert code == 0 and "Usage:" in out and "Traceback" not in err and "internal error" not in err
+
+
+def test_compile_of_a_model_shows_each_kernels_source(capsys, models, tmp_path):
+    """--show-source and --asm on a model print every distinct kernel (they printed nothing)."""
+    code, out, err = _run(capsys, "compile", models / "tiny.mir", "--show-source", "--db", tmp_path / "t.db")
+    assert code == 0, err
+    assert out.count("# kernel tiny.") == 1 and "@T.prim_func" in out
+    code, out, err = _run(capsys, "compile", models / "tiny.mir", "--asm", "--db", tmp_path / "t.db")
+    assert code == 0, err
+    assert "# kernel tiny." in out and "@T.prim_func" not in out and len(out.splitlines()) > 20
