@@ -157,8 +157,8 @@ class CompiledModel:
             if plain is None:
                 plain = self._plain = self._plain_inputs()
             names, shapes, dtypes = plain
-            given = args if args else tuple(named.get(n) for n in names) if len(named) == len(names) else ()
-            if (names and len(given) == len(names)
+            given = args or tuple(named.get(n) for n in names)
+            if (names and len(given) == len(names) and len(named) in (0, len(names))
                     and all(type(a) is np.ndarray and a.shape == shape and a.dtype == dtype
                             for a, shape, dtype in zip(given, shapes, dtypes))):
                 return dict(zip(names, given))

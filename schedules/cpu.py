@@ -201,10 +201,13 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         fits = (l2_bytes // 2) // (depth * itemsize) // step * step
         want = max(2 * step, min(step * 4, fits))  # a tile of one register tile would lose it
         tile[-1] = _largest_fitting(ext[-1], want, step) if ext[-1] > 256 or want < ext[-1] // 2 else 0
+    # rows of vector accumulators under a reduction: kept whole by the parallel chunks below,
+    # and kept (as many as the cache tile has) where the register tile would not fit in it
+    row_tiles = sink and n > 1 and register[-1] >= lanes
     # parallel chunks: split the outermost loop so each core gets a few pieces
     if coin[0] and ext[0] > 1 and tile[0] == 0 and not (n == 1 and register[0]):
         chunk = max(1, math.ceil(ext[0] / (cores * 4)))
-        rows = register[0] if sink and n > 1 and register[-1] >= lanes else 0
+        rows = register[0] if row_tiles else 0
         chunk = max(chunk, rows)  # a chunk holds whole register tiles of rows (below)
         if chunk < ext[0]:
             tile[0] = _largest_fitting(ext[0], chunk, rows or 1)
@@ -226,7 +229,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
             # rows of accumulators under a reduction stay, as many as the cache tile has: a
             # 32-row matmul in parallel chunks of 4 rows lost its 8-row register tile and ran
             # one row of 2 vectors, each FMA waiting on the last (the examples' mlp, 784 deep)
-            register[pos] = t if sink and pos < n - 1 and t > 1 and register[-1] >= lanes else 0
+            register[pos] = t if row_tiles and pos < n - 1 and t > 1 else 0
     if whole_strip and any(register[:-1]):
         # a vector strip as wide as its loop (a conv's 16-wide output rows) stays the register
         # tile's innermost loop under the rows tiled above it; left out, the loop went outside
