@@ -329,8 +329,9 @@ class TirLowering:
             trips = int(extent.value) if isinstance(extent, tirx.IntImm) else max(1, int(bound.max_value))
             self.loop_stack.append((it, trips, _KIND_NAMES[for_kind]))
             try:
-                ahead = self._prefetches(it, body_node, distance * inc) if distance else None
-                return tirx.For(var, 0, extent, for_kind, _seq([ahead, self.stmt(body_node)]))
+                streams = self._prefetch_streams(it, body_node, distance * inc) if distance else []
+                body = self.stmt(body_node)
+                return tirx.For(var, 0, extent, for_kind, self._with_prefetches(body, streams) if streams else body)
             finally:
                 self.loop_stack.pop()
 
@@ -393,12 +394,14 @@ class TirLowering:
             return [], False
         return partial, trips <= {full, *partial}
 
-    def _prefetches(self, it: str, body_node: isl.AstNode, ahead: int) -> tirx.Stmt | None:
-        """Prefetches, at the top of an iteration of loop `it`, of what the iteration `ahead`
-        steps later reads from the kernel's arguments: for each argument read below whose
-        first element moves by a constant stride along `it`, one prefetch per cache line of
-        that stride (inner loops at their first iteration). A prefetch is a hint: an address
-        past the end is not read."""
+    def _in_vector_loop(self) -> bool:
+        return any(kind == "vector" for _, _, kind in self.loop_stack)
+
+    def _prefetch_streams(self, it: str, body_node: isl.AstNode, ahead: int) -> list[tuple]:
+        """What an iteration of loop `it` prefetches of what the iteration `ahead` steps later
+        reads from the kernel's arguments: for each argument read below whose first element
+        moves by a constant stride along `it`, the cache lines of that stride (inner loops at
+        their first iteration), as (buffer, first element, lines, elements per line)."""
         saved = dict(self.loop_vars)
         calls: list[isl.AstExpr] = []
 
@@ -448,20 +451,48 @@ class TirLowering:
         finally:
             self.loop_vars.clear()
             self.loop_vars.update(saved)
-        stmts = []
-        for k, (t, start, stride) in enumerate(seen.values()):
-            buf = self.buffers[id(t)]
-            size = int(np.prod(t.shape, dtype=np.int64))
+        streams = []
+        for t, start, stride in seen.values():
             per_line = max(1, self.hooks.line_bytes // np.dtype(t.dtype).itemsize)
-            lines = min(-(-stride // per_line), 512)
-            p = tirx.Var(f"{it}_pf{k}", "int32")
-            flat = tirx.min(start + p * per_line, size - 1)
+            streams.append((self.buffers[id(t)], start, min(-(-stride // per_line), 512), per_line))
+        return streams
+
+    def _with_prefetches(self, body: tirx.Stmt, streams: list[tuple]) -> tirx.Stmt:
+        """`body` of a loop with its prefetches spread over the iterations of the pass that
+        computes most (the serial loop around a vector loop with the most arithmetic; a
+        softmax's exponentials): each of its iterations prefetches its share of the lines,
+        so the next rows stream in while this one computes, rather than stalling on a burst
+        of prefetches at the top (measured: 0.95 -> 0.84 ms for a 4096 x 1024 softmax).
+        Without such a pass, the prefetches go at the top of the iteration."""
+        best, most = None, 0
+        for loop in _serial_vector_passes(body):
+            work = int(loop.extent.value) * _arithmetic(loop.body)
+            if work > most:
+                best, most = loop, work
+        if best is None:
+            return _seq([self._prefetch_lines(streams, None, 1), body])
+        share = max(-(-lines // int(best.extent.value)) for _, _, lines, _ in streams)
+        spread = tirx.For(best.loop_var, best.min, best.extent, best.kind,
+                          _seq([self._prefetch_lines(streams, best.loop_var, share), best.body]),
+                          best.thread_binding, best.annotations)
+        return _replace_stmt(body, best, spread)
+
+    def _prefetch_lines(self, streams: list[tuple], step, share: int) -> tirx.Stmt:
+        """Prefetches of the lines `step * share ...` (+ share) of each stream (all of them
+        when `step` is None). A prefetch is a hint: an address past the end is not read."""
+        stmts = []
+        for k, (buf, start, lines, per_line) in enumerate(streams):
+            size = int(np.prod([int(d) for d in buf.shape], dtype=np.int64))
+            p = tirx.Var(f"pf{k}", "int32")
+            line = p if step is None else tirx.min(step * share + p, lines - 1)
+            flat = tirx.min(start + line * per_line, size - 1)
             index = []
-            for extent in reversed(t.shape):  # the flat element's indices, innermost last
+            for extent in reversed(buf.shape):  # the flat element's indices, innermost last
                 index.insert(0, tirx.floormod(flat, int(extent)))
                 flat = tirx.floordiv(flat, int(extent))
-            stmts.append(tirx.For(p, 0, lines, tirx.ForKind.SERIAL, self.hooks.prefetch(tirx.BufferLoad(buf, index))))
-        return _seq(stmts) if stmts else None
+            count = lines if step is None else min(share, lines)
+            stmts.append(tirx.For(p, 0, count, tirx.ForKind.SERIAL, self.hooks.prefetch(tirx.BufferLoad(buf, index))))
+        return _seq(stmts)
 
     def _vector_reduction(self, it: str, init, extent: int, body_node: isl.AstNode) -> tirx.Stmt | None:
         """The loop `it` (of `extent` trips from `init`) around a single reduction update as a
@@ -732,7 +763,8 @@ class TirLowering:
                 c, a, b = go(n.cond), go(n.a), go(n.b)
                 out = tirx.if_then_else(c, a, b) if lazy else tirx.Select(c, a, b)
             elif isinstance(n, Call):
-                out = _call(n.op, [go(a) for a in n.args], n.args, n.dtype, self.fast_math)
+                out = _call(n.op, [go(a) for a in n.args], n.args, n.dtype, self.fast_math,
+                            self._fence if self._in_vector_loop() else None)
                 if n.op in _FENCED_CALLS:
                     out = self._fence(out, n.dtype)
             else:
@@ -802,6 +834,54 @@ class TirLowering:
 
 # --- helpers -----------------------------------------------------------------------------------
 
+def _substatements(stmt: tirx.Stmt) -> list[tirx.Stmt]:
+    if isinstance(stmt, tirx.SeqStmt):
+        return list(stmt.seq)
+    if isinstance(stmt, tirx.IfThenElse):
+        return [stmt.then_case] + ([stmt.else_case] if stmt.else_case is not None else [])
+    body = getattr(stmt, "body", None)
+    return [body] if isinstance(body, tirx.Stmt) else []
+
+
+def _loops(stmt: tirx.Stmt) -> list[tirx.For]:
+    """Every For in `stmt`, outer ones first."""
+    out = [stmt] if isinstance(stmt, tirx.For) else []
+    for sub in _substatements(stmt):
+        out.extend(_loops(sub))
+    return out
+
+
+def _serial_vector_passes(body: tirx.Stmt) -> list[tirx.For]:
+    """The innermost serial loops of constant extent >= 2 in `body` around a vector loop."""
+    found = [f for f in _loops(body) if f.kind == tirx.ForKind.SERIAL and isinstance(f.extent, tirx.IntImm)
+             and f.extent.value >= 2 and any(g.kind == tirx.ForKind.VECTORIZED for g in _loops(f.body))]
+    return [f for f in found if not any(g is not f and any(h.same_as(g) for h in _loops(f.body)) for g in found)]
+
+
+def _replace_stmt(stmt: tirx.Stmt, old: tirx.Stmt, new: tirx.Stmt) -> tirx.Stmt:
+    """`stmt` with its substatement `old` (the same object) replaced by `new`."""
+    if stmt.same_as(old):
+        return new
+    if isinstance(stmt, tirx.SeqStmt):
+        return tirx.SeqStmt([_replace_stmt(s, old, new) for s in stmt.seq])
+    if isinstance(stmt, tirx.For):
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, _replace_stmt(stmt.body, old, new),
+                        stmt.thread_binding, stmt.annotations)
+    if isinstance(stmt, tirx.IfThenElse):
+        return tirx.IfThenElse(stmt.condition, _replace_stmt(stmt.then_case, old, new),
+                               None if stmt.else_case is None else _replace_stmt(stmt.else_case, old, new))
+    if isinstance(stmt, tirx.AttrStmt):
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, _replace_stmt(stmt.body, old, new))
+    return stmt
+
+
+def _arithmetic(stmt: tirx.Stmt) -> int:
+    """How much a statement computes per run, roughly: the size of its stores' values."""
+    if isinstance(stmt, tirx.BufferStore):
+        return len(str(stmt.value))
+    return sum(_arithmetic(s) for s in _substatements(stmt))
+
+
 _KIND_NAMES = {tirx.ForKind.SERIAL: "serial", tirx.ForKind.PARALLEL: "parallel",
                tirx.ForKind.VECTORIZED: "vector", tirx.ForKind.UNROLLED: "unroll"}
 
@@ -855,11 +935,15 @@ def _identity(reducer: str, dtype: str, value: bool = False):
     return tirx.min_value(dtype) if lowest else tirx.max_value(dtype)
 
 
-def _call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = True) -> tirx.PrimExpr:
+def _call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = True, fence=None) -> tirx.PrimExpr:
     if op in _FLOAT_UNARY:
         (x,) = args
         src = exprs[0].dtype
-        fn = FAST_F32[op] if fast_math and op in FAST_F32 and src in ("float16", "float32") else _FLOAT_UNARY[op]
+        if fast_math and op in FAST_F32 and src in ("float16", "float32"):
+            fast = FAST_F32[op]
+            fn = (lambda v: fast(v, fence)) if fence is not None else fast
+        else:
+            fn = _FLOAT_UNARY[op]
         if src == "float16":  # compute fp16 math in fp32
             return tirx.Cast("float16", fn(tirx.Cast("float32", x)))
         return fn(x)

@@ -5,7 +5,9 @@ These expansions are polynomial/rational approximations built from multiplies, a
 compares and bit tricks that vectorise: exp and sigmoid are within ~1e-7 relative of the
 float64 result (exp within an ulp), erf within ~5e-7 absolute, tanh within ~3e-7 relative,
 rsqrt within ~2e-7 relative. Infinities and NaNs behave as in libm; exp flushes results
-below ~1.7e-38 to zero.
+below ~1.7e-38 to zero. Each takes the target's reassociation fence (`fence(value, dtype)`,
+`LoweringHooks.fence`) where it is generated inside an explicit vector loop, which exp's
+rounding by a magic number needs under fast-math.
 
 rsqrt has a second reason: with fast-math flags LLVM rewrites `x * (1 / sqrt(v))` into
 `x / sqrt(v)`, so a per-row rsqrt hoisted out of a loop (layer_norm) turns back into one
@@ -41,37 +43,57 @@ def _horner(x, coeffs):
 # expf as in Cephes: exp(x) = 2^n * exp(r), r = x - n*ln2 in [-ln2/2, ln2/2] (ln2 split in
 # two parts, so that r keeps its precision). The expansion evaluates 2 exp(r) = 2 + 2r +
 # r^2 P(r) as one Horner chain of degree 6 and scales it by 2^(n-1), so no final add or
-# doubling is needed, and no compare (below): 16 AVX-512 instructions per vector, 27 before. P's
-# coefficients were fitted to the relative error of 2 exp(r) on that interval (weighted least
-# squares on Chebyshev nodes, iterated toward minimax): 4e-9 before float32 rounding, so the
-# result is within an ulp (0.87 ulp measured); Cephes' degree-7 form is no more accurate.
+# doubling is needed, and no compare (below). P's coefficients were fitted to the relative
+# error of 2 exp(r) on that interval (weighted least squares on Chebyshev nodes, iterated
+# toward minimax): 4e-9 before float32 rounding, so the result is within an ulp (0.87 ulp
+# measured); Cephes' degree-7 form is no more accurate.
 _EXP2_POLY = (2.7629226e-03, 1.673742e-02, 8.333678e-02, 3.3333042e-01, 9.999999e-01, 2.0, 2.0)
-# The clamps keep 2^(n-1) a float32 whose exponent bits are n + 126 in [0, 254]. Above: n
-# reaches 128 at most, and every x past log(FLT_MAX) = 88.7228 then overflows to inf in the
-# final multiply, so no compare is needed for it. Below: n = -126 gives exponent bits 0, the
-# float +0.0, so exp(x) is 0 below x ~ -86.99 (results under ~1.7e-38, subnormals among them,
-# are flushed to zero). A NaN passes through both clamps (TIR's min/max keep a NaN second
+# In explicit vector loops n is rounded by adding a "magic" float, 1.5 * 2^23 + 126, whose
+# ulp is 1: the sum x*log2(e) + magic is rounded to an integer with n + 126 in its low
+# mantissa bits (for |n + 126| < 2^22), subtracting magic gives n, and the sum's bits shifted
+# left by 23 leave n + 126 in the exponent field: 2^(n-1) with no rounding instruction and
+# no float-to-int conversion (on AVX-512 both run on one port, the bottleneck of a softmax's
+# exponentials: 4096 x 1024 softmax 0.95 -> 0.84 ms in a hand-written A/B).
+# The sum goes through the target's reassociation fence: fast-math may otherwise fold
+# (s + magic) - magic back into s. The clamps keep n + 126 in [0, 254]. Above: n reaches
+# 128 at most, and every x past log(FLT_MAX) = 88.7228 then overflows to inf in the final
+# multiply, so no compare is needed for it. Below: n = -126 gives exponent bits 0, the float
+# +0.0, so exp(x) is 0 below x ~ -86.99 (results under ~1.7e-38, subnormals among them, are
+# flushed to zero). A NaN passes through both clamps (TIR's min/max keep a NaN second
 # operand) and through the arithmetic, so it needs no compare either.
 _EXP_HIGH, _EXP_LOW = 89.0, -87.6
+_EXP_MAGIC = 12582912.0 + 126.0
 
 
-def fast_exp(x):
-    return _let(x, _exp)
+def fast_exp(x, fence=None):
+    """exp(x); `fence` is the target's reassociation fence where the expression ends up in
+    an explicit vector loop, None elsewhere (there LLVM's loop vectoriser, which a fence
+    stops, may still vectorise it: n is then rounded and converted by instructions)."""
+    return _let(x, lambda v: _exp(v, fence))
 
 
-def _exp(x):
-    def with_n(clamped):
-        return _let(tirx.floor(clamped * _c(1.44269504088896341) + _c(0.5)), lambda n: _let(
-            clamped - n * _c(0.693359375) - n * _c(-2.12194440e-4), lambda r: _scale(_horner(r, _EXP2_POLY), n)))
+def _exp(x, fence):
+    log2e, i32 = _c(1.44269504088896341), "int32"
 
-    return _let(tirx.Max(_c(_EXP_LOW), tirx.Min(_c(_EXP_HIGH), x)), with_n)
+    def scaled(clamped, n, exponent_bits):
+        """2 exp(r) * 2^(n-1), 2^(n-1) the float32 whose bits are `exponent_bits` (exponent
+        field n + 126; n reaches 128 just below exp's overflow threshold, one more than the
+        largest float32 exponent)."""
+        return _let(clamped - n * _c(0.693359375) - n * _c(-2.12194440e-4),
+                    lambda r: _horner(r, _EXP2_POLY) * tirx.reinterpret(F32, exponent_bits))
 
+    def by_instructions(clamped):
+        return _let(tirx.floor(clamped * log2e + _c(0.5)), lambda n: scaled(
+            clamped, n, tirx.shift_left(tirx.Cast(i32, n) + tirx.const(126, i32), tirx.const(23, i32))))
 
-def _scale(y, n):
-    """y * 2^(n-1), 2^(n-1) built from its exponent bits (n reaches 128 just below exp's
-    overflow threshold, one more than the largest float32 exponent; y carries the factor 2)."""
-    exponent = tirx.shift_left(tirx.Cast("int32", n) + tirx.const(126, "int32"), tirx.const(23, "int32"))
-    return y * tirx.reinterpret(F32, exponent)
+    def by_magic(clamped):
+        def from_sum(shifted):
+            bits = tirx.shift_left(tirx.reinterpret(i32, shifted), tirx.const(23, i32))
+            return _let(shifted - _c(_EXP_MAGIC), lambda n: scaled(clamped, n, bits))
+
+        return _let(fence(clamped * log2e + _c(_EXP_MAGIC), F32), from_sum)
+
+    return _let(tirx.Max(_c(_EXP_LOW), tirx.Min(_c(_EXP_HIGH), x)), by_instructions if fence is None else by_magic)
 
 
 # erf(x) = x * P(x^2) / Q(x^2) on [-4, 4] (beyond that erf is +-1 in float32)
@@ -81,35 +103,35 @@ _ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -
           -1.42647390514189e-02)
 
 
-def fast_erf(x):
+def fast_erf(x, fence=None):
     return _let(x, lambda v: tirx.Select(tirx.isnan(v), v, _let(
         tirx.Max(tirx.Min(v, _c(4.0)), _c(-4.0)),
         lambda c: _let(c * c, lambda x2: c * _horner(x2, _ERF_P) / _horner(x2, _ERF_Q)))))
 
 
-def fast_tanh(x):
+def fast_tanh(x, fence=None):
     """Odd series for |x| < 0.25, else 1 - 2 / (exp(2|x|) + 1) with the sign of x."""
-    return _let(x, _tanh)
+    return _let(x, lambda v: _tanh(v, fence))
 
 
-def _tanh(x):
+def _tanh(x, fence):
     def body(ax):
         x2 = x * x
         series = x * (_c(1.0) + x2 * (_c(-1 / 3) + x2 * (_c(2 / 15) + x2 * (_c(-17 / 315) + x2 * _c(62 / 2835)))))
-        return _let(_c(1.0) - _c(2.0) / (fast_exp(ax + ax) + _c(1.0)), lambda big: tirx.Select(
+        return _let(_c(1.0) - _c(2.0) / (fast_exp(ax + ax, fence) + _c(1.0)), lambda big: tirx.Select(
             ax < _c(0.25), series, tirx.Select(x < _c(0.0), -big, big)))
 
     return tirx.Select(tirx.isnan(x), x, _let(tirx.abs(x), body))
 
 
-def fast_sigmoid(x):
-    return _c(1.0) / (_c(1.0) + fast_exp(-x))
+def fast_sigmoid(x, fence=None):
+    return _c(1.0) / (_c(1.0) + fast_exp(-x, fence))
 
 
 _TINY = 1.1754943508222875e-38  # smallest normal float32
 
 
-def fast_rsqrt(x):
+def fast_rsqrt(x, fence=None):
     """1/sqrt(x): the exponent-halving bit trick, then three Newton steps. Subnormal inputs
     are scaled by 2^64 first (the trick needs a normal exponent). Every Let binds a plain
     expression (TVM's vectoriser rejects a Let whose value is itself a Let)."""

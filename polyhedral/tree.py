@@ -343,6 +343,59 @@ def vectorize_inner_bands(model: PolyModel, schedule: isl.Schedule) -> isl.Sched
     return schedule
 
 
+def strip_inner_vectors(model: PolyModel, schedule: isl.Schedule, lanes: int) -> isl.Schedule:
+    """Every pass over a row inside an outer band (an unmarked one-member coincident band
+    with no band below it, spanning at least two vectors: softmax's exponentials, a layer
+    norm's output) whose accesses all move contiguously along it or not at all becomes a
+    loop over vectors around a vector loop of `lanes`. Explicit vectors rather than LLVM's
+    loop vectoriser, which gives up on a loop with a fence (`intrinsics.fast_exp`) or a
+    prefetch in it, and leaves a serial loop to spread a band's prefetches over."""
+    if lanes < 2:
+        return schedule
+    for _ in range(64):
+        for node in all_bands(schedule):
+            if not _row_pass(model, node, lanes):
+                continue
+            tiled = tile_band(node, (lanes,))
+            schedule = _mark(tiled.child(0), MARK_VECTORIZE).get_schedule()
+            break
+        else:
+            return schedule
+    return schedule
+
+
+def _row_pass(model: PolyModel, node: isl.ScheduleNode, lanes: int) -> bool:
+    if _marked(node) or node.band_n_member() != 1 or not node.band_member_get_coincident(0):
+        return False
+    if _inner_bands(node.child(0)) or not _has_band_above(node) or _member_extents(node)[0] < 2 * lanes:
+        return False
+    member = _affs_by_statement(node.band_get_partial_schedule().get_at(0))
+    for name in _statement_names(node):
+        stmt, aff = model.statement(name), member.get(name)
+        if aff is None:
+            return False
+        for acc in [stmt.write, *stmt.reads]:
+            if acc.tensor.ndim and not (_moves_last_index(stmt, acc, aff) or _invariant(stmt, acc, aff)):
+                return False
+    return True
+
+
+def _invariant(stmt, access, member: isl.Aff) -> bool:
+    """Does no index of the access move with the schedule member's iterators?"""
+    moving = {stmt.iters[i] for i in range(len(stmt.iters))
+              if int(member.get_coefficient_val(isl.dim_type.in_, i).to_python()) != 0}
+    per_index = [linear_coefficients(e) for e in access.indices]
+    return all(c is not None and not (moving & set(c)) for c in per_index)
+
+
+def _has_band_above(node: isl.ScheduleNode) -> bool:
+    while node.has_parent():
+        node = node.parent()
+        if _is(node, isl.schedule_node_type.band):
+            return True
+    return False
+
+
 def _marked(node: isl.ScheduleNode) -> bool:
     """Is the band directly under a mark (already mapped)?"""
     return node.has_parent() and node.parent().get_type() == isl.schedule_node_type.mark

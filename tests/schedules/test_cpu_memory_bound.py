@@ -49,7 +49,7 @@ def test_the_space_of_a_multi_pass_band_holds_prefetch_distances():
     config = _with_prefetch(pipeline.default_config(), 4)
     assert space.is_legal(config)
     assert Config.from_json(config.to_json()) == config and bands_of(config)[0].prefetch == 4
-    assert bands_of(pipeline.default_config())[0].prefetch == 0  # the hardware prefetcher by default
+    assert bands_of(pipeline.default_config())[0].prefetch == 1  # the next row (block) by default
 
 
 def test_single_pass_bands_have_no_prefetch_knob():
@@ -62,11 +62,25 @@ def test_single_pass_bands_have_no_prefetch_knob():
 def test_prefetch_rows_ahead_and_still_match_the_reference():
     for graph in (_layer_norm(), _softmax()):
         default = akg.build(graph)
-        assert "llvm.prefetch" not in default.tir()
+        assert "llvm.prefetch" in default.tir()
+        assert "llvm.prefetch" not in akg.build(graph, config=_with_prefetch(default.config, 0)).tir()
         kernel = akg.build(graph, config=_with_prefetch(default.config, 2))
         assert "llvm.prefetch" in kernel.tir()
         assert "prefetcht0" in kernel.source("asm")
         _matches(graph, kernel)
+
+
+def test_prefetches_are_spread_over_the_pass_that_computes_most():
+    # a softmax row: max, exponentials (most arithmetic), sum, output; the next row's cache
+    # lines are prefetched one (or a few) per iteration of the exponentials' loop over vectors,
+    # which is explicit (a loop over vectors around a vector loop), not left to LLVM
+    tir = akg.build(_softmax()).tir()
+    lines = tir.splitlines()
+    at = next(i for i, line in enumerate(lines) if "llvm.prefetch" in line)
+    loop = next(line for line in reversed(lines[:at]) if line.lstrip().startswith("for ") and "pf" not in line)
+    body = "\n".join(lines[at:at + 12])
+    assert "range(" in loop and "T.vectorized(" in body and "llvm.arithmetic.fence" in body  # exp's rounding
+    assert sum("llvm.prefetch" in line for line in lines) == 1
 
 
 def test_column_reductions_read_long_runs_of_each_row():

@@ -21,7 +21,8 @@ Semantics follow TIR as LLVM compiles it:
   `if_then_else` with mixed lanes evaluates both, tolerating out-of-bounds loads in the
   masked-off lanes);
 * casts of out-of-range floats to integers behave as on x86 (NumPy's conversion);
-* `llvm.arithmetic.fence` is the identity, pragmas (AttrStmt) are ignored;
+* `llvm.arithmetic.fence` is the identity, pragmas (AttrStmt) and `llvm.prefetch` hints
+  are ignored;
 * local buffers (AllocBuffer) are fresh at each execution and, with `poison=True` (the
   default), filled with NaN (floats) or a fixed garbage pattern (integers), so that a kernel
   reading memory it never wrote is noticed rather than silently given zeros;
@@ -536,7 +537,7 @@ class TirInterpreter:
 
     def _s_Evaluate(self, s):
         v = s.value
-        if isinstance(v, (tirx.IntImm, tirx.FloatImm)):
+        if isinstance(v, (tirx.IntImm, tirx.FloatImm)) or _is_prefetch(s):
             return lambda env: None
         f = self.expr(v)
 
@@ -960,7 +961,7 @@ class TirInterpreter:
             return bseq
         if t == "AttrStmt":
             return self._bstmt(s.body, slots)
-        if t == "Evaluate" and isinstance(s.value, (tirx.IntImm, tirx.FloatImm)):
+        if t == "Evaluate" and (isinstance(s.value, (tirx.IntImm, tirx.FloatImm)) or _is_prefetch(s)):
             return lambda env: None
         if t == "IfThenElse":
             return self._bif(s, slots)
@@ -1783,7 +1784,7 @@ def _collect_accesses(s, stores: list, loads: list) -> bool:
     if t == "AttrStmt":
         return _collect_accesses(s.body, stores, loads)
     if t == "Evaluate":
-        return isinstance(s.value, (tirx.IntImm, tirx.FloatImm))
+        return isinstance(s.value, (tirx.IntImm, tirx.FloatImm)) or _is_prefetch(s)
     if t == "IfThenElse":
         return _expr_loads(s.condition, loads) and _collect_accesses(s.then_case, stores, loads) and (
             s.else_case is None or _collect_accesses(s.else_case, stores, loads))
@@ -1835,6 +1836,18 @@ class _Pair:
 
     def __init__(self, a, b):
         self.a, self.b = a, b
+
+
+def _is_prefetch(s) -> bool:
+    """Is the Evaluate statement `s` a cache prefetch (a hint, no effect on values)?"""
+    from tvm.target import codegen
+
+    v = s.value
+    if type(v).__name__ != "Call" or str(getattr(v.op, "name", v.op)).split(".")[-1] not in (
+            "call_llvm_intrin", "call_llvm_pure_intrin"):
+        return False
+    return len(v.args) > 0 and isinstance(v.args[0], tirx.IntImm) and \
+        str(codegen.llvm_get_intrinsic_name(int(v.args[0].value))) == "llvm.prefetch"
 
 
 def _llvm_intrinsic(e, args):
