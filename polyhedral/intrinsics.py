@@ -6,8 +6,8 @@ compares and bit tricks that vectorise: exp and sigmoid are within ~1e-7 relativ
 float64 result (exp within an ulp), erf within ~5e-7 absolute, tanh within ~3e-7 relative,
 rsqrt within ~2e-7 relative. Infinities and NaNs behave as in libm; exp flushes results
 below ~1.7e-38 to zero. Each takes the target's reassociation fence (`fence(value, dtype)`,
-`LoweringHooks.fence`) where it is generated inside an explicit vector loop, which exp's
-rounding by a magic number needs under fast-math.
+`LoweringHooks.fence`) where it is generated inside an explicit vector loop of one native
+vector, which exp's rounding by a magic number needs under fast-math.
 
 rsqrt has a second reason: with fast-math flags LLVM rewrites `x * (1 / sqrt(v))` into
 `x / sqrt(v)`, so a per-row rsqrt hoisted out of a loop (layer_norm) turns back into one
@@ -48,7 +48,7 @@ def _horner(x, coeffs):
 # toward minimax): 4e-9 before float32 rounding, so the result is within an ulp (0.87 ulp
 # measured); Cephes' degree-7 form is no more accurate.
 _EXP2_POLY = (2.7629226e-03, 1.673742e-02, 8.333678e-02, 3.3333042e-01, 9.999999e-01, 2.0, 2.0)
-# In explicit vector loops n is rounded by adding a "magic" float, 1.5 * 2^23 + 126, whose
+# In explicit loops of one vector n is rounded by adding a "magic" float, 1.5 * 2^23 + 126, whose
 # ulp is 1: the sum x*log2(e) + magic is rounded to an integer with n + 126 in its low
 # mantissa bits (for |n + 126| < 2^22), subtracting magic gives n, and the sum's bits shifted
 # left by 23 leave n + 126 in the exponent field: 2^(n-1) with no rounding instruction and
@@ -67,8 +67,9 @@ _EXP_MAGIC = 12582912.0 + 126.0
 
 def fast_exp(x, fence=None):
     """exp(x); `fence` is the target's reassociation fence where the expression ends up in
-    an explicit vector loop, None elsewhere (there LLVM's loop vectoriser, which a fence
-    stops, may still vectorise it: n is then rounded and converted by instructions)."""
+    an explicit vector loop of one native vector, None elsewhere (LLVM's loop vectoriser
+    gives up on a loop with a fence, and LLVM scalarises a fence on a wider vector): n is
+    then rounded and converted by instructions."""
     return _let(x, lambda v: _exp(v, fence))
 
 
