@@ -17,7 +17,9 @@ ran the transformer's dense layers 3.5x slower than 32-column ones). Without a t
 is `PANEL`.
 
 A convolution whose output rows are narrower than a vector (the 4x4 .. 1x1 images of a small
-CNN's later stages, ResNet-18's 7x7) has nothing to vectorise along its output width; the CPU
+CNN's later stages, ResNet-18's 7x7), or that is strided (a vector along its output row would
+gather its input: ResNet's stems and downsampling convs, given whole vectors of output
+channels), has nothing to vectorise along its output width; the CPU
 mapping then vectorises over output channels instead (`akg.schedules.cpu.default_band`), which
 reads the weight along its first axis. `pack_weights` stores such a constant weight
 `[O, C/groups, KH, KW]` with the output channel last, `[C/groups, KH, KW, O]`, read back through
@@ -67,12 +69,15 @@ def channels_last_lanes(target, dtype: str, out_channels: int) -> int | None:
 
 def wants_channels_last(node, weight: np.ndarray, target) -> bool:
     """Whether a conv2d with constant `weight` [O, C/groups, KH, KW] is mapped over output
-    channels (its output rows are narrower than a vector, it has a vector of channels or
-    more) and so reads its weight best with the output channel last. Not depthwise or grouped
-    convs, whose input is read along the channels too."""
+    channels (its output rows are narrower than a vector, or it is strided, so that a vector
+    along its output row would gather its input; it has a vector of channels or more, whole
+    vectors of them when strided) and so reads its weight best with the output channel last.
+    Not depthwise or grouped convs, whose input is read along the channels too."""
     lanes = channels_last_lanes(target, node.outputs[0].dtype, weight.shape[0])
-    out_width = node.outputs[0].shape[-1]
-    return lanes is not None and node.attrs["groups"] == 1 and weight.shape[0] >= lanes and out_width < lanes
+    if lanes is None or node.attrs["groups"] != 1 or weight.shape[0] < lanes:
+        return False
+    strided = max(int(s) for s in node.attrs["strides"]) > 1 and weight.shape[0] % lanes == 0
+    return node.outputs[0].shape[-1] < lanes or strided
 
 
 def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:

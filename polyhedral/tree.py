@@ -42,6 +42,8 @@ class BandInfo:
     #                  variance and output: 3), each a pass over the same row
     row_writers: int = 0  # statements below that write more than one element per band point
     #                       (a softmax's exponentials and output: 2; a layer norm's output: 1)
+    strided: tuple[int, ...] = ()  # per member: elements read with a constant stride > 1 along
+    #                                the last index (a strided conv's input along its output width)
 
     @property
     def members(self) -> int:
@@ -99,20 +101,22 @@ def _statement_names(node: isl.ScheduleNode) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _contiguity(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
+def _contiguity(model: PolyModel, node: isl.ScheduleNode, strided: bool = False) -> tuple[int, ...]:
     """For each band member: the accesses whose last index moves by +-1 with it (and no other
-    index moves), each weighted by the size of the tensor it streams through."""
+    index moves), each weighted by the size of the tensor it streams through; `strided`: the
+    reads whose last index moves by a constant step of 2 or more instead."""
     mupa = node.band_get_partial_schedule()
     counts = [0] * node.band_n_member()
     members = [_affs_by_statement(mupa.get_at(d)) for d in range(node.band_n_member())]
     for name in _statement_names(node):
         stmt = model.statement(name)
         affs = [m.get(name) for m in members]
-        for acc in [stmt.write, *stmt.reads]:
+        for acc in stmt.reads if strided else [stmt.write, *stmt.reads]:
             if not acc.exact or acc.tensor.ndim == 0:
                 continue
             for d, aff in enumerate(affs):
-                if aff is not None and _moves_last_index(stmt, acc, aff):
+                step = _last_index_step(stmt, acc, aff) if aff is not None else 0
+                if (step > 1) if strided else (step == 1):
                     counts[d] += int(np.prod(acc.tensor.shape, dtype=np.int64))
     return tuple(counts)
 
@@ -129,21 +133,27 @@ def _affs_by_statement(upa: isl.UnionPwAff) -> dict[str, isl.Aff]:
 
 
 def _moves_last_index(stmt, access, member: isl.Aff) -> bool:
-    """Does a unit step of the schedule member (one statement iterator moving by one) move
-    only the last tensor index, by one? A member that merges loops (64 * head + d after a
-    head-merging reshape) steps its unit-coefficient iterator; the others move only once per
-    many steps, so that iterator decides."""
+    return _last_index_step(stmt, access, member) == 1
+
+
+def _last_index_step(stmt, access, member: isl.Aff) -> int:
+    """How far a unit step of the schedule member (one statement iterator moving by one) moves
+    the last tensor index when it moves no other index (0 otherwise). A member that merges
+    loops (64 * head + d after a head-merging reshape) steps its unit-coefficient iterator; the
+    others move only once per many steps, so that iterator decides."""
     n_in = len(stmt.iters)
     coeffs = [int(member.get_coefficient_val(isl.dim_type.in_, i).to_python()) for i in range(n_in)]
     unit = [i for i, c in enumerate(coeffs) if abs(c) == 1]
     if len(unit) != 1:
-        return False
+        return 0
     var = stmt.iters[unit[0]]
     per_index = [linear_coefficients(e) for e in access.indices]
     if any(c is None for c in per_index):
-        return False
+        return 0
     *lead, last = per_index
-    return abs(last.get(var, 0)) == 1 and all(var not in c for c in lead)
+    if any(var in c for c in lead):
+        return 0
+    return abs(int(last.get(var, 0)))
 
 
 def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
@@ -161,6 +171,7 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             permutable=bool(node.band_get_permutable()) or node.band_n_member() == 1,
             statements=names,
             contiguity=_contiguity(model, node),
+            strided=_contiguity(model, node, strided=True),
             inner_contiguity=max((max(_contiguity(model, b), default=0) for b in inner), default=0),
             has_inner=bool(inner),
             reduction_inner=any(not all(b.band_member_get_coincident(d) for d in range(b.band_n_member()))

@@ -150,7 +150,16 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         channels = 2 * lanes if row & (row - 1) == 0 else lanes
         wide = [m for m in range(n) if info.coincident[m] and info.contiguity[m] > 0
                 and info.extents[m] >= channels]
-        if info.reduction_inner and info.extents[best] < lanes and wide and depth >= 4 * lanes:
+        if strided_row(info, best):
+            # a row that reads its input with a stride (a stride-2 conv's output width) gathers
+            # every vector: whole vectors of output channels are read along a channels-last
+            # weight instead (akg.graph.layout). ResNet-18's 7x7/2 stem at 224 px: 4.27 -> 0.84
+            # ms, its 3x3/2 and 1x1/2 downsampling convs at 56 px 4.7x and 4.6x faster; at 32 px
+            # and width 16 the stem 48 -> 19 us (2 Xeon cores, scripts/bench/small_convs.py)
+            wide = [m for m in range(n) if info.coincident[m] and info.contiguity[m] > 0
+                    and info.extents[m] % lanes == 0 and m != best]
+        if info.reduction_inner and (info.extents[best] < lanes or strided_row(info, best)) and wide \
+                and depth >= 4 * lanes:
             # under a deep reduction, a loop narrower than a vector (a small conv's output
             # width) yields to a contiguous loop two vectors wide or more (its output channels):
             # a strided conv's 4-wide rows as the vector loop took 51 us, its channels 5 us (16 ->
@@ -248,12 +257,18 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
 def vectorises_across_rows(info: BandInfo, order: list[int], lanes: int) -> bool:
     """Whether the loop chosen innermost is a vector wide but is not the band's row: the last
     member (the written tensor's last index, a conv's output width) is narrower than a vector
-    yet streams data with unit stride, and another member streams more (a conv's output
-    channels along a channels-last weight)."""
+    or reads its input with a stride, yet streams data with unit stride, and another member
+    streams more (a conv's output channels along a channels-last weight)."""
     n = info.members
     row = n - 1
-    return (n > 1 and order[-1] != row and info.extents[row] < lanes <= info.extents[order[-1]]
-            and info.contiguity[row] > 0)
+    return (n > 1 and order[-1] != row and (info.extents[row] < lanes or strided_row(info, row))
+            and lanes <= info.extents[order[-1]] and info.contiguity[row] > 0)
+
+
+def strided_row(info: BandInfo, member: int) -> bool:
+    """Does the member read some input with a constant stride of 2 or more along its last
+    index (a strided conv's output width)?"""
+    return bool(info.strided) and info.strided[member] > 0
 
 
 ROW_BLOCK = 8  # output positions per register tile of a channel-vector band

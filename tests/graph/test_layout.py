@@ -118,12 +118,20 @@ def test_narrow_conv_weight_is_stored_channels_last_with_the_same_values():
     np.testing.assert_array_equal(evaluate(packed, inputs)[0], evaluate(graph, inputs)[0])
 
 
-@pytest.mark.parametrize("graph", [_conv(image=64), _conv(out_channels=8), _conv(channels=32, groups=32),
-                                   _conv(const=False)],
+@pytest.mark.parametrize("graph", [_conv(image=32, stride=1), _conv(out_channels=8), _conv(channels=32, groups=32),
+                                   _conv(const=False), _conv(out_channels=24, image=64)],
                          ids=["output-rows-a-vector-wide", "fewer-channels-than-lanes", "depthwise",
-                              "weight-is-an-input"])
+                              "weight-is-an-input", "strided-channels-not-whole-vectors"])
 def test_conv_weight_left_alone(graph):
     assert pack_weights(graph) is graph
+
+
+def test_strided_conv_weight_is_stored_channels_last_even_with_wide_rows():
+    # output rows 32 wide, stride 2: a vector along the row would gather the input, so the
+    # mapping vectorises over the 32 output channels (two vectors of PANEL)
+    packed = pack_weights(_conv(image=64))
+    ((stored, array),) = packed.constants.items()
+    assert stored.name == "w.ihwo" and array.shape == (16, 3, 3, 32)
 
 
 def test_target_without_weight_panels_keeps_conv_weights():

@@ -119,15 +119,29 @@ def test_channel_strip_stays_within_the_accumulator_budget():
 
 
 def test_a_vector_strip_as_wide_as_the_rows_stays_inside_the_register_tile():
-    # the 7x7 stem's 16-wide output rows are exactly one strip on AVX-512: the register tile of
-    # output channels x rows keeps the row loop as its vector loop instead of running scalar
+    # 16-wide output rows of a stride-1 7x7 conv are exactly one strip on AVX-512: the register
+    # tile of output channels x rows keeps the row loop as its vector loop instead of running scalar
     lanes = get_target("cpu").vector_lanes("float32")
-    graph = _conv_bn_relu(2, 3, 16, 2 * lanes, 7, 2)
+    graph = _conv_bn_relu(2, 3, 16, lanes, 7, 1)
     kernel, built = _kernel_config(graph)
     conv_band = bands_of(built.config)[-1]
     assert conv_band.register[-1] == lanes and any(conv_band.register[:-1])
     lines = built.tir().splitlines()
     (update,) = [i for i, line in enumerate(lines) if "_local[" in line and "_pad[" in line]
     assert f"T.vectorized({lanes})" in lines[update - 1]  # the accumulators' update is one vector
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
+@pytest.mark.parametrize("k", [7, 3, 1])
+def test_strided_conv_is_vectorised_over_output_channels(k):
+    # a stride-2 conv's output row reads its input every other element: a vector along it is a
+    # gather, so whole vectors of output channels are the vector loop, along a channels-last
+    # weight, even where the rows are a vector wide or more (ResNet's stems, downsampling convs)
+    lanes = get_target("cpu").vector_lanes("float32")
+    graph = _conv_bn_relu(1, 3 if k == 7 else 4 * lanes, lanes if k == 7 else 2 * lanes, 4 * lanes, k, 2)
+    kernel, _ = _kernel_config(graph)
+    assert any(v.name.endswith(".ihwo") for v in kernel.subgraph.graph.constants)
+    assert _vectorised_over_channels(graph)
     inputs = random_inputs(graph, 0)
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
