@@ -47,6 +47,28 @@ for _aten, _op in _BINARY.items():
     ATEN_OPS.add(_aten, _op, lambda ctx, op=_op: ctx.emit(op, [ctx.tensor(ctx.args[0]), ctx.tensor(ctx.args[1])]))
 
 
+@ATEN_OPS.register_op("aten.hardtanh aten.clamp aten.clamp_min aten.clamp_max",
+                      "relu6 (hardtanh 0..6, torch's ReLU6), maximum / minimum with the bounds")
+def _clamp(ctx: FxContext):
+    x = ctx.tensor(ctx.args[0])
+    if ctx.op == "aten.hardtanh":
+        lo, hi = ctx.arg(1, "min_val", -1.0), ctx.arg(2, "max_val", 1.0)
+    elif ctx.op == "aten.clamp_min":
+        lo, hi = ctx.arg(1, "min"), None
+    elif ctx.op == "aten.clamp_max":
+        lo, hi = None, ctx.arg(1, "max")
+    else:
+        lo, hi = ctx.arg(1, "min"), ctx.arg(2, "max")
+    if lo == 0 and hi == 6 and not isinstance(lo, Value) and x.dtype.startswith("float"):
+        return ctx.emit("relu6", [x])
+    y = x
+    if lo is not None:
+        y = ctx.emit("maximum", [y, ctx.tensor(lo, x.dtype)], "clamped_below")
+    if hi is not None:
+        y = ctx.emit("minimum", [y, ctx.tensor(hi, x.dtype)], "clamped")
+    return y
+
+
 @ATEN_OPS.register_op("aten.div", "div (true division only)")
 def _div(ctx: FxContext):
     if ctx.attrs.get("rounding_mode") is not None:

@@ -316,6 +316,20 @@ def test_gather_along_a_dim(dim):
     assert torch.equal(got, torch.gather(x, dim, index) * 2)
 
 
+@pytest.mark.parametrize("fn", [F.relu6, lambda a: F.hardtanh(a, -0.5, 2.0), lambda a: a.clamp(min=-0.3),
+                                lambda a: a.clamp(max=0.2), lambda a: torch.clamp(a, -1, 1) * 2],
+                         ids=["relu6", "hardtanh", "clamp_min", "clamp_max", "clamp"])
+def test_clamps_compile_whole(fn):
+    # MobileNetV2's ReLU6 reaches the backend as aten.hardtanh(x, 0, 6)
+    torch.manual_seed(0)
+    x = torch.randn(4, 37) * 4
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", AkgFallbackWarning)
+        got = torch.compile(fn, backend="akg")(x)
+    assert STATS.fallbacks == 0, STATS
+    assert torch.equal(got, fn(x))
+
+
 def test_cross_entropy_loss_compiles_whole():
     torch.manual_seed(0)
     logits, labels = torch.randn(8, 10), torch.randint(0, 10, (8,))
