@@ -106,6 +106,17 @@ def test_wide_conv_keeps_the_output_width_innermost():
     assert conv_band.tile != (1, 1, 1, 0)
 
 
+def test_channel_tiles_keep_a_large_weight_slice_in_l2():
+    # ResNet-18's last 3x3 convs: 512 channels x 4608 reduction points (9.4 MB of weights) over
+    # rows of 7; slices of 64 channels (1.2 MB) fit half of a 2 MiB L2 and go outermost, so the
+    # weight streams once per call, not once per row
+    band = channel_vector_band([1, 2, 0], [7, 7, 512], 16, 4, 1024, depth=4608, l2_bytes=2 << 20)
+    assert band.tile == (1, 0, 64) and band.register == (0, 7, 32) and band.pack
+    # a weight that fits (3x3 x 32 channels in, 64 out) keeps the whole channel loop
+    band = channel_vector_band([1, 2, 0], [7, 7, 64], 16, 4, 1024, depth=288, l2_bytes=2 << 20)
+    assert band.tile == (1, 0, 0) and not band.pack
+
+
 def test_channel_strip_stays_within_the_accumulator_budget():
     # 512 output channels over rows of 7: 7 positions x 32 channels of accumulators (within
     # 1 KiB of float32), each weight vector loaded once for the 7 positions
