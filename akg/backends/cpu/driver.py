@@ -72,8 +72,16 @@ def _exportable(dtype: str) -> bool:
 
 class AlignedBlock:
     """Fresh C-contiguous arrays of fixed (shape, dtype) specs, each starting on an ALIGN
-    boundary, carved from one new allocation per `new()` (they do not overlap, and nothing
-    else holds them): `new()` returns the block and `view(block, i)` the i-th array."""
+    boundary: `new()` returns a block no one else holds and `view(block, i)` its i-th array.
+    Blocks are carved from arenas of up to `ARENA_BLOCKS` blocks (at most `ARENA_BYTES` of
+    them; one arena at a time per thread), so that most calls neither allocate nor ask NumPy
+    for an address (each costs about a microsecond, as much as a small model's kernels). A
+    block is never handed out twice; an arena is freed once no array of it is left (an output
+    kept by a caller keeps its arena alive: at most `ARENA_BYTES`, or one block where a block
+    is larger)."""
+
+    ARENA_BLOCKS = 64
+    ARENA_BYTES = 1 << 20
 
     def __init__(self, specs):
         self.layout, total = [], 0
@@ -81,11 +89,19 @@ class AlignedBlock:
             dt = np.dtype(dtype)
             self.layout.append((tuple(int(d) for d in shape), dt, total))
             total += -(-int(np.prod(shape, dtype=np.int64)) * dt.itemsize // ALIGN) * ALIGN
-        self.bytes = total + ALIGN
+        self.stride = max(total, ALIGN)
+        self.per_arena = max(1, min(self.ARENA_BLOCKS, self.ARENA_BYTES // self.stride))
+        self._local = threading.local()  # the arena being carved, one per thread
 
     def new(self) -> tuple[np.ndarray, int]:
-        block = np.empty(self.bytes, np.uint8)
-        return block, -block.ctypes.data % ALIGN
+        here = self._local
+        if not getattr(here, "left", 0):
+            arena = np.empty(self.per_arena * self.stride + ALIGN, np.uint8)
+            here.arena, here.next, here.left = arena, -arena.ctypes.data % ALIGN, self.per_arena
+        block = (here.arena, here.next)
+        here.next += self.stride
+        here.left -= 1
+        return block
 
     def view(self, block: tuple[np.ndarray, int], i: int) -> np.ndarray:
         shape, dt, offset = self.layout[i]
@@ -125,6 +141,9 @@ class CpuDriver:
         self._direct = all(_exportable(dtype) and math.prod(shape) > 0
                            for shape, dtype in (*program.inputs, *program.outputs))
         self._block = AlignedBlock([*program.inputs, *program.outputs])
+        # per input, the last array found aligned (weakly held): an ndarray keeps its address,
+        # so the same array needs no second look at it (about a microsecond)
+        self._checked = [_dead] * len(program.inputs)
         self._n_outputs = len(program.outputs)
         self._local = threading.local()
 
@@ -139,9 +158,10 @@ class CpuDriver:
             return self._call_copying(inputs)
         layout = self._block
         block = layout.new()  # the outputs, and room for inputs that cannot be passed as they are
-        args = []
+        args, checked = [], self._checked
         for i, a in enumerate(inputs):
-            if a.flags.c_contiguous and a.flags.writeable and not a.ctypes.data % ALIGN:
+            flags = a.flags
+            if flags.c_contiguous and flags.writeable and (checked[i]() is a or self._aligned(i, a)):
                 args.append(a)  # zero-copy: the kernels only read it
             else:  # one copy, into aligned memory
                 copy = layout.view(block, i)
@@ -152,6 +172,12 @@ class CpuDriver:
         self._func(*args, *self._weights, *outs, self._workspace())
         return outs
 
+    def _aligned(self, i: int, a: np.ndarray) -> bool:
+        if a.ctypes.data % ALIGN:
+            return False
+        self._checked[i] = weakref.ref(a)
+        return True
+
     def _call_copying(self, inputs) -> list[np.ndarray]:
         """Dtypes that NumPy cannot hand over by DLPack, and empty tensors: copies in and out."""
         dev = tvm.cpu()
@@ -159,6 +185,10 @@ class CpuDriver:
         outs = [tvm.runtime.empty(shape, dtype, dev) for shape, dtype in self.program.outputs]
         self._func(*args, *self._weights, *outs, self._workspace())
         return [o.numpy() for o in outs]
+
+
+def _dead():
+    return None
 
 
 def _unregister(names: list[str]) -> None:
