@@ -135,6 +135,8 @@ class CompiledModel:
     _pack: Path | None = field(default=None, repr=False)  # the .akgpack this was loaded from
     _plain: tuple | None = field(default=None, repr=False)  # (names, shapes, dtypes) for `_bind`'s fast path
     _output_names: list = field(default_factory=list, repr=False)
+    # positional NumPy inputs straight to the linked driver (`_direct_call`); False: not made yet
+    _direct: object = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
         self._output_names = [s.name for s in self.outputs]
@@ -204,6 +206,13 @@ class CompiledModel:
         return get_backend(self.artifact_kind)
 
     def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
+        if args and not named and self.use_driver:
+            direct = self._direct
+            if direct is False:
+                direct = self._direct = self._direct_call()
+            results = direct(args) if direct is not None else None
+            if results is not None:
+                return results
         values = self._bind(args, named)
         driver = self.driver() if self.use_driver else None
         results = self.call_per_kernel(values) if driver is None else self._call_linked(driver, values)
@@ -211,6 +220,31 @@ class CompiledModel:
             return results
         return [np.ascontiguousarray(r).view(np.complex64).reshape(r.shape[:-1]) if s.name in self.complex_io
                 else r for s, r in zip(self.outputs, results)]
+
+    def _direct_call(self):
+        """The common call without a dict of values in between: every input given by position
+        as a NumPy array of its shape and dtype, straight to the linked driver, whose outputs
+        are the model's (else None: the general path). None where the model has no linked
+        driver, complex64 or bounded index inputs, or outputs the driver does not compute."""
+        if self.complex_io:
+            return None
+        if self._plain is None:
+            self._plain = self._plain_inputs()
+        names, shapes, dtypes = self._plain
+        driver = self.driver() if names else None
+        if driver is None or self._link_outputs != self._output_names:
+            return None
+        count = len(names)
+
+        def direct(args):
+            if len(args) != count:
+                return None
+            for a, shape, dtype in zip(args, shapes, dtypes):
+                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                    return None
+            return driver(args)
+
+        return direct
 
     def driver(self):
         """The model linked into one callable by its backend (`Backend.link`), made on first

@@ -104,6 +104,10 @@ def test_positional_calls_check_shapes_and_dtypes():
             model(bad)
     with pytest.raises(InputDataError, match="takes 1 inputs, got 2"):
         model(x, x)
+    # the checked arrays went straight to the linked driver; the others took the general path
+    assert callable(model._direct)
+    model.use_driver = False  # and a model told to run kernel by kernel does so
+    np.testing.assert_array_equal(model(x)[0], np.maximum(x, 0))
 
 
 def test_graph_outputs_that_are_inputs_or_constants():
