@@ -135,7 +135,7 @@ class CompiledModel:
     _pack: Path | None = field(default=None, repr=False)  # the .akgpack this was loaded from
     _plain: tuple | None = field(default=None, repr=False)  # (names, shapes, dtypes) for `_bind`'s fast path
     _output_names: list = field(default_factory=list, repr=False)
-    # positional NumPy inputs straight to the linked driver (`_direct_call`); False: not made yet
+    # NumPy inputs straight to the linked driver (`_direct_call`); False: not made yet
     _direct: object = field(default=False, init=False, repr=False)
 
     def __post_init__(self):
@@ -206,11 +206,11 @@ class CompiledModel:
         return get_backend(self.artifact_kind)
 
     def __call__(self, *args: np.ndarray, **named: np.ndarray) -> list[np.ndarray]:
-        if args and not named and self.use_driver:
+        if bool(args) != bool(named) and self.use_driver:
             direct = self._direct
             if direct is False:
                 direct = self._direct = self._direct_call()
-            results = direct(args) if direct is not None else None
+            results = direct(args, named) if direct is not None else None
             if results is not None:
                 return results
         values = self._bind(args, named)
@@ -222,10 +222,11 @@ class CompiledModel:
                 else r for s, r in zip(self.outputs, results)]
 
     def _direct_call(self):
-        """The common call without a dict of values in between: every input given by position
-        as a NumPy array of its shape and dtype, straight to the linked driver, whose outputs
-        are the model's (else None: the general path). None where the model has no linked
-        driver, complex64 or bounded index inputs, or outputs the driver does not compute."""
+        """The common call without a dict of values in between: every input given (by position
+        or by name) as a NumPy array of its shape and dtype, straight to the linked driver,
+        whose outputs are the model's (else None: the general path). None where the model has
+        no linked driver, complex64 or bounded index inputs, or outputs the driver does not
+        compute."""
         if self.complex_io:
             return None
         if self._plain is None:
@@ -236,8 +237,12 @@ class CompiledModel:
             return None
         count = len(names)
 
-        def direct(args):
-            if len(args) != count:
+        def direct(args, named):
+            if named:
+                if len(named) != count:
+                    return None
+                args = tuple(named.get(n) for n in names)
+            elif len(args) != count:
                 return None
             for a, shape, dtype in zip(args, shapes, dtypes):
                 if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:

@@ -106,6 +106,9 @@ def test_positional_calls_check_shapes_and_dtypes():
         model(x, x)
     # the checked arrays went straight to the linked driver; the others took the general path
     assert callable(model._direct)
+    np.testing.assert_array_equal(model(x=x)[0], np.maximum(x, 0))  # by name too
+    with pytest.raises(InputDataError, match=r"missing input\(s\): x"):
+        model(y=x)
     model.use_driver = False  # and a model told to run kernel by kernel does so
     np.testing.assert_array_equal(model(x)[0], np.maximum(x, 0))
 
