@@ -249,7 +249,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     pack = sink and n == 2 and tile[-1] != 0
     # several passes over each row (a softmax, a layer norm): the next row (block) streams in
     # while this one computes, its prefetches spread over the pass that computes most
-    # (`astgen._with_prefetches`); a 4096 x 1024 softmax went from 66% to 87% of the stream
+    # (`polyhedral.prefetch.spread`); a 4096 x 1024 softmax went from 66% to 87% of the stream
     # floor's bandwidth, a layer norm from 95% to 98%, on an AVX-512 Xeon
     prefetch = 1 if n == 1 and info.passes > 1 and not sink else 0
     return BandConfig(tuple(order), tuple(tile), tuple(register), sink, pack, prefetch)
