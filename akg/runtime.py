@@ -155,15 +155,9 @@ class CompiledModel:
 
     def _bind(self, args, named) -> dict[str, np.ndarray]:
         if not (args and named):  # the common call: NumPy arrays of the right shapes and dtypes
-            plain = self._plain
-            if plain is None:
-                plain = self._plain = self._plain_inputs()
-            names, shapes, dtypes = plain
-            given = args or tuple(named.get(n) for n in names)
-            if (names and len(given) == len(names) and len(named) in (0, len(names))
-                    and all(type(a) is np.ndarray and a.shape == shape and a.dtype == dtype
-                            for a, shape, dtype in zip(given, shapes, dtypes))):
-                return dict(zip(names, given))
+            given = self._plain_given(args, named)
+            if given is not None:
+                return dict(zip(self._plain[0], given))
         if args and named:
             raise InputDataError("pass inputs by position or by name, not both")
         if args:
@@ -221,33 +215,42 @@ class CompiledModel:
         return [np.ascontiguousarray(r).view(np.complex64).reshape(r.shape[:-1]) if s.name in self.complex_io
                 else r for s, r in zip(self.outputs, results)]
 
-    def _direct_call(self):
-        """The common call without a dict of values in between: every input given (by position
-        or by name) as a NumPy array of its shape and dtype, straight to the linked driver,
-        whose outputs are the model's (else None: the general path). None where the model has
-        no linked driver, complex64 or bounded index inputs, or outputs the driver does not
-        compute."""
-        if self.complex_io:
-            return None
+    def _plain_given(self, args, named) -> tuple | None:
+        """The inputs, in order, when every one is given (by position or by name, not both) as
+        a NumPy array of its shape and dtype and needs no further check (`_plain_inputs`);
+        else None."""
         if self._plain is None:
             self._plain = self._plain_inputs()
         names, shapes, dtypes = self._plain
-        driver = self.driver() if names else None
+        if not names:
+            return None
+        if named:
+            if args or len(named) != len(names):
+                return None
+            args = tuple(named.get(n) for n in names)
+        elif len(args) != len(names):
+            return None
+        for a, shape, dtype in zip(args, shapes, dtypes):
+            if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
+                return None
+        return args
+
+    def _direct_call(self):
+        """The common call without a dict of values in between: the plain inputs
+        (`_plain_given`) straight to the linked driver, whose outputs are the model's (else
+        None: the general path). None where the model has no linked driver, complex64 or
+        bounded index inputs, or outputs the driver does not compute."""
+        if self._plain is None:
+            self._plain = self._plain_inputs()
+        if self.complex_io or not self._plain[0]:
+            return None
+        driver = self.driver()
         if driver is None or self._link_outputs != self._output_names:
             return None
-        count = len(names)
 
         def direct(args, named):
-            if named:
-                if len(named) != count:
-                    return None
-                args = tuple(named.get(n) for n in names)
-            elif len(args) != count:
-                return None
-            for a, shape, dtype in zip(args, shapes, dtypes):
-                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dtype:
-                    return None
-            return driver(args)
+            given = self._plain_given(args, named)
+            return None if given is None else driver(given)
 
         return direct
 

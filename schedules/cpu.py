@@ -141,9 +141,9 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     """
     n = info.members
     order = list(range(n))
+    depth = info.work // max(1, math.prod(info.extents))  # reduction points per output point
     if info.permutable and n > 1:
         best = max(range(n), key=lambda m: (info.contiguity[m], info.coincident[m], m))
-        depth = info.work // max(1, math.prod(info.extents))  # reduction points per point
         row = info.extents[best]
         # a row whose width is no power of two has no vector shape at all (LLVM splits it into
         # a vector part and scalar tails): there one vector of channels already wins
@@ -176,7 +176,6 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     if info.reduction_inner and all(coin) and vectorises_across_rows(info, order, lanes):
         # the channels' vectors accumulate across the whole reduction, whichever loop of it
         # reads most contiguously (the input rows are broadcast, not vector-loaded)
-        depth = info.work // max(1, math.prod(info.extents))  # reduction points per output point
         return channel_vector_band(order, ext, lanes, itemsize, register_bytes, depth, l2_bytes)
     sink = info.reduction_inner and all(coin) and info.contiguity[order[-1]] >= max(info.inner_contiguity, 1)
 
@@ -207,8 +206,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         if n > 1:
             tile[-2] = _largest_fitting(ext[-2], max(register[-2] or 1, 1) * 16) if ext[-2] > 64 else 0
         step = max(register[-1] or 1, 1)
-        depth = max(1, info.work // max(1, math.prod(info.extents)))  # reduction points per point
-        fits = (l2_bytes // 2) // (depth * itemsize) // step * step
+        fits = (l2_bytes // 2) // (max(1, depth) * itemsize) // step * step
         want = max(2 * step, min(step * 4, fits))  # a tile of one register tile would lose it
         tile[-1] = _largest_fitting(ext[-1], want, step) if ext[-1] > 256 or want < ext[-1] // 2 else 0
     # rows of vector accumulators under a reduction: kept whole by the parallel chunks below,
@@ -301,14 +299,13 @@ def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: 
     # whose weight slices fit, and the tile loop goes outermost (`pack`) so each slice serves all
     # rows. ResNet-18's 3x3 convs at 14 and 7 px (256 and 512 channels): 1.59 -> 1.06 ms and
     # 3.81 -> 2.99 ms with cold caches, as in the model (1.15 -> 0.82, 1.88 -> 1.62 ms warm)
-    positions = math.prod(ext[:-1])
-    if depth and register[-1] and depth * ext[-1] * itemsize > l2_bytes // 2 and positions > 1:
+    pack = False
+    if depth and register[-1] and depth * ext[-1] * itemsize > l2_bytes // 2 and math.prod(ext[:-1]) > 1:
         fits = (l2_bytes // 2) // (depth * itemsize) // strip * strip
         channels = _largest_fitting(ext[-1], max(2 * strip, fits), strip)
         if 2 * strip <= channels < ext[-1]:
-            tile[-1] = channels
-            return BandConfig(tuple(order), tuple(tile), tuple(register), True, True)
-    return BandConfig(tuple(order), tuple(tile), tuple(register), True, False)
+            tile[-1], pack = channels, True
+    return BandConfig(tuple(order), tuple(tile), tuple(register), True, pack)
 
 
 def default_bands(infos: list[BandInfo], target, dtype: str = "float32") -> tuple[BandConfig, ...]:
