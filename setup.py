@@ -73,9 +73,13 @@ setup(
             "import-linter>=2.1,<3",  # the import contracts (scripts/lint_imports.py)
             "onnx>=1.16",  # the ONNX importer's tests and the generated ONNX node suite
             "torch==2.13.0",  # the torch.compile backend's tests (tests/graph/io/test_torch_fx.py)
+            "dask[distributed]>=2024.1",  # the Dask tuning runner's tests (a real LocalCluster)
+            "matplotlib>=3.7",  # `akg report`'s figures
         ],
         "onnx": ["onnx>=1.16"],  # reading .onnx models (graph/io/onnx.py); tested with 1.23.2
-        "torch": ["torch==2.13.0"],  # torch.compile(backend="akg") and torch.fx import (docs/torch.md)
+        "torch": ["torch==2.13.0"],
+        "farm": ["dask[distributed]>=2024.1"],  # `akg tune --workers/--scheduler`: measuring on Dask workers
+        "report": ["matplotlib>=3.7"],  # `akg report` (HTML with figures) and scripts/nightly.py  # torch.compile(backend="akg") and torch.fx import (docs/torch.md)
     },
     entry_points={
         "console_scripts": ["akg = akg.cli:main"],
