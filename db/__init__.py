@@ -7,7 +7,8 @@ cache dir); `InMemoryDatabase` is the null implementation for tests. See docs/da
 from akg.db.database import Choice, Database
 from akg.db.location import default_path, open_database, resolve_url
 from akg.db.memory import InMemoryDatabase
-from akg.db.record import Contender, Record, Status, TargetInfo, Unit, Verdict, Workload, canonical_config
+from akg.db.record import (Contender, ModelEntry, Record, Status, TargetInfo, Unit, Verdict, Workload,
+                           canonical_config)
 
 
 def __getattr__(name: str):
@@ -19,5 +20,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'akg.db' has no attribute {name!r}")
 
 
-__all__ = ["Choice", "Contender", "Database", "InMemoryDatabase", "Record", "SqlDatabase", "Status", "TargetInfo", "Unit",
-           "Verdict", "Workload", "canonical_config", "default_path", "open_database", "resolve_url"]
+__all__ = ["Choice", "Contender", "Database", "InMemoryDatabase", "ModelEntry", "Record", "SqlDatabase", "Status",
+           "TargetInfo", "Unit", "Verdict", "Workload", "canonical_config", "default_path", "open_database",
+           "resolve_url"]

@@ -6,9 +6,10 @@ from __future__ import annotations
 import abc
 import os
 from dataclasses import dataclass
+from datetime import datetime
 from typing import IO, Iterable
 
-from akg.db.record import ConfigLike, Record, TargetInfo, Verdict, Workload
+from akg.db.record import ConfigLike, ModelEntry, Record, TargetInfo, Verdict, Workload
 from akg.errors import DatabaseError
 
 
@@ -60,6 +61,14 @@ class Database(abc.ABC):
         nothing changes) when the (workload, target) has a verdict with the same timestamp
         (an import of the same verdict)."""
 
+    @abc.abstractmethod
+    def register_model(self, name: str, target_key: str, kernels: Iterable[tuple[str, int]], *,
+                       updated_at: datetime | None = None) -> None:
+        """Store which kernels (workload key, occurrences), in the model's order, make up the
+        model `name` on the target, replacing its earlier list there (a key given twice counts
+        once with the occurrences added). `updated_at` (default now) is for imports: a list
+        is then only replaced by one at least as new."""
+
     def add(self, record: Record) -> bool:
         """Store one record, committed before returning. False (and nothing changes) when its
         (workload, target, config) already has a record."""
@@ -99,6 +108,10 @@ class Database(abc.ABC):
     @abc.abstractmethod
     def verdicts(self, workload_key: str | None = None, target_key: str | None = None) -> list[Verdict]:
         """Verdicts matching the given keys (all when none is given), oldest first."""
+
+    @abc.abstractmethod
+    def models(self, target_key: str | None = None) -> list[ModelEntry]:
+        """The registered models (on one target, or on all), sorted by name, then target."""
 
     def verdict(self, workload_key: str, target_key: str) -> Verdict | None:
         """The latest verdict of the workload on the target (the one that counts), or None."""
@@ -163,6 +176,14 @@ class Database(abc.ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def check_model(name: str, target_key: str) -> None:
+    """DatabaseError unless a model has a name and a target."""
+    if not isinstance(name, str) or not name:
+        raise DatabaseError(f"a model needs a name, not {name!r}")
+    if not isinstance(target_key, str) or not target_key:
+        raise DatabaseError(f"model {name!r} needs a target key, not {target_key!r}")
 
 
 def check_k(k: int) -> int:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timezone
 from typing import Iterable
 
-from akg.db.database import Database, check_k
-from akg.db.record import ConfigLike, Record, TargetInfo, Verdict, Workload, canonical_config
+from akg.db.database import Database, check_k, check_model
+from akg.db.record import (ConfigLike, ModelEntry, Record, TargetInfo, Verdict, Workload, as_utc, canonical_config,
+                           model_kernels)
 
 
 class InMemoryDatabase(Database):
@@ -20,6 +22,7 @@ class InMemoryDatabase(Database):
         # (workload, target, config) -> (arrival number, record); dicts keep arrival order
         self._records: dict[tuple[str, str, str], tuple[int, Record]] = {}
         self._verdicts: list[Verdict] = []
+        self._models: dict[tuple[str, str], ModelEntry] = {}  # (name, target) -> entry
 
     def register_workload(self, workload: Workload) -> None:
         with self._lock:
@@ -54,6 +57,24 @@ class InMemoryDatabase(Database):
             self._targets.setdefault(verdict.target_key, TargetInfo(verdict.target_key))
             self._verdicts.append(verdict)
             return True
+
+    def register_model(self, name: str, target_key: str, kernels: Iterable[tuple[str, int]], *,
+                       updated_at: datetime | None = None) -> None:
+        check_model(name, target_key)
+        entry = ModelEntry(name, target_key, model_kernels(kernels),
+                           datetime.now(timezone.utc) if updated_at is None else as_utc(updated_at))
+        with self._lock:
+            old = self._models.get((name, target_key))
+            if updated_at is not None and old is not None and old.updated_at > entry.updated_at:
+                return
+            self._targets.setdefault(target_key, TargetInfo(target_key))
+            for key, _ in entry.kernels:
+                self._workloads.setdefault(key, Workload(key))
+            self._models[(name, target_key)] = entry
+
+    def models(self, target_key: str | None = None) -> list[ModelEntry]:
+        with self._lock:
+            return [m for _, m in sorted(self._models.items()) if target_key in (None, m.target_key)]
 
     def verdicts(self, workload_key: str | None = None, target_key: str | None = None) -> list[Verdict]:
         with self._lock:

@@ -1,5 +1,6 @@
-"""The values the tuning database stores: `Record` (one measurement of one config), and the
-`Workload` and `TargetInfo` rows that records point at."""
+"""The values the tuning database stores: `Record` (one measurement of one config), the
+`Workload` and `TargetInfo` rows that records point at, verdicts of final comparisons and
+`ModelEntry` (which kernels make up a tuned model)."""
 
 from __future__ import annotations
 
@@ -278,3 +279,34 @@ class Verdict:
             return tuple(Contender.from_dict(d) for d in json.loads(text or "[]"))
         except (TypeError, ValueError, KeyError) as e:
             raise DatabaseError(f"bad verdict contenders: {e}") from None
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A tuned model on a target (`Database.register_model`): its kernels as (workload key,
+    occurrences) in the model's order, and when that list was last written."""
+
+    name: str
+    target_key: str
+    kernels: tuple[tuple[str, int], ...]
+    updated_at: datetime
+
+    def __post_init__(self):
+        object.__setattr__(self, "kernels", model_kernels(self.kernels))
+        object.__setattr__(self, "updated_at", as_utc(self.updated_at))
+
+
+def model_kernels(kernels) -> tuple[tuple[str, int], ...]:
+    """A model's kernel list checked and normalised: (workload key, occurrences >= 1) pairs in
+    the given order, the occurrences of a key given twice added up."""
+    merged: dict[str, int] = {}
+    try:
+        for key, occurrences in kernels:
+            if not isinstance(key, str) or not key:
+                raise DatabaseError(f"a model's kernel needs a workload key, not {key!r}")
+            if isinstance(occurrences, bool) or not isinstance(occurrences, int) or occurrences < 1:
+                raise DatabaseError(f"kernel {key[:60]} of a model needs occurrences >= 1, not {occurrences!r}")
+            merged[key] = merged.get(key, 0) + occurrences
+    except (TypeError, ValueError) as e:
+        raise DatabaseError(f"a model's kernels are (workload key, occurrences) pairs: {e}") from None
+    return tuple(merged.items())

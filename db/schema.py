@@ -92,7 +92,54 @@ class VerdictRow(Base):
     measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class LeaseRow(Base):
+    """A tuner's claim on one config of a workload on a target while it measures it
+    (`Database.claim`): `owner` names the tuner (host:pid:random); after `expires_at`
+    another tuner may take the config over. Unique per (workload, target, config)."""
+
+    __tablename__ = "leases"
+    __table_args__ = (
+        UniqueConstraint("workload_id", "target_id", "config_hash", name="uq_leases_workload_target_config"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", name="fk_leases_workload"))
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", name="fk_leases_target"))
+    config_hash: Mapped[str] = mapped_column(String(64))
+    owner: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ModelRow(Base):
+    """A tuned model on a target (`Database.register_model`): its name and when its kernel
+    list was last written. Unique per (name, target)."""
+
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("name", "target_id", name="uq_models_name_target"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    target_id: Mapped[int] = mapped_column(ForeignKey("targets.id", name="fk_models_target"))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ModelKernelRow(Base):
+    """One kernel (workload) of a model and how many times the model runs it; `id` keeps
+    the model's order of kernels."""
+
+    __tablename__ = "model_kernels"
+    __table_args__ = (UniqueConstraint("model_id", "workload_id", name="uq_model_kernels_model_workload"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", name="fk_model_kernels_model"))
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", name="fk_model_kernels_workload"))
+    occurrences: Mapped[int] = mapped_column(Integer)
+
+
 workloads = WorkloadRow.__table__
 targets = TargetRow.__table__
 records = RecordRow.__table__
 verdicts = VerdictRow.__table__
+leases = LeaseRow.__table__
+models = ModelRow.__table__
+model_kernels = ModelKernelRow.__table__

@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+from datetime import datetime, timezone
 from typing import Callable, Iterable, TypeVar
 
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, Table, URL, create_engine, event, func, insert, literal, select, update
+from sqlalchemy import (Connection, Engine, Table, URL, create_engine, delete, event, func, insert, literal, select,
+                        update)
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -17,8 +19,9 @@ from sqlalchemy.exc import IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from akg.db import migrate, schema
-from akg.db.database import Database, check_k
-from akg.db.record import ConfigLike, Record, TargetInfo, Verdict, Workload, as_utc, canonical_config
+from akg.db.database import Database, check_k, check_model
+from akg.db.record import (ConfigLike, ModelEntry, Record, TargetInfo, Verdict, Workload, as_utc, canonical_config,
+                           model_kernels)
 from akg.errors import DatabaseError
 
 T = TypeVar("T")
@@ -118,7 +121,56 @@ class SqlDatabase(Database):
 
         return self._run(work, write=True)
 
+    def register_model(self, name: str, target_key: str, kernels: Iterable[tuple[str, int]], *,
+                       updated_at: datetime | None = None) -> None:
+        check_model(name, target_key)
+        kernels = model_kernels(kernels)
+        if len(name) > schema.NAME_LENGTH:
+            raise DatabaseError(f"model name longer than {schema.NAME_LENGTH} characters: {name[:60]}...")
+        stamp = datetime.now(timezone.utc) if updated_at is None else as_utc(updated_at)
+
+        def work(conn: Connection) -> None:
+            target_id = _ensure_keys(conn, schema.targets, {target_key})[target_key]
+            workload_ids = _ensure_keys(conn, schema.workloads, {key for key, _ in kernels})
+            m, k = schema.models.c, schema.model_kernels.c
+            _insert_ignore(conn, schema.models, [{"name": name, "target_id": target_id, "updated_at": stamp}],
+                           ["name", "target_id"])
+            where = (m.name == name, m.target_id == target_id)
+            if updated_at is not None:  # an import: an older list never replaces a newer one
+                where += (m.updated_at <= stamp,)
+            # Updating the row first locks it, so concurrent writers of one model take turns.
+            if conn.execute(update(schema.models).where(*where).values(updated_at=stamp)).rowcount == 0:
+                return
+            model_id = conn.execute(select(m.id).where(m.name == name, m.target_id == target_id)).scalar_one()
+            conn.execute(delete(schema.model_kernels).where(k.model_id == model_id))
+            if kernels:
+                conn.execute(insert(schema.model_kernels),
+                             [{"model_id": model_id, "workload_id": workload_ids[key], "occurrences": n}
+                              for key, n in kernels])
+
+        self._run(work, write=True)
+
     # --- reading -------------------------------------------------------------------------
+
+    def models(self, target_key: str | None = None) -> list[ModelEntry]:
+        m, t, k, w = schema.models.c, schema.targets.c, schema.model_kernels.c, schema.workloads.c
+        stmt = (select(m.id, m.name, t.key.label("target_key"), m.updated_at, w.key.label("workload_key"),
+                       k.occurrences)
+                .select_from(schema.models.join(schema.targets, m.target_id == t.id)
+                             .outerjoin(schema.model_kernels, k.model_id == m.id)
+                             .outerjoin(schema.workloads, k.workload_id == w.id))
+                .order_by(m.id, k.id))
+        if target_key is not None:
+            stmt = stmt.where(t.key == target_key)
+        rows = self._run(lambda conn: conn.execute(stmt).all(), write=False)
+        entries: dict[int, tuple] = {}
+        for row in rows:
+            name, target, stamp, kernels = entries.setdefault(row.id, (row.name, row.target_key, row.updated_at, []))
+            if row.workload_key is not None:
+                kernels.append((row.workload_key, row.occurrences))
+        found = [ModelEntry(name, target, tuple(kernels), as_utc(stamp))
+                 for name, target, stamp, kernels in entries.values()]
+        return sorted(found, key=lambda e: (e.name, e.target_key))  # Python's order, as in memory
 
     def verdicts(self, workload_key: str | None = None, target_key: str | None = None) -> list[Verdict]:
         v = schema.verdicts.c

@@ -46,7 +46,8 @@ from akg.tuner.task import Trial, TuningTask
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KernelResult", "TaskScheduler", "TuneLoop", "TuneResult", "describe_verdict", "kernels_of", "tune"]
+__all__ = ["KernelResult", "TaskScheduler", "TuneLoop", "TuneResult", "describe_verdict", "kernels_of", "model_name",
+           "tune"]
 
 WARM_START_LIMIT = 256  # records of other workloads used to warm-start the cost model
 ERROR_CHARS = 2000  # of a failed candidate's error text kept in its record (a crash report's top)
@@ -332,6 +333,13 @@ def _load(model) -> Graph:
     return load_model(Path(model))
 
 
+def model_name(model) -> str:
+    """The name a tuned model is registered under: a file's stem, else the graph's name."""
+    if isinstance(model, (Graph, Subgraph)):
+        return model.name
+    return Path(model).stem
+
+
 def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Database | None = None,
          timeout: float = 10.0, seed: int = 0, cost_model: str | CostModel = "xgb",
          search: str | SearchStrategy = "evolutionary", batch: int = 16, builder: Builder | None = None,
@@ -344,6 +352,7 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
     target = get_target(target)
     database = open_database(db) if not isinstance(db, Database) else db
     tasks = tasks_of(_load(model), target, database, seed)
+    database.register_model(model_name(model), target.key, [(t.key, t.occurrences) for t in tasks])
     model_ = make_cost_model(cost_model, seed)
     _warm_start(model_, database, target, tasks)
     own_builder, own_runner = builder is None, runner is None

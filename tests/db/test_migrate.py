@@ -14,6 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
 from akg.db import SqlDatabase, migrate
+from akg.db import sql as sql_module
 from akg.db.schema import Base
 from akg.errors import DatabaseError
 
@@ -24,8 +25,9 @@ def test_a_fresh_database_gets_the_schema_at_head(sql_url):
     SqlDatabase(sql_url).close()
     engine = create_engine(sql_url)
     with engine.connect() as conn:
-        assert {"workloads", "targets", "records", "verdicts", "alembic_version"} <= set(inspect(conn).get_table_names())
-        assert migrate.current_revision(conn) == migrate.head_revision() == "0002"
+        assert {"workloads", "targets", "records", "verdicts", "leases", "models", "model_kernels",
+                "alembic_version"} <= set(inspect(conn).get_table_names())
+        assert migrate.current_revision(conn) == migrate.head_revision() == "0003"
         uniques = {u["name"]: u["column_names"] for u in inspect(conn).get_unique_constraints("records")}
         assert uniques["uq_records_workload_target_config"] == ["workload_id", "target_id", "config_hash"]
     engine.dispose()
@@ -44,6 +46,30 @@ def test_an_existing_database_opens_with_its_records(sql_url, rec):
         db.add(rec(1))
     with SqlDatabase(sql_url) as again:
         assert again.history("w1", "cpu-test") == [rec(1)]
+
+
+def test_a_0002_database_migrates_to_0003_with_its_data(sql_url, rec):
+    command.upgrade(migrate.alembic_config(url=sql_url), "0002")
+    engine = create_engine(sql_url)
+    with engine.begin() as conn:
+        assert migrate.current_revision(conn) == "0002"
+        assert "leases" not in inspect(conn).get_table_names()
+        conn.execute(text("INSERT INTO workloads (id, key, name, description) VALUES (1, 'w1', 'mm', '{}')"))
+        conn.execute(text("INSERT INTO targets (id, key, description) VALUES (1, 'cpu-test', '{}')"))
+        conn.execute(text(
+            "INSERT INTO records (workload_id, target_id, config, config_hash, cost, unit, status, error, host, "
+            "akg_version, tvm_version, measured_at) VALUES (1, 1, :config, :hash, 1.0, 's', 'ok', '', '', '', '', "
+            ":at)"), {"config": rec(1).config, "hash": sql_module._config_hash(rec(1).config), "at": rec(1).timestamp})
+    engine.dispose()
+    with SqlDatabase(sql_url) as db:
+        assert [r.config for r in db.history("w1", "cpu-test")] == ['{"tile":1}']
+        assert db.workloads()[0].name == "mm"
+        db.register_model("m", "cpu-test", [("w1", 2)])
+        assert db.models()[0].kernels == (("w1", 2),)
+    engine = create_engine(sql_url)
+    with engine.connect() as conn:
+        assert migrate.current_revision(conn) == "0003"
+    engine.dispose()
 
 
 def test_migrations_run_by_hand_and_back_down(sql_url):
@@ -94,5 +120,5 @@ def test_migration_scripts_are_installed_with_the_package(tmp_path):
     expected = {p.relative_to(ROOT / "db" / "migrations")
                 for p in (ROOT / "db" / "migrations").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     assert {Path("env.py"), Path("script.py.mako"), Path("versions/0001_initial.py"),
-            Path("versions/0002_verdicts.py")} <= expected
+            Path("versions/0002_verdicts.py"), Path("versions/0003_leases_models.py")} <= expected
     assert {p.relative_to(installed) for p in installed.rglob("*") if p.is_file()} == expected

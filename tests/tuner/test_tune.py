@@ -254,3 +254,15 @@ def test_registries_are_keyed_by_name_and_make_turns_names_into_objects():
     assert make_cost_model(model) is model
     with pytest.raises(MissingRuleError, match="known: evolutionary, random"):
         make_search("annealing")
+
+
+def test_tune_registers_the_model_and_its_kernels(tmp_path):
+    from akg.graph.io import save_mir
+
+    db = InMemoryDatabase()
+    _tune(_matmul(name="mlp"), db, 2, tmp_path, confirm=False)
+    save_mir(_matmul(32, name="inner"), tmp_path / "net.mir")
+    _tune(str(tmp_path / "net.mir"), db, 2, tmp_path, confirm=False)
+    assert [(m.name, m.target_key, m.kernels) for m in db.models()] == [
+        ("mlp", get_target("cpu").key, ((Subgraph(_matmul()).workload_key, 1),)),
+        ("net", get_target("cpu").key, ((Subgraph(_matmul(32)).workload_key, 1),))]
