@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import abc
 import os
+import secrets
+import socket
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Iterable
@@ -28,6 +30,21 @@ class Choice:
     @property
     def confirmed(self) -> bool:
         return self.verdict is not None
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Where a workload's tuning on a target stands for one tuner (`Database.tally`): how many
+    configs are measured, and how many more other tuners hold unexpired leases on (being
+    measured elsewhere: they will count toward a shared budget)."""
+
+    measured: int = 0
+    leased: int = 0
+
+
+def lease_owner() -> str:
+    """A name for this tuner in the leases it takes: host:pid:random (unique per session)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 class Database(abc.ABC):
@@ -150,6 +167,29 @@ class Database(abc.ABC):
     def __len__(self) -> int:
         return self.count()
 
+    # --- leases: tuners sharing a database split the work ---------------------------------
+
+    @abc.abstractmethod
+    def claim(self, workload_key: str, target_key: str, configs: Iterable[ConfigLike], owner: str,
+              ttl_seconds: float) -> list[str]:
+        """Lease configs of a workload on a target to `owner` for `ttl_seconds`, atomically:
+        returns the canonical JSON of those it got, in the given order — every config with no
+        record yet whose lease is free, expired or already `owner`'s (renewed). Two
+        concurrent claimers never both get a config. A lease on a config that has a record
+        is moot: it is dropped, never granted."""
+
+    @abc.abstractmethod
+    def release(self, owner: str, workload_key: str | None = None, target_key: str | None = None,
+                configs: Iterable[ConfigLike] | None = None) -> int:
+        """Drop `owner`'s leases (those of one workload, target or set of configs when given);
+        returns how many were dropped. Other owners' leases are never touched."""
+
+    @abc.abstractmethod
+    def tally(self, target_key: str, workload_keys: Iterable[str], owner: str) -> dict[str, Tally]:
+        """For each workload (every key given is in the result): configs measured on the
+        target, and unexpired leases of owners other than `owner` on configs not measured yet.
+        One query: what a tuner reads each round to see the other tuners' progress."""
+
     # --- JSON lines ------------------------------------------------------------------------
 
     def export_jsonl(self, dest: str | os.PathLike | IO[str]) -> int:
@@ -184,6 +224,15 @@ def check_model(name: str, target_key: str) -> None:
         raise DatabaseError(f"a model needs a name, not {name!r}")
     if not isinstance(target_key, str) or not target_key:
         raise DatabaseError(f"model {name!r} needs a target key, not {target_key!r}")
+
+
+def check_lease(owner: str, ttl_seconds: float | None = None) -> None:
+    """DatabaseError unless a lease has an owner (and a positive, finite time to live)."""
+    if not isinstance(owner, str) or not owner:
+        raise DatabaseError(f"a lease needs an owner, not {owner!r}")
+    if ttl_seconds is not None and (isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, (int, float))
+                                    or not 0 < ttl_seconds < float("inf")):
+        raise DatabaseError(f"a lease needs a time to live > 0 seconds, not {ttl_seconds!r}")
 
 
 def check_k(k: int) -> int:

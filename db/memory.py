@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Iterable
 
-from akg.db.database import Database, check_k, check_model
+from akg.db.database import Database, Tally, check_k, check_lease, check_model
 from akg.db.record import (ConfigLike, ModelEntry, Record, TargetInfo, Verdict, Workload, as_utc, canonical_config,
                            model_kernels)
 
@@ -23,6 +23,7 @@ class InMemoryDatabase(Database):
         self._records: dict[tuple[str, str, str], tuple[int, Record]] = {}
         self._verdicts: list[Verdict] = []
         self._models: dict[tuple[str, str], ModelEntry] = {}  # (name, target) -> entry
+        self._leases: dict[tuple[str, str, str], tuple[str, datetime]] = {}  # key -> (owner, expires at)
 
     def register_workload(self, workload: Workload) -> None:
         with self._lock:
@@ -82,6 +83,55 @@ class InMemoryDatabase(Database):
                      if workload_key in (None, v.workload_key) and target_key in (None, v.target_key)]
         found.sort(key=lambda nv: (nv[1].timestamp, nv[0]))
         return [v for _, v in found]
+
+    def claim(self, workload_key: str, target_key: str, configs: Iterable[ConfigLike], owner: str,
+              ttl_seconds: float) -> list[str]:
+        check_lease(owner, ttl_seconds)
+        wanted = list(dict.fromkeys(canonical_config(c) for c in configs))
+        now = datetime.now(timezone.utc)
+        got = []
+        with self._lock:
+            for config in wanted:
+                key = (workload_key, target_key, config)
+                held = self._leases.get(key)
+                if key in self._records:
+                    if held is not None and held[0] == owner:
+                        del self._leases[key]  # moot: measured
+                    continue
+                if held is None or held[0] == owner or held[1] <= now:
+                    self._leases[key] = (owner, now + timedelta(seconds=ttl_seconds))
+                    got.append(config)
+            if got:
+                self._workloads.setdefault(workload_key, Workload(workload_key))
+                self._targets.setdefault(target_key, TargetInfo(target_key))
+        return got
+
+    def release(self, owner: str, workload_key: str | None = None, target_key: str | None = None,
+                configs: Iterable[ConfigLike] | None = None) -> int:
+        check_lease(owner)
+        only = None if configs is None else {canonical_config(c) for c in configs}
+        with self._lock:
+            gone = [key for key, (holder, _) in self._leases.items()
+                    if holder == owner and workload_key in (None, key[0]) and target_key in (None, key[1])
+                    and (only is None or key[2] in only)]
+            for key in gone:
+                del self._leases[key]
+        return len(gone)
+
+    def tally(self, target_key: str, workload_keys: Iterable[str], owner: str) -> dict[str, Tally]:
+        keys = set(workload_keys)
+        now = datetime.now(timezone.utc)
+        measured = dict.fromkeys(keys, 0)
+        leased = dict.fromkeys(keys, 0)
+        with self._lock:
+            for w, t, _ in self._records:
+                if t == target_key and w in keys:
+                    measured[w] += 1
+            for key, (holder, expires) in self._leases.items():
+                if key[1] == target_key and key[0] in keys and holder != owner and expires > now \
+                        and key not in self._records:
+                    leased[key[0]] += 1
+        return {k: Tally(measured[k], leased[k]) for k in keys}
 
     def has(self, workload_key: str, target_key: str, config: ConfigLike) -> bool:
         return (workload_key, target_key, canonical_config(config)) in self._records

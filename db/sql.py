@@ -6,12 +6,12 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, TypeVar
 
 from alembic.util import CommandError
-from sqlalchemy import (Connection, Engine, Table, URL, create_engine, delete, event, func, insert, literal, select,
-                        update)
+from sqlalchemy import (Connection, DateTime, Engine, Interval, Table, URL, and_, create_engine, delete, event, exists,
+                        func, insert, literal, or_, select, update)
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from akg.db import migrate, schema
-from akg.db.database import Database, check_k, check_model
+from akg.db.database import Database, Tally, check_k, check_lease, check_model
 from akg.db.record import (ConfigLike, ModelEntry, Record, TargetInfo, Verdict, Workload, as_utc, canonical_config,
                            model_kernels)
 from akg.errors import DatabaseError
@@ -149,6 +149,75 @@ class SqlDatabase(Database):
                               for key, n in kernels])
 
         self._run(work, write=True)
+
+    # --- leases ----------------------------------------------------------------------------
+
+    def claim(self, workload_key: str, target_key: str, configs: Iterable[ConfigLike], owner: str,
+              ttl_seconds: float) -> list[str]:
+        check_lease(owner, ttl_seconds)
+        wanted = {_config_hash(c): c for c in dict.fromkeys(canonical_config(c) for c in configs)}
+        if not wanted:
+            return []
+        owner = owner[:schema.NAME_LENGTH]
+
+        def work(conn: Connection) -> list[str]:
+            workload_id = _ensure_keys(conn, schema.workloads, {workload_key})[workload_key]
+            target_id = _ensure_keys(conn, schema.targets, {target_key})[target_key]
+            now, expires = _clock(conn), _clock(conn, timedelta(seconds=ttl_seconds))
+            rows = [{"workload_id": workload_id, "target_id": target_id, "config_hash": h, "owner": owner,
+                     "expires_at": expires} for h in sorted(wanted)]  # sorted: row locks in one order
+            _upsert_leases(conn, rows, now)
+            # Checked after taking the leases: a record committed before another tuner released
+            # its lease on the same config is seen here, so that config is not measured twice.
+            l, r = schema.leases.c, schema.records.c
+            mine = (l.workload_id == workload_id, l.target_id == target_id, l.owner == owner)
+            measured = set(conn.execute(select(r.config_hash).where(
+                r.workload_id == workload_id, r.target_id == target_id, r.config_hash.in_(sorted(wanted)))).scalars())
+            if measured:
+                conn.execute(delete(schema.leases).where(*mine, l.config_hash.in_(sorted(measured))))
+            held = set(conn.execute(select(l.config_hash).where(*mine, l.config_hash.in_(sorted(wanted)))).scalars())
+            return [config for h, config in wanted.items() if h in held]
+
+        return self._run(work, write=True)
+
+    def release(self, owner: str, workload_key: str | None = None, target_key: str | None = None,
+                configs: Iterable[ConfigLike] | None = None) -> int:
+        check_lease(owner)
+        l, w, t = schema.leases.c, schema.workloads.c, schema.targets.c
+        where = [l.owner == owner[:schema.NAME_LENGTH]]
+        if workload_key is not None:
+            where.append(l.workload_id.in_(select(w.id).where(w.key == workload_key)))
+        if target_key is not None:
+            where.append(l.target_id.in_(select(t.id).where(t.key == target_key)))
+        if configs is not None:
+            hashes = sorted({_config_hash(canonical_config(c)) for c in configs})
+            if not hashes:
+                return 0
+            where.append(l.config_hash.in_(hashes))
+        return self._run(lambda conn: conn.execute(delete(schema.leases).where(*where)).rowcount, write=True)
+
+    def tally(self, target_key: str, workload_keys: Iterable[str], owner: str) -> dict[str, Tally]:
+        keys = sorted(set(workload_keys))
+        if not keys:
+            return {}
+        l, r, w, t = schema.leases.c, schema.records.c, schema.workloads.c, schema.targets.c
+
+        def work(conn: Connection) -> dict[str, Tally]:
+            measured = dict(conn.execute(
+                select(w.key, func.count()).select_from(_JOINED).where(t.key == target_key, w.key.in_(keys))
+                .group_by(w.key)).all())
+            unmeasured = ~exists().where(r.workload_id == l.workload_id, r.target_id == l.target_id,
+                                         r.config_hash == l.config_hash)
+            leased = dict(conn.execute(
+                select(w.key, func.count())
+                .select_from(schema.leases.join(schema.workloads, l.workload_id == w.id)
+                             .join(schema.targets, l.target_id == t.id))
+                .where(t.key == target_key, w.key.in_(keys), l.owner != owner[:schema.NAME_LENGTH],
+                       l.expires_at > _clock(conn), unmeasured)
+                .group_by(w.key)).all())
+            return {k: Tally(measured.get(k, 0), leased.get(k, 0)) for k in keys}
+
+        return self._run(work, write=False)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -390,6 +459,40 @@ def _insert_one_ignore(conn: Connection, table: Table, row: dict, unique: list[s
         return 1
     except IntegrityError:
         return 0
+
+
+def _clock(conn: Connection, later: timedelta = timedelta(0)):
+    """Now (plus `later`) as an SQL value: the server's clock on PostgreSQL (one clock for
+    every machine of a farm), this machine's elsewhere (an SQLite file serves one machine)."""
+    if conn.dialect.name == "postgresql":
+        return func.now() + literal(later, Interval) if later else func.now()
+    return literal(datetime.now(timezone.utc) + later, DateTime(timezone=True))
+
+
+def _upsert_leases(conn: Connection, rows: list[dict], now) -> None:
+    """Insert each lease, or take over the one already there when it expired or is the same
+    owner's; a live lease of another owner stays. Atomic per row on SQLite (the writer holds
+    the database) and PostgreSQL (ON CONFLICT locks the row; a concurrent claimer waits and
+    then sees the winner's lease as live)."""
+    dialect = conn.dialect.name
+    leases = schema.leases
+    unique = ["workload_id", "target_id", "config_hash"]
+    if dialect in ("sqlite", "postgresql"):
+        make = sqlite_insert if dialect == "sqlite" else postgresql_insert
+        for start in range(0, len(rows), INSERT_BATCH):
+            stmt = make(leases).values(rows[start:start + INSERT_BATCH])
+            conn.execute(stmt.on_conflict_do_update(
+                index_elements=unique, set_={"owner": stmt.excluded.owner, "expires_at": stmt.excluded.expires_at},
+                where=or_(leases.c.expires_at <= now, leases.c.owner == stmt.excluded.owner)))
+        return
+    for row in rows:  # other dialects: row locks, then insert or take over
+        key = and_(*(leases.c[c] == row[c] for c in unique))
+        held = conn.execute(select(leases.c.owner, leases.c.expires_at).where(key).with_for_update()).first()
+        if held is None:
+            _insert_one_ignore(conn, leases, row, unique)
+        else:
+            conn.execute(update(leases).where(key, or_(leases.c.expires_at <= now, leases.c.owner == row["owner"]))
+                         .values(owner=row["owner"], expires_at=row["expires_at"]))
 
 
 def _ensure_keys(conn: Connection, table: Table, keys: set[str]) -> dict[str, int]:

@@ -64,6 +64,7 @@ def test_a_0002_database_migrates_to_0003_with_its_data(sql_url, rec):
     with SqlDatabase(sql_url) as db:
         assert [r.config for r in db.history("w1", "cpu-test")] == ['{"tile":1}']
         assert db.workloads()[0].name == "mm"
+        assert db.claim("w1", "cpu-test", [{"tile": 1}, {"tile": 2}], "me", 60) == ['{"tile":2}']
         db.register_model("m", "cpu-test", [("w1", 2)])
         assert db.models()[0].kernels == (("w1", 2),)
     engine = create_engine(sql_url)
