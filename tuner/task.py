@@ -37,6 +37,7 @@ class TuningTask:
     seed: int = 0
     trials: list[Trial] = field(default_factory=list)
     measured: set[str] = field(default_factory=set)  # config JSON already in the database
+    busy: set[str] = field(default_factory=set)  # config JSON being measured (other tuners' leases)
     _pipelines: dict = field(default_factory=dict)
     _features: dict = field(default_factory=dict)
     _spaces: dict = field(default_factory=dict)
@@ -52,6 +53,10 @@ class TuningTask:
     @property
     def name(self) -> str:
         return self.subgraph.name
+
+    def is_new(self, key: str) -> bool:
+        """Whether a config (its JSON) is worth proposing: not measured, not being measured."""
+        return key not in self.measured and key not in self.busy
 
     def pipeline(self, fusion: str = "smart"):
         if fusion not in self._pipelines:

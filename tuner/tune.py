@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from akg.db import Contender, Database, Record, Status, TargetInfo, Verdict, Workload, canonical_config, open_database
-from akg.errors import AkgError
+from akg.db import (Contender, Database, Record, Status, TargetInfo, Verdict, Workload, canonical_config, lease_owner,
+                    open_database)
+from akg.errors import AkgError, DatabaseError
 from akg.graph.ir import Graph
 from akg.graph.subgraph import Subgraph
 from akg.schedules.space import Config
@@ -55,6 +56,13 @@ ERROR_CHARS = 2000  # of a failed candidate's error text kept in its record (a c
 # to replace it: a tuned config within the noise of alternating rounds is no gain, and a loaded
 # host's spell should never make a kernel slower. Simulated cycles are exact: no margin there.
 NOISE_MARGIN = 0.02
+# Tuners sharing a database lease the configs of a round while they measure them. A lease
+# outlives a round (tune() stretches it to twice the batch's timeouts); a crashed tuner's
+# leases come back after it. Configs another tuner holds are set aside as long, and the
+# search proposes others (CLAIM_TRIES times a round at most).
+LEASE_SECONDS = 300.0
+CLAIM_TRIES = 4
+WAIT_SECONDS = 2.0  # a tuner whose budget is left to other tuners' leases looks again after this
 
 
 @dataclass
@@ -140,7 +148,8 @@ class TuneLoop:
                  runner: Runner, cost_model: CostModel, search: SearchStrategy, *, trials: int, batch: int = 16,
                  seed: int = 0, progress: Callable | None = None, started: float | None = None,
                  writing: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-                 rounds: int = DEFAULT_ROUNDS):
+                 rounds: int = DEFAULT_ROUNDS, owner: str | None = None, lease_seconds: float = LEASE_SECONDS,
+                 wait_seconds: float = WAIT_SECONDS):
         self.tasks, self.target, self.database = tasks, target, database
         self.builder, self.runner, self.cost_model, self.search = builder, runner, cost_model, search
         self.trials, self.batch, self.progress = trials, batch, progress
@@ -154,24 +163,39 @@ class TuneLoop:
         self.verdicts: dict[int, tuple[Verdict | None, str]] = {}  # task id -> (verdict, one line)
         self.curve: list[tuple[int, float, float]] = []
         self.started = time.perf_counter() if started is None else started
+        self.owner = owner or lease_owner()  # this tuner, in the leases it takes
+        self.lease_seconds, self.wait_seconds = lease_seconds, wait_seconds
+        self.held: dict[int, dict[str, float]] = {}  # task id -> {config held elsewhere: until (monotonic)}
 
     def step(self) -> bool:
         """One round for the scheduler's next task; False when the budget is spent or no
-        task has anything left to propose."""
+        task has anything left to propose. Other tuners sharing the database first: their
+        records of these tasks join them and count toward the budget, and so do the configs
+        they are measuring (when those are all that is left, this round only waits)."""
         if self.done >= self.trials:
             return False
+        elsewhere = self._sync()
+        remaining = self.trials - self.done - elsewhere
+        if remaining <= 0:
+            if self.done < self.trials:
+                time.sleep(self.wait_seconds)
+            return self.done < self.trials
         task = self.scheduler.next()
         if task is None:
             return False
-        size = self.scheduler.batch_for(task, self.batch, self.trials - self.done)
-        configs = self.search.propose(task, self.cost_model, size)
+        size = self.scheduler.batch_for(task, self.batch, remaining)
+        configs = self._claim(task, size)
         if not configs:
-            self.scheduler.exhaust(task)
+            if task.busy:  # what is left of this task is being measured elsewhere
+                time.sleep(self.wait_seconds)
+            else:
+                self.scheduler.exhaust(task)
             return True
         best = task.best
         builds = self.builder.build(task.subgraph.graph, self.target, [candidate(task, c) for c in configs])
         futures = self.runner.submit(self.data[id(task)], builds, best.cost if best else None)
         results = [self._record(task, f.result()) for f in futures]
+        self.database.release(self.owner, task.key, self.target.key, configs)  # moot once recorded
         self.cost_model.update([r.features for r in results], [r.cost for r in results], [task.key] * len(results))
         weighted = _weighted(self.tasks)
         self.curve.append((self.done, time.perf_counter() - self.started,
@@ -179,6 +203,73 @@ class TuneLoop:
         if self.progress is not None:
             self.progress(self.done, self.trials, task, results)
         return True
+
+    def release(self) -> None:
+        """Drop every lease this tuner holds (at the end of a tune, also an interrupted one):
+        what it did not measure goes back to other tuners at once."""
+        self.database.release(self.owner)
+
+    # --- sharing the database with other tuners ---------------------------------------------
+
+    def _sync(self) -> int:
+        """Take in the records other tuners added for these tasks since the last round (one
+        query when there are none); returns how many configs of these tasks they hold leases
+        on (being measured, soon part of the budget)."""
+        tally = self.database.tally(self.target.key, [t.key for t in self.tasks], self.owner)
+        for task in self.tasks:
+            if tally[task.key].measured > len(task.measured):
+                self._adopt(task)
+        return sum(t.leased for t in tally.values())
+
+    def _adopt(self, task: TuningTask) -> None:
+        """Another tuner's records of `task` become its trials: they count toward the budget,
+        teach the cost model and are never proposed again."""
+        feats, costs = [], []
+        learns = getattr(self.cost_model, "name", "") != "random"
+        for rec in self.database.history(task.key, self.target.key):
+            config = Config.from_json(rec.config)
+            if config.to_json() in task.measured:
+                continue
+            task.trials.append(Trial(config, str(rec.status), rec.cost))
+            task.measured.add(config.to_json())
+            self.done += 1
+            self.before[id(task)] += 1  # not measured by this tune
+            if learns:
+                feats.append(task.features(config))
+                costs.append(rec.cost if rec.status == Status.OK else None)
+        if feats:
+            self.cost_model.update(feats, costs, [task.key] * len(feats))
+
+    def _claim(self, task: TuningTask, size: int) -> list[Config]:
+        """Up to `size` proposals for `task` that this tuner now holds leases on. One that
+        another tuner holds (or has just measured) is set aside for a lease's time, and the
+        search proposes others in its place. One claim a round when nobody else tunes."""
+        now = time.monotonic()
+        held = {key: until for key, until in self.held.get(id(task), {}).items()
+                if until > now and key not in task.measured}
+        self.held[id(task)] = held
+        task.busy = set(held)
+        got: list[Config] = []
+        try:
+            for _ in range(CLAIM_TRIES):
+                proposed = self.search.propose(task, self.cost_model, size - len(got))
+                if not proposed:
+                    break
+                granted = set(self.database.claim(task.key, self.target.key, proposed, self.owner,
+                                                  self.lease_seconds))
+                for config in proposed:
+                    task.busy.add(config.to_json())  # not proposed again this round
+                    if canonical_config(config) in granted:
+                        got.append(config)
+                    else:
+                        held[config.to_json()] = now + self.lease_seconds
+                if len(granted) == len(proposed) or len(got) >= size:
+                    break
+        finally:
+            task.busy = set(held)
+        if held:
+            log.debug("%s: %d configs left to other tuners", task.name, len(held))
+        return got
 
     def _record(self, task: TuningTask, r: MeasureResult) -> MeasureResult:
         with self.writing():
@@ -359,7 +450,8 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
     builder = builder or LocalBuilder()
     runner = runner or LocalRunner(timeout=timeout)
     loop = TuneLoop(tasks, target, database, builder, runner, model_, make_search(search), trials=trials,
-                    batch=batch, seed=seed, progress=progress, started=started, rounds=rounds)
+                    batch=batch, seed=seed, progress=progress, started=started, rounds=rounds,
+                    lease_seconds=max(LEASE_SECONDS, 2.0 * batch * timeout))
     interrupted = False
     stop = _StopOnInterrupt()
     loop.writing = stop.writing
@@ -375,6 +467,10 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
         interrupted = interrupted or stop.requested
         if interrupted:
             log.warning("tuning interrupted; every measurement so far is in the database")
+        try:
+            loop.release()
+        except DatabaseError as e:
+            log.warning("this tuner's leases stay until they expire: %s", e)
         try:
             if own_builder:
                 builder.close()

@@ -42,7 +42,7 @@ class EvolutionarySearch(SearchStrategy):
                     a, b = rng.sample(same_fusion, 2)
                     child = task.space(a.fusion).crossover(a, b, rng)
                 key = child.to_json()
-                if key not in task.measured and key not in pool and task.space(child.fusion).is_legal(child):
+                if task.is_new(key) and key not in pool and task.space(child.fusion).is_legal(child):
                     pool[key] = child
                     children.append(child)
             if not children:

@@ -1,6 +1,6 @@
 """The search strategy interface (tuning: which configs to measure next), with the exploration
 helpers every strategy shares, the registry of strategies by name and `make_search`.
-Nothing already measured is proposed again."""
+Nothing already measured, or being measured by another tuner, is proposed."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class SearchStrategy(abc.ABC):
     @staticmethod
     def _fresh(task: TuningTask, seen: set[str], config: Config) -> bool:
         key = config.to_json()
-        if key in seen or key in task.measured:
+        if key in seen or not task.is_new(key):
             return False
         seen.add(key)
         return task.space(config.fusion).is_legal(config)
