@@ -115,6 +115,7 @@ class TirLowering:
         self.loop_vars: dict[str, tirx.Var] = {}
         self.scopes: list[_Scope] = []
         self.piece_offsets: dict[int, list[list[isl.AstExpr]]] = {}
+        self.piece_where: dict[int, list[isl.AstExpr | None]] = {}  # per promotion: when its copies run
         self.analyzer = Analyzer()
         self.in_parallel = False
         self.loop_stack: list[tuple[str, int, str]] = []  # (AST iterator, max trip count, kind)
@@ -192,6 +193,9 @@ class TirLowering:
                     if piece is not None:
                         self.piece_offsets[piece] = [
                             [build.expr_from_pw_aff(pa) for pa in p.lower]
+                            for p in self.promoter.pieces[piece]]
+                        self.piece_where[piece] = [
+                            None if p.where is None else build.expr_from_set(p.where)
                             for p in self.promoter.pieces[piece]]
             except Exception as e:  # noqa: BLE001
                 failures.append(e)
@@ -755,15 +759,17 @@ class TirLowering:
             return self.stmt(inner)
         scope = _Scope({})
         before, after, allocs = [], [], []
-        for p, exprs in zip(self.promoter.pieces[piece], self.piece_offsets[piece]):
+        for p, exprs, where in zip(self.promoter.pieces[piece], self.piece_offsets[piece],
+                                   self.piece_where[piece]):
             offsets = [self.expr(e) for e in exprs]
+            when = self._condition(where)
             local = tirx.decl_buffer(p.shape, bits_dtype(p.tensor.dtype), _ident(p.tensor.name) + "_local",
                                      scope="global")
             allocs.append(local)
             if p.copy_in:
-                before.append(self._copy(local, offsets, p, into_local=True))
+                before.append(_when(when, self._copy(local, offsets, p, into_local=True)))
             if p.copy_out:
-                after.append(self._copy(local, offsets, p, into_local=False))
+                after.append(_when(when, self._copy(local, offsets, p, into_local=False)))
             scope.buffers[id(p.tensor)] = (local, offsets, p.layout)
             if id(p.tensor) in self.shadows:
                 shadow = self.shadows[id(p.tensor)]
@@ -772,15 +778,22 @@ class TirLowering:
                 allocs.append(val)
                 scope.buffers[("val", id(p.tensor))] = (val, offsets, 0)
                 if p.copy_in:
-                    before.append(self._copy(val, offsets, p, into_local=True, shadow=True))
+                    before.append(_when(when, self._copy(val, offsets, p, into_local=True, shadow=True)))
                 if p.copy_out:
-                    after.append(self._copy(val, offsets, p, into_local=False, shadow=True))
+                    after.append(_when(when, self._copy(val, offsets, p, into_local=False, shadow=True)))
         self.scopes.append(scope)
         try:
             body = self.stmt(inner)
         finally:
             self.scopes.pop()
         return _seq([*(self._alloc(b) for b in allocs), *before, body, *after])
+
+    def _condition(self, where: isl.AstExpr | None) -> tirx.PrimExpr | None:
+        """A promotion's `where` as isl wrote it for the loops around the mark; None when isl
+        found it always true there (the usual case)."""
+        if where is None or (where.get_type() == isl.ast_expr_type.int and where.get_val().to_python() != 0):
+            return None
+        return self.expr(where)  # comparisons joined by and/or
 
     def _copy(self, local, offsets, p: Promotion, into_local: bool, shadow: bool = False) -> tirx.Stmt:
         """Loops over the promotion box copying between the local buffer and the tensor's
@@ -821,6 +834,10 @@ class StatementRecord:
     loops: tuple[tuple[int, str], ...]  # enclosing loops, outermost first: (trip count, kind)
     accesses: tuple[AccessRecord, ...]  # the write first, then the reads
     ops: int  # arithmetic operations per instance
+
+
+def _when(cond: tirx.PrimExpr | None, stmt: tirx.Stmt) -> tirx.Stmt:
+    return stmt if cond is None else tirx.IfThenElse(cond, stmt, None)
 
 
 def _single_map(umap: isl.UnionMap) -> isl.Map:

@@ -38,6 +38,10 @@ class Promotion:
     instances: isl.UnionSet  # statement instances below this mark occurrence
     block: int = 0  # >0: blocked layout [last // block, other dims..., block] (a packed panel)
     perm: tuple[int, ...] = ()  # the box's dims in the local buffer's order (empty: as the tensor's)
+    # the iterations of the loops around the mark that touch the tensor, where `lower` is
+    # defined: isl may emit those loops over a larger range and guard the statements inside,
+    # and a copy outside that set would move a box of garbage to a meaningless place
+    where: isl.Set | None = None
 
     @property
     def layout(self) -> int | tuple[int, ...]:
@@ -183,7 +187,8 @@ class Promoter:
                 log.debug("%s not promoted at %s: its writes do not fill the box", tensor.name, name)
                 return None
         perm = self._vector_last(name, outer, w_t, sizes) if name.endswith("." + VECTOR_LAST) else ()
-        return Promotion(tensor, lower, tuple(sizes), copy_in, copy_out, guard, sub, perm=perm)
+        return Promotion(tensor, lower, tuple(sizes), copy_in, copy_out, guard, sub, perm=perm,
+                         where=footprint.domain())
 
     def _vector_last(self, name: str, outer: isl.UnionMap, writes: isl.UnionMap, sizes) -> tuple[int, ...]:
         """At a mark flagged VECTOR_LAST (the recipe vectorises a loop that is not the written
@@ -240,7 +245,8 @@ class Promoter:
         acc = self._of(self.reads, tid).intersect_domain(sub)
         if tensor.ndim < 2 or not self._reused(name, outer, acc):
             return None
-        box = self._box(single(outer.reverse().apply_range(acc)))
+        footprint = single(outer.reverse().apply_range(acc))
+        box = self._box(footprint)
         if box is None:
             return None
         lower, sizes = box
@@ -250,9 +256,8 @@ class Promoter:
         block = lanes if lanes > 1 and sizes[-1] % lanes == 0 and sizes[-1] > lanes else 0
         if tuple(sizes[1:]) == tuple(tensor.shape[1:]) and not block:
             return None  # the panel is one contiguous slice already (a weight packed at compile time)
-        guard = not _box_map(lower, sizes, single(outer.reverse().apply_range(acc)).domain(), tid).range() \
-            .is_subset(self._bounds(tensor, tid))
-        return Promotion(tensor, lower, tuple(sizes), True, False, guard, sub, block)
+        guard = not _box_map(lower, sizes, footprint.domain(), tid).range().is_subset(self._bounds(tensor, tid))
+        return Promotion(tensor, lower, tuple(sizes), True, False, guard, sub, block, where=footprint.domain())
 
     def _box(self, footprint: isl.Map | None) -> tuple[list[isl.PwAff], list[int]] | None:
         if footprint is None:
