@@ -532,11 +532,13 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def _register_commands() -> None:
+    import akg.cli_report as report
     import akg.cli_tuning as tuning
 
-    # when akg.cli_tuning is imported first, it is half-made here and registers itself at its end
-    for command in getattr(tuning, "COMMANDS", ()):
-        cli.add_command(command)
+    # a module imported before akg.cli is half-made here and registers itself at its end
+    for module in (tuning, report):
+        for command in getattr(module, "COMMANDS", ()):
+            cli.add_command(command)
 
 
 _register_commands()
