@@ -161,7 +161,7 @@ class ZooKernel:
         return self.subgraph.name
 
 
-def zoo_kernels(zoo: Zoo, target, echo) -> tuple[dict, dict[str, ZooKernel]]:
+def zoo_kernels(zoo: Zoo, target) -> tuple[dict, dict[str, ZooKernel]]:
     """Each model's graph, and the zoo's distinct kernels for `target` with the models they
     occur in."""
     from akg.api import load
@@ -184,7 +184,7 @@ def zoo_kernels(zoo: Zoo, target, echo) -> tuple[dict, dict[str, ZooKernel]]:
 # --- tuning ----------------------------------------------------------------------------------
 
 
-def retune(zoo: Zoo, graphs: dict, kernels: dict[str, ZooKernel], target, database, farm: dict, echo) -> bool:
+def retune(zoo: Zoo, graphs: dict, kernels: dict[str, ZooKernel], target, database, farm: dict) -> bool:
     """Tune every model with its nightly budget (new measurements on top of those in the
     database); False when interrupted (every measurement so far is kept)."""
     from akg.tuner.tune import tune
@@ -236,7 +236,6 @@ class Timing:
     after: float | None
     before: float | None
     unit: str
-    same_config: bool = False
     in_baseline: bool = False
     note: str = ""
 
@@ -254,7 +253,7 @@ def chosen(choice, task, baseline: bool):
     return task.default_config()
 
 
-def retime(kernels: list[ZooKernel], target, database, baseline, builder, runner, rounds: int, echo,
+def retime(kernels: list[ZooKernel], target, database, baseline, builder, runner, rounds: int,
            seed: int = 0) -> list[Timing]:
     """Time each kernel's current best against the baseline's best for the same workload and
     target, in alternating rounds in one runner worker (`Runner.compare`); the best round of
@@ -292,7 +291,7 @@ def retime(kernels: list[ZooKernel], target, database, baseline, builder, runner
             note = f"the baseline's config did not run tonight: {_why(result, 1)}"
         elif same:
             note = "same config as the baseline"
-        timing = Timing(kernel, after, base, unit, same, base_choice is not None, note)
+        timing = Timing(kernel, after, base, unit, base_choice is not None, note)
         out.append(timing)
         ratio = f" ({after / base:.2f}x)" if after and base else ""
         echo(f"[{n}/{len(kernels)}] {kernel.name}: tonight {cost_text(after, unit)} vs baseline "
@@ -349,7 +348,7 @@ def changes_of(zoo: Zoo, timings: list[Timing], baseline, target, threshold: flo
         else:
             before, after = _total(compared, "before"), _total(compared, "after")
             verdict = judge(before, after, threshold)
-        rows.append(Change("model", model.name, str(model.path.name), target.key, before, after,
+        rows.append(Change("model", model.name, model.name, target.key, before, after,
                            str(target.cost_unit), _ratio(before, after), verdict))
     if baseline is not None:
         zoo_keys = {t.kernel.key for t in timings}
@@ -376,17 +375,17 @@ def _ratio(before: float | None, after: float | None) -> float | None:
 # --- artifacts -------------------------------------------------------------------------------
 
 
-def export_night(database, zoo: Zoo, kernels: list[ZooKernel], target_key: str, since: datetime,
-                 path: Path) -> int:
+def export_night(run: Night) -> int:
     """Write the night's records as JSON lines (`Database.export_jsonl`'s format): the zoo
     kernels' records measured since `since`, plus, for each kernel, the record and the
     verdict that make its current choice (from earlier nights too), so that the file is
     tomorrow's baseline on its own; and the zoo's models. Returns the number of records."""
     from akg.db import InMemoryDatabase
 
+    database, kernels, target_key, since = run.database, run.kernels, run.target.key, run.started
     keys = {k.key for k in kernels}
     night = InMemoryDatabase()
-    for model in zoo.models:
+    for model in run.zoo.models:
         night.register_model(model.name, target_key, [(k.key, occ) for k in kernels for m, occ in k.models
                                                       if m == model.name])
     for w in database.workloads():
@@ -407,7 +406,7 @@ def export_night(database, zoo: Zoo, kernels: list[ZooKernel], target_key: str, 
     night.add_many(sorted(records, key=lambda r: r.timestamp))
     for v in sorted(verdicts, key=lambda v: v.timestamp):
         night.add_verdict(v)
-    return night.export_jsonl(path)
+    return night.export_jsonl(run.out / RECORDS_FILE)
 
 
 def find_baseline(given: Path | None, out: Path) -> tuple[Path | None, str]:
@@ -427,8 +426,7 @@ def find_baseline(given: Path | None, out: Path) -> tuple[Path | None, str]:
     return newest, f"baseline: {newest} (the newest in {folder})"
 
 
-def write_reports(database, changes: list, since: datetime, target, baseline_path: Path | None,
-                  threshold: float, out: Path, extra: dict) -> None:
+def write_reports(run: Night, changes: list, extra: dict) -> None:
     """report.json and report.html (`akg report`: tonight's records, and the rows of the
     same-run comparison as its changes), and its terminal summary."""
     import json
@@ -437,11 +435,12 @@ def write_reports(database, changes: list, since: datetime, target, baseline_pat
     from akg.report import collect, load_baseline, print_summary, to_json, write_html
 
     try:
-        baseline = load_baseline(baseline_path) if baseline_path is not None else None
+        baseline = load_baseline(run.baseline_path) if run.baseline_path is not None else None
     except DatabaseError:  # an export without records: named in the summary, not in the report
         baseline = None
-    data = collect(database, since=since, target_key=target.key)
-    options = {"baseline": baseline, "threshold": threshold}
+    data = collect(run.database, since=run.started, target_key=run.target.key)
+    options = {"baseline": baseline, "threshold": run.zoo.threshold}
+    out = run.out
     report = to_json(data, changes, **options)
     report["nightly"] = extra
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
@@ -449,14 +448,16 @@ def write_reports(database, changes: list, since: datetime, target, baseline_pat
     print_summary(data, changes, **options)
 
 
-def summary_lines(zoo: Zoo, changes: list, baseline_line: str, target, where: str, started: datetime,
-                  offenders: list) -> list[str]:
+def summary_lines(run: Night, changes: list, offenders: list) -> list[str]:
     """The plain-text summary (summary.txt, and the end of the log)."""
-    lines = [f"akg nightly {started:%Y-%m-%d %H:%M} UTC on {target} ({target.key}); database {where}",
-             baseline_line, f"threshold: {zoo.threshold:.0%} slower than the baseline in the same-run comparison"]
+    lines = [f"akg nightly {run.started:%Y-%m-%d %H:%M} UTC on {run.target} ({run.target.key}); database {run.where}",
+             run.baseline_line,
+             f"threshold: {run.zoo.threshold:.0%} slower than the baseline in the same-run comparison"]
     for c in changes:
         if c.kind == "model":
-            lines.append(f"model {c.name}: {describe(c, zoo.threshold)}")
+            ratio = f" ({c.ratio:.2f}x)" if c.ratio is not None else ""
+            lines.append(f"model {c.name}: {cost_text(c.before, c.unit)} -> {cost_text(c.after, c.unit)}{ratio} "
+                         f"{c.verdict}")
     counts = {}
     for c in changes:
         if c.kind == "kernel":
@@ -468,11 +469,6 @@ def summary_lines(zoo: Zoo, changes: list, baseline_line: str, target, where: st
     else:
         lines.append("no regressions")
     return lines
-
-
-def describe(c, threshold: float) -> str:
-    ratio = f" ({c.ratio:.2f}x)" if c.ratio is not None else ""
-    return f"{cost_text(c.before, c.unit)} -> {cost_text(c.after, c.unit)}{ratio} {c.verdict}"
 
 
 def offender_lines(changes: list, timings: list[Timing]) -> list[str]:
@@ -515,8 +511,10 @@ def parser() -> argparse.ArgumentParser:
                    help="the previous night's records.jsonl, or a folder holding nights' artifacts (the newest is "
                         "used); default: the folder of --out")
     p.add_argument("--out", type=Path, default=None, help="artifacts folder (default: nightly-artifacts/DATE)")
-    p.add_argument("--threshold", type=float, default=None, help="regression threshold, a fraction (overrides the zoo's)")
-    p.add_argument("--rounds", type=int, default=None, help="alternating rounds of each re-timing (overrides the zoo's)")
+    p.add_argument("--threshold", type=float, default=None,
+                   help="regression threshold, a fraction (overrides the zoo's)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="alternating rounds of each re-timing (overrides the zoo's)")
     p.add_argument("--timeout", type=float, default=None, help="seconds a candidate may run (overrides the zoo's)")
     p.add_argument("--trials", type=int, default=None, help="new trials per model tonight (overrides every model's)")
     p.add_argument("--no-tune", action="store_true", help="re-time and report only (tuning was done elsewhere)")
@@ -540,14 +538,25 @@ def main(argv: list[str] | None = None, *, builder=None, runner=None) -> int:
         return EXIT_INTERRUPTED
 
 
+@dataclass
+class Night:
+    """One run of the job: its settings, database, kernels and baseline."""
+
+    zoo: Zoo
+    target: object  # akg.target.Target
+    database: object  # akg.db.Database
+    where: str  # the database's name, password hidden
+    started: datetime
+    out: Path
+    kernels: list[ZooKernel]
+    baseline: object | None  # the baseline as an InMemoryDatabase
+    baseline_path: Path | None
+    baseline_line: str
+
+
 def night(args, builder=None, runner=None) -> int:
     from akg.db import InMemoryDatabase, open_database
     from akg.target import get_target
-    from akg.tuner.builder import LocalBuilder
-    from akg.tuner.runner import LocalRunner
-
-    def echo(line: str) -> None:
-        print(line, flush=True)  # a killed job keeps every line so far
 
     zoo = load_zoo(args.zoo)
     overrides = {"target": args.target, "db": args.db, "threshold": args.threshold, "rounds": args.rounds,
@@ -574,42 +583,64 @@ def night(args, builder=None, runner=None) -> int:
             baseline_line += (f"; it has no records on tonight's target {target.key} "
                               f"(only {', '.join(t.key for t in baseline.targets())}): every kernel is new")
     echo(baseline_line)
-    database = open_database(zoo.db)
-    where = getattr(database, "url", None) or repr(database)  # the URL with its password hidden
-    echo(f"nightly on {target} ({target.key}), database {where}, artifacts {out}")
-    graphs, kernels = zoo_kernels(zoo, target, echo)
-    finished = args.no_tune or retune(zoo, graphs, kernels, target, database, farm, echo)
-    ordered = list(kernels.values())
-    if not finished:
-        count = export_night(database, zoo, ordered, target.key, started, out / RECORDS_FILE)
-        echo(f"interrupted: every measurement so far is in the database; {count} records in {out / RECORDS_FILE}")
-        return EXIT_INTERRUPTED
+    with open_database(zoo.db) as database:
+        where = getattr(database, "url", None) or repr(database)  # the URL with its password hidden
+        echo(f"nightly on {target} ({target.key}), database {where}, artifacts {out}")
+        graphs, kernels = zoo_kernels(zoo, target)
+        run = Night(zoo, target, database, where, started, out, list(kernels.values()), baseline, baseline_path,
+                    baseline_line)
+        try:
+            if not (args.no_tune or retune(zoo, graphs, kernels, target, database, farm)):
+                raise KeyboardInterrupt
+            timings = retime_all(run, builder, runner)
+        except KeyboardInterrupt:
+            count = export_night(run)
+            echo(f"interrupted: every measurement so far is in the database; {count} records in "
+                 f"{out / RECORDS_FILE}")
+            return EXIT_INTERRUPTED
+        return artifacts(run, timings)
+
+
+def retime_all(run: Night, builder=None, runner=None) -> list[Timing]:
+    """`retime` with the local builder and runner unless others are given (tests)."""
+    from akg.tuner.builder import LocalBuilder
+    from akg.tuner.runner import LocalRunner
+
     own_builder, own_runner = builder is None, runner is None
     builder = builder or LocalBuilder()
-    runner = runner or LocalRunner(timeout=zoo.timeout)
-    echo(f"re-timing {len(ordered)} kernel(s) against the baseline ({zoo.rounds} alternating rounds each)")
+    runner = runner or LocalRunner(timeout=run.zoo.timeout)
+    echo(f"re-timing {len(run.kernels)} kernel(s) against the baseline ({run.zoo.rounds} alternating rounds each)")
     try:
-        timings = retime(ordered, target, database, baseline, builder, runner, zoo.rounds, echo)
+        return retime(run.kernels, run.target, run.database, run.baseline, builder, runner, run.zoo.rounds)
     finally:
         if own_builder:
             builder.close()
         if own_runner:
             runner.close()
-    changes = changes_of(zoo, timings, baseline, target, zoo.threshold)
+
+
+def artifacts(run: Night, timings: list[Timing]) -> int:
+    """Judge the re-timings, write every artifact, print the summary; the exit code."""
+    zoo, out = run.zoo, run.out
+    changes = changes_of(zoo, timings, run.baseline, run.target, zoo.threshold)
     offenders = offender_lines(changes, timings)
-    count = export_night(database, zoo, ordered, target.key, started, out / RECORDS_FILE)
+    count = export_night(run)
     code = EXIT_REGRESSION if offenders else 0
-    extra = {"started": started.isoformat(), "zoo": [{"name": m.name, "path": str(m.path), "trials": m.trials}
-                                                      for m in zoo.models],
-             "target": target.key, "database": where, "baseline": str(baseline_path) if baseline_path else None,
-             "threshold": zoo.threshold, "rounds": zoo.rounds, "offenders": offenders, "exit_code": code}
-    write_reports(database, changes, started, target, baseline_path, zoo.threshold, out, extra)
-    lines = summary_lines(zoo, changes, baseline_line, target, where, started, offenders)
+    extra = {"started": run.started.isoformat(), "target": run.target.key, "database": run.where,
+             "zoo": [{"name": m.name, "path": str(m.path), "trials": m.trials} for m in zoo.models],
+             "baseline": str(run.baseline_path) if run.baseline_path else None, "threshold": zoo.threshold,
+             "rounds": zoo.rounds, "offenders": offenders, "exit_code": code}
+    write_reports(run, changes, extra)
+    lines = summary_lines(run, changes, offenders)
     lines.append(f"{count} records of tonight in {out / RECORDS_FILE}; report {out / 'report.html'}")
     (out / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     for line in lines:
         echo(line)
     return code
+
+
+def echo(line: str) -> None:
+    print(line, flush=True)  # a killed job keeps every line so far
 
 
 if __name__ == "__main__":

@@ -277,16 +277,30 @@ def test_the_sample_workflow_is_valid_and_uses_existing_flags(nightly):
 
 
 def test_end_to_end_tunes_retimes_and_reports_a_tiny_model(nightly, tiny, tmp_path, capsys):
-    """The real path: tune two trials, re-time with the local builder and runner, twice."""
+    """The real path: a night that tunes two trials and re-times with the local builder and
+    runner, then a night (re-timing only) against a baseline whose first kernel was planted
+    with another config: both configs are built and timed against each other for real."""
     args = ["--zoo", str(tiny["zoo"]), "--db", str(tmp_path / "t.db"), "--threshold", "10", "--rounds", "2"]
     assert nightly.main([*args, "--out", str(tmp_path / "arts" / "n1")]) == 0
     first = json.loads((tmp_path / "arts" / "n1" / "report.json").read_text())
     assert {c["verdict"] for c in first["changes"]} == {"new"}
     assert all(c["after"] > 0 for c in first["changes"])
-    records = [json.loads(line) for line in (tmp_path / "arts" / "n1" / "records.jsonl").read_text().splitlines()]
-    assert sum(r["kind"] == "record" for r in records) >= 2
-    assert nightly.main([*args, "--out", str(tmp_path / "arts" / "n2"), "--trials", "1"]) == 0
-    second = json.loads((tmp_path / "arts" / "n2" / "report.json").read_text())
-    assert {c["verdict"] for c in second["changes"]} <= {"same", "improvement"}
-    assert all(c["before"] > 0 and c["after"] > 0 for c in second["changes"])
-    assert "no regressions" in capsys.readouterr().out
+    baseline = tmp_path / "arts" / "n1" / "records.jsonl"
+    records = [json.loads(line) for line in baseline.read_text().splitlines()]
+    assert sum(r["kind"] == "record" for r in records) >= 2 and first["nightly"]["exit_code"] == 0
+    with open_database(tmp_path / "t.db") as db:
+        key, a, b = tiny["configs"]["tiny.k0_matmul_relu"]
+        current = db.choice(key, tiny["target"].key)
+        other = a if current is not None and current.config == b.to_json() else b
+    planted = dict(next(r for r in records if r["kind"] == "record" and r["workload"] == key),
+                   config=json.loads(other.to_json()), cost=1e-12)
+    kept = [json.dumps(r) for r in records if not (r["kind"] == "verdict" and r["workload"] == key)]
+    baseline.write_text("\n".join([*kept, json.dumps(planted)]) + "\n")  # no verdict: the cheapest record counts
+    capsys.readouterr()
+    assert nightly.main([*args, "--out", str(tmp_path / "arts" / "n2"), "--no-tune"]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[1/2] tiny.k0_matmul_relu")]
+    assert "same config" not in line, line
+    second = {c["name"]: c for c in json.loads((tmp_path / "arts" / "n2" / "report.json").read_text())["changes"]}
+    assert second["tiny.k0_matmul_relu"]["before"] > 0 and second["tiny.k0_matmul_relu"]["after"] > 0
+    assert all(c["verdict"] in ("same", "improvement") for c in second.values())
+    assert "no regressions" in (tmp_path / "arts" / "n2" / "summary.txt").read_text()
