@@ -77,9 +77,9 @@ setup(
             "matplotlib>=3.7",  # `akg report`'s figures
         ],
         "onnx": ["onnx>=1.16"],  # reading .onnx models (graph/io/onnx.py); tested with 1.23.2
-        "torch": ["torch==2.13.0"],
+        "torch": ["torch==2.13.0"],  # torch.compile(backend="akg") and torch.fx import (docs/torch.md)
         "farm": ["dask[distributed]>=2024.1"],  # `akg tune --workers/--scheduler`: measuring on Dask workers
-        "report": ["matplotlib>=3.7"],  # `akg report` (HTML with figures) and scripts/nightly.py  # torch.compile(backend="akg") and torch.fx import (docs/torch.md)
+        "report": ["matplotlib>=3.7"],  # `akg report` (HTML with figures) and scripts/nightly.py
     },
     entry_points={
         "console_scripts": ["akg = akg.cli:main"],
