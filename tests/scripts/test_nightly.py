@@ -124,7 +124,7 @@ def first_night(nightly, tiny, tmp_path) -> Path:
 
 
 def test_first_night_without_a_baseline_is_all_new_and_exits_0(nightly, tiny, tmp_path, capsys):
-    seeded_db(tmp_path / "t.db", tiny).close()
+    seeded_db(tmp_path / "t.db", tiny, cost_b=2e-5).close()  # B: measured before tonight, not the choice
     code = night(nightly, tiny, tmp_path / "t.db", tmp_path / "n1")  # nothing beside n1 either
     out = capsys.readouterr().out
     assert code == 0
@@ -133,9 +133,25 @@ def test_first_night_without_a_baseline_is_all_new_and_exits_0(nightly, tiny, tm
     assert set(found.values()) == {"new"} and ("model", "tiny") in found and len(found) == 3
     for name in ("report.html", "report.json", "records.jsonl", "summary.txt"):
         assert (tmp_path / "n1" / name).stat().st_size > 0
-    # the night's export holds what makes each kernel's choice, so it is tomorrow's baseline
-    kinds = [json.loads(line)["kind"] for line in (tmp_path / "n1" / "records.jsonl").read_text().splitlines()]
-    assert kinds.count("record") == 2 and kinds.count("workload") == 2
+    # the night's export: nothing measured tonight (--no-tune), but what makes each kernel's
+    # choice (config A), so that it is tomorrow's baseline; not the older records of B
+    lines = [json.loads(line) for line in (tmp_path / "n1" / "records.jsonl").read_text().splitlines()]
+    exported = {(r["workload"], json.dumps(r["config"], sort_keys=True, separators=(",", ":")))
+                for r in lines if r["kind"] == "record"}
+    assert exported == {(key, a.to_json()) for key, a, _ in tiny["configs"].values()}
+    assert sum(r["kind"] == "workload" for r in lines) == 2
+
+
+def test_ctrl_c_while_re_timing_keeps_the_night_s_records_and_exits_130(nightly, tiny, tmp_path, capsys):
+    seeded_db(tmp_path / "t.db", tiny).close()
+
+    class Interrupted(PlantedRunner):
+        def compare(self, task, builds, rounds=7):
+            raise KeyboardInterrupt
+
+    assert night(nightly, tiny, tmp_path / "t.db", tmp_path / "n1", runner=Interrupted()) == 130
+    assert "interrupted" in capsys.readouterr().out
+    assert (tmp_path / "n1" / "records.jsonl").read_text().count('"kind":"record"') == 2
 
 
 def test_no_regression_exits_0(nightly, tiny, tmp_path, capsys):
