@@ -198,7 +198,7 @@ def retune(zoo: Zoo, graphs: dict, kernels: dict[str, ZooKernel], target, databa
         started = time.perf_counter()
         echo(f"tune {model.name}: {len(keys)} kernel(s), {model.trials} new trials ({held} in the database)")
 
-        def progress(done, total, task, results, name=model.name, started=started):
+        def progress(done, total, task, results, name=model.name, started=started, held=held):
             best = task.best
             echo(f"  [{name} {done - held}/{total - held} {time.perf_counter() - started:.0f}s] {task.name}: "
                  f"+{len(results)} measured, best {cost_text(best.cost if best else None, target.cost_unit)}")
