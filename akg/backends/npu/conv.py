@@ -15,7 +15,10 @@ fractal columns, UB -> GM only the real positions."""
 
 from __future__ import annotations
 
-from akg.backends.npu.backend import HALF, Compound, NpuMappingError, SyncPass, _affine, _buf, _is_load, _nests
+from akg.backends.npu.affine import _affine, _buf, _is_load
+from akg.backends.npu.errors import NpuMappingError
+from akg.backends.npu.parse import _nests
+from akg.backends.npu.syncs import HALF, Compound, SyncPass
 
 FRACTAL = 16
 

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from akg.backends.npu.backend import (HALF, Local, NpuMappingError, SyncPass, _affine, _buf, _Compute, _compound,
-                                      _dt, _is_load, _loads, _nests, Nest)
+from akg.backends.npu.affine import _affine, _buf, _is_load
+from akg.backends.npu.boxes import Local
+from akg.backends.npu.errors import NpuMappingError
+from akg.backends.npu.parse import Nest, _dt, _loads, _nests
+from akg.backends.npu.syncs import HALF, SyncPass, _compound
+from akg.backends.npu.vector import _Compute
 
 
 class NpuCubeError(NpuMappingError):

@@ -23,7 +23,7 @@ and the chunks' buffers fit."""
 
 from __future__ import annotations
 
-from akg.backends.npu.backend import HALF, SyncPass, _compound
+from akg.backends.npu.syncs import HALF, SyncPass, _compound
 
 CHUNKS = 2
 MIN_STEPS = 8  # fewer K steps do not pay for the second loop

@@ -1,7 +1,8 @@
 """Typed errors of the NPU model. Each names the instruction (its listing line) that breaks
 the rule. They are compile errors: a program that breaks a rule of the machine is a fault of
 the code generator, except a tiling too big for a buffer, which is an illegal config that the
-tuner counts and skips (`NpuCapacityError` is also a `ScheduleError`)."""
+tuner counts and skips (`NpuCapacityError` is also a `ScheduleError`). `NpuMappingError` is
+a kernel (statement) the backend cannot map yet."""
 
 from __future__ import annotations
 
@@ -42,3 +43,12 @@ class NpuRaceError(NpuSimError):
 class NpuSyncError(NpuSimError):
     """Flags used inconsistently: a wait with no set before it (the machine would hang), or
     flags still set when the kernel ends."""
+
+
+class NpuMappingError(CompileError):
+    """A kernel (statement) the NPU backend cannot map yet."""
+
+
+class NpuCubePrecisionError(NpuMappingError):
+    """An fp32 contraction too large for the vector path: the cube computes in fp16, which
+    loses the precision the fp32 reference (rtol 1e-5) asks for."""

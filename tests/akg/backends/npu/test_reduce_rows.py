@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import akg
-from akg.backends.npu import backend as npu_backend
+from akg.backends.npu import translator as npu_translator
 from akg.graph import GraphBuilder
 
 from conftest_npu import check_npu
@@ -41,7 +41,7 @@ def test_rows_in_repeats_match_reference_and_cost_less(make, monkeypatch):
     k = check_npu(make())
     k.target.backend().report(k.executable, races=True)  # raises NpuRaceError on a missing sync
     folded = cycles(k)
-    monkeypatch.setattr(npu_backend.Translator, "fold_rows", False)
+    monkeypatch.setattr(npu_translator.Translator, "fold_rows", False)
     per_row = akg.build(make(), target="npu", config=k.config)
     check_npu(make(), kernel=per_row)
     assert folded <= cycles(per_row)
@@ -126,7 +126,8 @@ def test_concat_select_reads_only_inside_each_input():
 def test_divided_index_past_its_divisor_is_a_typed_error():
     from tvm import tirx
 
-    from akg.backends.npu.backend import _LOOP_RANGES, NpuMappingError, _affine
+    from akg.backends.npu.affine import _LOOP_RANGES, _affine
+    from akg.backends.npu.errors import NpuMappingError
 
     i = tirx.Var("i", "int32")
     token = _LOOP_RANGES.set({i: 256})
