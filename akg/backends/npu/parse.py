@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from akg.backends.npu.affine import (_FLATS, _LOOP_RANGES, _LOOP_SPLITS, _affine, _buf, _divided_terms, _divisions,
-                                     _index_vars, _is_load)
+                                     _index_vars)
 from akg.backends.npu.errors import NpuMappingError
 
 
@@ -216,41 +216,6 @@ def _single_statement(stmt) -> bool:
 
 def _dt(e) -> str:
     return str(e.ty.dtype)
-
-
-def _nonnegative(e) -> bool:
-    """Is a value >= 0 by construction: `c ? x : k` with c `x > 0` (or `x >= 0`) and k >= 0
-    a constant, max(x, k >= 0), x * x, abs, a non-negative constant?"""
-    from tvm import tirx
-
-    name = type(e).__name__
-    if isinstance(e, (tirx.FloatImm, tirx.IntImm)):
-        return e.value >= 0
-    if name == "Max":
-        return any(isinstance(x, (tirx.FloatImm, tirx.IntImm)) and x.value >= 0 or _nonnegative(x)
-                   for x in (e.a, e.b))
-    if name == "Mul":
-        return e.a.same_as(e.b) or (_is_load(e.a) and _is_load(e.b) and _key(e.a) == _key(e.b)) or \
-            _nonnegative(e.a) and _nonnegative(e.b)
-    if name == "Cast":
-        return _nonnegative(e.value)
-    if name == "Call" and str(e.op.name).split(".")[-1] in ("fabs", "exp", "sqrt"):
-        return True
-    if name == "Call" and str(e.op.name).endswith("if_then_else") or name == "Select":
-        cond, t, f = (e.args if name == "Call" else (e.condition, e.true_value, e.false_value))
-        kind = type(cond).__name__
-        if kind == "NE" and isinstance(cond.b, (tirx.FloatImm, tirx.IntImm)) and cond.b.value == 0 and \
-                type(cond.a).__name__ == "Cast" and type(cond.a.value).__name__ in ("GT", "GE"):
-            cond = cond.a.value  # float(x > 0) != 0
-            kind = type(cond).__name__
-
-        def same(x, y):
-            return x.same_as(y) or _is_load(x) and _is_load(y) and _key(x) == _key(y)
-
-        guard = kind in ("GT", "GE") and isinstance(cond.b, (tirx.FloatImm, tirx.IntImm)) and cond.b.value >= 0 \
-            and same(cond.a, t)
-        return (guard or _nonnegative(t)) and _nonnegative(f)
-    return False
 
 
 def _nests(items) -> list:

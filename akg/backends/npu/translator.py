@@ -216,7 +216,6 @@ class Translator:
         if halves:
             pairs, odd = divmod(it.extent, 2)
             inner = []
-            _ivar, _jvar = isa.var(name), isa.var(HALF)
             self.var_names[it.var] = _Combined(name, 2)
             for r in it.items:
                 inner.extend(self._region(r, HALF))
