@@ -1,5 +1,6 @@
 """Export and import of a tuning database as JSON lines: one header line, then one object per
-workload, target and record (records in measurement order). See docs/database.md."""
+workload, target, record (in measurement order), verdict and model. Leases are not exported:
+they only mean something to the tuners running on that database. See docs/database.md."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import os
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Iterator
 
-from akg.db.record import Record, TargetInfo, Verdict, Workload
+from akg.db.record import ModelEntry, Record, TargetInfo, Verdict, Workload
 from akg.errors import DatabaseError
 
 if TYPE_CHECKING:
     from akg.db.database import Database
 
 FORMAT = "akg-tuning-records"
-VERSION = 2  # 2: verdicts of final comparisons (version 1 files, without them, still read)
+VERSION = 3  # 2: verdicts of final comparisons; 3: models (older files, without them, still read)
 CHUNK = 1000  # records per transaction on import
 
 RECORD_FIELDS = ("workload", "target", "config", "status", "cost", "unit", "error", "host",
@@ -25,9 +26,12 @@ RECORD_FIELDS = ("workload", "target", "config", "status", "cost", "unit", "erro
 VERDICT_FIELDS = ("workload", "target", "config", "role", "best_config", "cost", "unit", "contenders", "host",
                   "akg_version", "timestamp")
 
+MODEL_FIELDS = ("name", "target", "kernels", "updated_at")
+
 
 def export_objects(db: Database) -> Iterator[dict]:
-    """The objects of an export, one per line: header, workloads, targets, records."""
+    """The objects of an export, one per line: header, workloads, targets, records, verdicts,
+    models."""
     yield {"kind": "header", "format": FORMAT, "version": VERSION}
     for w in db.workloads():
         yield {"kind": "workload", "key": w.key, "name": w.name, "description": json.loads(w.description)}
@@ -43,6 +47,9 @@ def export_objects(db: Database) -> Iterator[dict]:
                "config": json.loads(v.config), "role": v.role, "best_config": json.loads(v.best_config),
                "cost": v.cost, "unit": v.unit.value, "contenders": [c.to_dict() for c in v.contenders],
                "host": v.host, "akg_version": v.akg_version, "timestamp": v.timestamp.isoformat()}
+    for m in db.models():
+        yield {"kind": "model", "name": m.name, "target": m.target_key, "kernels": [list(k) for k in m.kernels],
+               "updated_at": m.updated_at.isoformat()}
 
 
 def write_jsonl(db: Database, dest: str | os.PathLike | IO[str]) -> int:
@@ -57,12 +64,14 @@ def write_jsonl(db: Database, dest: str | os.PathLike | IO[str]) -> int:
 
 def read_jsonl(db: Database, src: str | os.PathLike | IO[str]) -> int:
     """Import a JSON-lines export into `db`; returns how many records were new (verdicts are
-    imported too, those already present skipped). The whole file is checked before anything
-    is written, so a malformed file imports nothing."""
+    imported too, those already present skipped, and models, a newer list of a model staying).
+    The whole file is checked before anything is written, so a malformed file imports
+    nothing."""
     workloads: list[Workload] = []
     targets: list[TargetInfo] = []
     records: list[Record] = []
     verdicts: list[Verdict] = []
+    models: list[ModelEntry] = []
     with _open(src, "r") as lines:
         name = getattr(lines, "name", "<stream>")
         for number, line in enumerate(lines, 1):
@@ -72,8 +81,8 @@ def read_jsonl(db: Database, src: str | os.PathLike | IO[str]) -> int:
                 item = parse_line(line)
             except DatabaseError as e:
                 raise DatabaseError(f"{name}:{number}: {e}") from None
-            {Workload: workloads, TargetInfo: targets, Record: records,
-             Verdict: verdicts}.get(type(item), []).append(item)
+            {Workload: workloads, TargetInfo: targets, Record: records, Verdict: verdicts,
+             ModelEntry: models}.get(type(item), []).append(item)
     for w in workloads:
         db.register_workload(w)
     for t in targets:
@@ -81,10 +90,12 @@ def read_jsonl(db: Database, src: str | os.PathLike | IO[str]) -> int:
     new = sum(db.add_many(records[i:i + CHUNK]) for i in range(0, len(records), CHUNK))
     for v in verdicts:
         db.add_verdict(v)
+    for m in models:
+        db.register_model(m.name, m.target_key, m.kernels, updated_at=m.updated_at)
     return new
 
 
-def parse_line(line: str) -> Workload | TargetInfo | Record | Verdict | None:
+def parse_line(line: str) -> Workload | TargetInfo | Record | Verdict | ModelEntry | None:
     """One line of an export as a value (None for the header); DatabaseError if malformed."""
     try:
         obj = json.loads(line)
@@ -123,9 +134,18 @@ def parse_line(line: str) -> Workload | TargetInfo | Record | Verdict | None:
             return Verdict(_str(obj, "workload"), _str(obj, "target"), obj.get("config"), _str(obj, "role"),
                            obj.get("best_config"), obj.get("cost"), obj.get("unit", "s"), tuple(contenders),
                            obj.get("host", ""), obj.get("akg_version", ""), timestamp)
+        if kind == "model":
+            unknown = set(obj) - {"kind", *MODEL_FIELDS}
+            if unknown:
+                raise DatabaseError(f"unknown model fields {sorted(unknown)}")
+            kernels = obj.get("kernels", [])
+            if not isinstance(kernels, list) or not all(isinstance(k, list) and len(k) == 2 for k in kernels):
+                raise DatabaseError("'kernels' must be a list of [workload key, occurrences] pairs")
+            updated_at = datetime.fromisoformat(_str(obj, "updated_at").replace("Z", "+00:00"))
+            return ModelEntry(_str(obj, "name"), _str(obj, "target"), tuple(tuple(k) for k in kernels), updated_at)
     except (KeyError, TypeError, ValueError) as e:
         raise DatabaseError(f"bad {kind}: {e}") from None
-    raise DatabaseError(f"unknown kind {kind!r} (expected header, workload, target, record or verdict)")
+    raise DatabaseError(f"unknown kind {kind!r} (expected header, workload, target, record, verdict or model)")
 
 
 def _str(obj: dict, field: str) -> str:

@@ -57,7 +57,7 @@ def test_export_format_is_one_object_per_line(rec):
     buffer = io.StringIO()
     source.export_jsonl(buffer)
     lines = [json.loads(line) for line in buffer.getvalue().splitlines()]
-    assert lines[0] == {"kind": "header", "format": "akg-tuning-records", "version": 2}
+    assert lines[0] == {"kind": "header", "format": "akg-tuning-records", "version": 3}
     assert [line["kind"] for line in lines[1:]] == ["workload", "workload", "target", "target"] + ["record"] * 4
     first = lines[5]
     assert first["config"] == {"tile": 3} and first["cost"] == 1e-5 and first["status"] == "ok"
@@ -78,7 +78,13 @@ BAD_LINES = [
      ' "timestamp": "yesterday"}', "yesterday"),
     ('{"kind": "record", "workload": "w", "target": "t", "config": {}, "status": "ok", "cost": 1,'
      ' "timestamp": "2024-01-01T00:00:00", "colour": "red"}', "colour"),
-    ('{"kind": "header", "format": "akg-tuning-records", "version": 3}', "newer"),
+    ('{"kind": "header", "format": "akg-tuning-records", "version": 4}', "newer"),
+    ('{"kind": "model", "name": "m", "target": "t", "kernels": [["w1"]], "updated_at": "2024-01-01T00:00:00Z"}',
+     r"\[workload key, occurrences\] pairs"),
+    ('{"kind": "model", "name": "m", "target": "t", "kernels": [["w1", 0]], "updated_at": "2024-01-01T00:00:00Z"}',
+     "occurrences >= 1"),
+    ('{"kind": "model", "name": "m", "target": "t", "kernels": [], "updated_at": "2024-01-01T00:00:00Z", "x": 1}',
+     "unknown model fields"),
     ('{"kind": "header", "format": "something-else", "version": 1}', "not an akg tuning export"),
 ]
 
@@ -121,3 +127,28 @@ def test_large_imports_are_written_in_chunks(db):
     buffer.seek(0)
     assert db.import_jsonl(buffer) == 2500
     assert db.best("w", "t").cost == 0.0 and db.count() == 2500
+
+
+@pytest.mark.parametrize("into", ["memory", "sqlite", "postgres"])
+def test_models_travel_and_a_newer_list_stays(db, make_db, tmp_path, into, rec):
+    """Models are exported and imported (leases are not: they only mean something to the
+    tuners running on their database)."""
+    from datetime import datetime, timezone
+
+    fill(db, rec)
+    db.register_model("mlp", "cpu-test", [("w1", 3), ("w2", 1)])
+    db.claim("w1", "cpu-test", [{"tile": 9}], "a tuner", 600)
+    path = tmp_path / "records.jsonl"
+    db.export_jsonl(path)
+    assert [json.loads(line)["kind"] for line in path.read_text().splitlines()].count("model") == 1
+    other = make_db(into)
+    other.import_jsonl(path)
+    assert other.models() == db.models()
+    assert other.claim("w1", "cpu-test", [{"tile": 9}], "another tuner", 600) == ['{"tile":9}']
+    other.import_jsonl(path)
+    assert other.models() == db.models()
+    other.register_model("mlp", "cpu-test", [("w1", 1)])  # newer than the file's
+    other.import_jsonl(path)
+    assert other.models()[0].kernels == (("w1", 1),)
+    assert other.models()[0].updated_at > db.models()[0].updated_at
+    assert other.models()[0].updated_at <= datetime.now(timezone.utc)
