@@ -35,8 +35,9 @@ import numpy as np
 from akg.errors import ImportFormatError, UnsupportedError
 from akg.graph.io.importer import (Frontend, ImportFail, Importer, graph_name_of, read_model_file,
                                    register_frontend, sanitize_name, unique_name)
-from akg.graph.io import (onnx_image, onnx_int, onnx_linalg, onnx_nn, onnx_rnn,  # noqa: F401 - register their ops
-                          onnx_select, onnx_signal)  # noqa: F401 - in ONNX_OPS
+from akg.graph.io import (onnx_activations, onnx_image, onnx_int, onnx_layout,  # noqa: F401 - register their ops
+                          onnx_linalg, onnx_nn, onnx_reduce, onnx_rnn, onnx_select,  # noqa: F401 - in ONNX_OPS
+                          onnx_signal)  # noqa: F401
 from akg.graph.io.onnx_ops import ONNX_OPS, OnnxOpContext, attribute_values
 from akg.graph.ir import Graph, Value
 from akg.graph.ops import get_op

@@ -9,7 +9,8 @@ import math
 
 import numpy as np
 
-from akg.graph.io.onnx_ops import ONNX_OPS, OnnxOpContext as Ctx, reverse
+from akg.graph.io.onnx_ops import ONNX_OPS, OnnxOpContext as Ctx
+from akg.graph.io.onnx_reduce import reverse
 from akg.graph.ir import Value
 from akg.graph.types import is_float
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from akg.graph.io.onnx_ops import ONNX_OPS, OnnxOpContext as Ctx, matmul
+from akg.graph.io.onnx_ops import ONNX_OPS, OnnxOpContext as Ctx
+from akg.graph.io.onnx_reduce import matmul
 from akg.graph.ir import Value
 
 _INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
