@@ -13,7 +13,8 @@ import pytest
 from akg.errors import ImportFormatError, UnsupportedOpError
 from akg.graph import evaluate
 from akg.graph.io import LOADERS, emit_mir, load_model, parse_mir
-from akg.graph.io.akg_json import AKG_OPS, load_akg_json, parse_akg_json
+from akg.graph.io.akg_json import load_akg_json, parse_akg_json
+from akg.graph.io.akg_json_ops import AKG_OPS
 
 # --- building kernels by hand ----------------------------------------------------------------
 

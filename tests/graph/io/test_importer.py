@@ -13,7 +13,7 @@ from akg.errors import ImportFormatError, MissingRuleError
 from akg.graph import GraphBuilder
 from akg.graph.io.torch_fx import load_pt2
 from akg.graph.io import FRONTENDS, LOADERS, load_akg_json, load_mindir, load_mir, load_model, load_onnx, save_mir
-from akg.graph.io.akg_json import AKG_OPS
+from akg.graph.io.akg_json_ops import AKG_OPS
 from akg.graph.io.importer import (
     Frontend, ImportFail, OpContext, OpMapping, OpTable, graph_name_of, read_model_file, register_frontend,
     sanitize_name, unique_name,
