@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from akg.backends.npu.errors import NpuAlignmentError, NpuBoundsError, NpuCapacityError, NpuPathError, NpuProgramError
-from akg.backends.npu.isa import (DTYPES, Bcast, Dma, Instr, Loop, Mmad, Program, Ref, Scalar, Scope, SetFlag, Stride,
-                                  Vector, WaitFlag)
+from akg.backends.npu.isa import Dma, Instr, Loop, Mmad, Program, Scalar, SetFlag, Vector, WaitFlag
+from akg.backends.npu.operands import DTYPES, Bcast, Ref, Scope, Stride
 from akg.backends.npu.spec import NpuSpec
 
 LOCAL_SCOPES = (Scope.L1, Scope.L0A, Scope.L0B, Scope.L0C, Scope.UB)

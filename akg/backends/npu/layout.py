@@ -21,7 +21,8 @@ import itertools
 import numpy as np
 
 from akg.backends.npu.errors import NpuProgramError
-from akg.backends.npu.isa import Dma, Ref
+from akg.backends.npu.isa import Dma
+from akg.backends.npu.operands import Ref
 
 ND, ZZ, NZ, ZN = "ND", "zZ", "nZ", "zN"
 FRACTAL_LAYOUTS = (ZZ, NZ, ZN)
