@@ -514,7 +514,8 @@ def test_blocks_reading_the_same_gm_tile_hit_the_l2():
 
 
 def test_wave_unique_bytes_of_a_grid_matmul():
-    from akg.backends.npu.sim import _Compiler, _l2_waves
+    from akg.backends.npu.sim_compile import _Compiler
+    from akg.backends.npu.sim_l2 import _l2_waves
 
     # 1024^3 in 128 x 128 tiles: an 8 x 8 grid, two waves of 32 blocks = 4 grid rows each
     program = matmul_program(1024, 1024, 1024, 128, 128, 64, 128)
@@ -546,7 +547,8 @@ def test_wave_unique_bytes_of_a_grid_matmul():
 
 
 def test_an_l2_smaller_than_the_footprint_keeps_proportionally_less():
-    from akg.backends.npu.sim import _Compiler, _l2_waves
+    from akg.backends.npu.sim_compile import _Compiler
+    from akg.backends.npu.sim_l2 import _l2_waves
 
     program = matmul_program(1024, 1024, 1024, 128, 128, 64, 128)
     small = dataclasses.replace(SPEC, l2_bytes=2 * MIB)  # a wave's footprint: 1 + 2 + 1 MiB (A, B, C)
@@ -561,7 +563,9 @@ def test_an_l2_smaller_than_the_footprint_keeps_proportionally_less():
 
 
 def test_timelines_shared_between_waves_time_like_their_own():
-    from akg.backends.npu.sim import _Compiler, _l2_waves, _time_block
+    from akg.backends.npu.sim_compile import _Compiler
+    from akg.backends.npu.sim_l2 import _l2_waves
+    from akg.backends.npu.sim_timing import _time_block
 
     for program in (matmul_program(1024, 1024, 1024, 128, 128, 64, 128),
                     matmul_program(512, 4608, 4608, 256, 128, 64, 128)):
