@@ -49,6 +49,22 @@ def _versus_default(state: str, default: float | None, best: float | None, unit:
     return "default config failed" if state == "failed" else "default not measured yet"
 
 
+class SchedulerAddress(click.ParamType):
+    """A Dask scheduler's address: tcp://HOST:PORT (tls://, ucx://, ws://, wss:// too; HOST:PORT
+    means tcp)."""
+
+    name = "address"
+
+    def convert(self, value, param, ctx):
+        from akg.errors import ClusterError
+        from akg.tuner.runner.dask import scheduler_address
+
+        try:
+            return scheduler_address(value)
+        except ClusterError as e:
+            self.fail(str(e), param, ctx)
+
+
 def database_name(database, db_url: str | None) -> str:
     """The database a command uses, as a user would name it (URL without password)."""
     import os
@@ -72,11 +88,19 @@ def database_name(database, db_url: str | None) -> str:
 @click.option("--search", default="evolutionary", show_default=True, help="evolutionary or random.")
 @click.option("--batch", default=16, show_default=True, type=click.IntRange(min=1),
               help="Candidates measured per round.")
+@click.option("--workers", default=None, type=click.IntRange(min=1),
+              help="Build and measure on a local Dask cluster of N worker processes (docs/farm.md).")
+@click.option("--scheduler", default=None, type=SchedulerAddress(),
+              help="Build and measure on the Dask cluster whose scheduler is at tcp://HOST:PORT (docs/farm.md).")
 def tune_cmd(model: Path, target: str, trials: int, db_url: str | None, timeout: float, seed: int,
-             cost_model: str, search: str, batch: int) -> None:
+             cost_model: str, search: str, batch: int, workers: int | None, scheduler: str | None) -> None:
     """Tune every kernel of a model (or one kernel file); resumable, Ctrl-C stops cleanly.
     Without a terminal (a CI log, `| tee`) it prints one line per round instead of a bar."""
     import time
+
+    if workers is not None and scheduler is not None:
+        raise click.UsageError("--workers (a local Dask cluster) and --scheduler (an existing one) are mutually "
+                               "exclusive")
 
     from akg.db import open_database
     from akg.target import get_target
@@ -110,9 +134,13 @@ def tune_cmd(model: Path, target: str, trials: int, db_url: str | None, timeout:
                 bar.update(task_id, completed=done, status=describe(done, total, task, results))
 
             result = tune(model, target=target_, trials=trials, db=database, timeout=timeout, seed=seed,
-                          cost_model=cost_model, search=search, batch=batch, progress=progress)
+                          cost_model=cost_model, search=search, batch=batch, progress=progress,
+                          workers=workers, scheduler=scheduler)
     else:
-        click.echo(f"tuning {model.name} on {target_}: {trials} trials in all, batches of {batch}; database {where}")
+        farm = (f"; measuring on {workers} local Dask workers" if workers else
+                f"; measuring on the Dask cluster at {scheduler}" if scheduler else "")
+        click.echo(f"tuning {model.name} on {target_}: {trials} trials in all, batches of {batch}; "
+                   f"database {where}{farm}")
         sys.stdout.flush()
 
         def progress(done, total, task, results):
@@ -120,7 +148,8 @@ def tune_cmd(model: Path, target: str, trials: int, db_url: str | None, timeout:
             sys.stdout.flush()  # a killed run keeps every line so far
 
         result = tune(model, target=target_, trials=trials, db=database, timeout=timeout, seed=seed,
-                      cost_model=cost_model, search=search, batch=batch, progress=progress)
+                      cost_model=cost_model, search=search, batch=batch, progress=progress,
+                      workers=workers, scheduler=scheduler)
     _summary(model, target_, database, where, result, tasks)
     if result.interrupted:
         click.echo("interrupted: every measurement so far is saved; run the same command to resume")

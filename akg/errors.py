@@ -128,3 +128,10 @@ class VerificationError(CompileError):
 
 class DatabaseError(AkgError):
     exit_code = 6
+
+
+class ClusterError(AkgError):
+    """A Dask cluster to measure on cannot be started or reached, or has no worker that
+    measures the tuner's target (`akg tune --workers/--scheduler`)."""
+
+    exit_code = 7

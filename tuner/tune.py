@@ -196,7 +196,8 @@ class TuneLoop:
         futures = self.runner.submit(self.data[id(task)], builds, best.cost if best else None)
         results = [self._record(task, f.result()) for f in futures]
         self.database.release(self.owner, task.key, self.target.key, configs)  # moot once recorded
-        self.cost_model.update([r.features for r in results], [r.cost for r in results], [task.key] * len(results))
+        ours = [r for r in results if not _foreign(r, self.target)]  # never another machine's timings
+        self.cost_model.update([r.features for r in ours], [r.cost for r in ours], [task.key] * len(ours))
         weighted = _weighted(self.tasks)
         self.curve.append((self.done, time.perf_counter() - self.started,
                            weighted if weighted is not None else float("nan")))
@@ -272,13 +273,22 @@ class TuneLoop:
         return got
 
     def _record(self, task: TuningTask, r: MeasureResult) -> MeasureResult:
+        """Write a result under the target key and host that measured it; one measured on other
+        hardware than the tuner's target (a runner that let it through) is kept under its own
+        key and stays out of the task's history."""
+        foreign = _foreign(r, self.target)
+        measured_by = {"host": r.host} if r.host else {}
         with self.writing():
-            self.database.add(Record(task.key, self.target.key, r.config, r.status, r.cost, unit=r.unit,
-                                     error=r.error[:ERROR_CHARS]))
-            task.trials.append(Trial(r.config, str(r.status), r.cost))
-            task.measured.add(r.config.to_json())
+            self.database.add(Record(task.key, r.target_key or self.target.key, r.config, r.status, r.cost,
+                                     unit=r.unit, error=r.error[:ERROR_CHARS], **measured_by))
+            if not foreign:
+                task.trials.append(Trial(r.config, str(r.status), r.cost))
+                task.measured.add(r.config.to_json())
             self.done += 1
             self.new += 1
+        if foreign:
+            log.warning("%s: a result measured on %s (%s), not %s: recorded under its own target, not used",
+                        task.name, r.host or "another machine", r.target_key, self.target.key)
         if r.status != Status.OK:
             log.info("%s: %s: %s", task.name, r.status, r.error.splitlines()[0] if r.error else "")
         return r
@@ -435,10 +445,12 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
          timeout: float = 10.0, seed: int = 0, cost_model: str | CostModel = "xgb",
          search: str | SearchStrategy = "evolutionary", batch: int = 16, builder: Builder | None = None,
          runner: Runner | None = None, progress: Callable | None = None, confirm: bool = True,
-         rounds: int = DEFAULT_ROUNDS) -> TuneResult:
+         rounds: int = DEFAULT_ROUNDS, workers: int | None = None, scheduler: str | None = None) -> TuneResult:
     """Tune a model (Graph, Subgraph or file path) on `target` with at most `trials`
     measurements in total (those already in the database count); then, unless interrupted
-    (or `confirm` is False), the final comparison of each kernel's pick (`rounds` rounds)."""
+    (or `confirm` is False), the final comparison of each kernel's pick (`rounds` rounds).
+    `workers` (a local Dask cluster of that many processes) or `scheduler` (a Dask scheduler's
+    address): candidates are built and measured on Dask workers (docs/farm.md)."""
     started = time.perf_counter()
     target = get_target(target)
     database = open_database(db) if not isinstance(db, Database) else db
@@ -447,6 +459,8 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
     model_ = make_cost_model(cost_model, seed)
     _warm_start(model_, database, target, tasks)
     own_builder, own_runner = builder is None, runner is None
+    if workers is not None or scheduler is not None:
+        runner, builder = _dask_runner(target, runner, builder, workers, scheduler, timeout)
     builder = builder or LocalBuilder()
     runner = runner or LocalRunner(timeout=timeout)
     loop = TuneLoop(tasks, target, database, builder, runner, model_, make_search(search), trials=trials,
@@ -481,6 +495,21 @@ def tune(model, target: str | Target = "cpu", trials: int = 64, db: str | Databa
     result = loop.result(interrupted)
     result.stopped_by = stop.signum if interrupted else None
     return result
+
+
+def _dask_runner(target: Target, runner: Runner | None, builder: Builder | None, workers: int | None,
+                 scheduler: str | None, timeout: float) -> tuple[Runner, Builder | None]:
+    """A DaskRunner on `workers` local processes or at `scheduler`, and unless given a builder
+    on the same cluster."""
+    from akg.errors import InputError
+    from akg.tuner.runner.dask import DaskRunner
+
+    if runner is not None:
+        raise InputError("give either a runner or Dask workers/a scheduler to tune with, not both")
+    if workers is not None and scheduler is not None:
+        raise InputError("give either a number of local Dask workers or a scheduler address, not both")
+    runner = DaskRunner(target, workers=workers, scheduler=scheduler, timeout=timeout)
+    return runner, builder or runner.builder()
 
 
 class _StopOnInterrupt:
@@ -533,6 +562,11 @@ class _StopOnInterrupt:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous = {}
+
+
+def _foreign(result: MeasureResult, target: Target) -> bool:
+    """Was `result` measured on other hardware than `target`?"""
+    return bool(result.target_key) and result.target_key != target.key
 
 
 def _weighted(tasks: list[TuningTask]) -> float | None:

@@ -38,6 +38,8 @@ class MeasureResult:
     build_seconds: float = 0.0
     run_seconds: float = 0.0
     features: np.ndarray | None = None
+    host: str = ""  # the machine that measured it ("": the tuner's own)
+    target_key: str = ""  # the target key of the machine that measured it ("": the tuner's target)
 
     @classmethod
     def unbuilt(cls, build: BuildResult, unit: str) -> MeasureResult:
