@@ -526,7 +526,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, *, builder=None, runner=None) -> int:
     """Run the night; `builder`/`runner` replace the re-timing's LocalBuilder/LocalRunner
     (tests). Returns the exit code: 0, 1 (regressions), 3 (bad zoo or input), 6 (database),
-    130 (interrupted)."""
+    7 (Dask cluster), 130 (interrupted); docs/nightly.md lists them."""
     args = parser().parse_args(argv)
     try:
         return night(args, builder, runner)

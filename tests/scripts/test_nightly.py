@@ -265,14 +265,28 @@ def test_the_zoo_names_the_examples_and_the_corpus_models(nightly, monkeypatch, 
     assert 0 < zoo.threshold < 1 and zoo.rounds >= 2
 
 
-def test_farm_flags_are_refused_clearly_when_tune_has_no_dask_runner(nightly, tiny, tmp_path, capsys):
-    import inspect
+def test_farm_flags_reach_tune_and_are_refused_where_tune_lacks_them(nightly, tiny, tmp_path, monkeypatch, capsys):
+    import akg.tuner.tune as tuning
+    from akg.tuner.tune import TuneResult
 
-    from akg.tuner.tune import tune
+    calls = []
 
-    if "workers" in inspect.signature(tune).parameters:
-        assert nightly.farm_options(2, None) == {"workers": 2}
-        return
+    def tune(model, target="cpu", trials=64, db=None, timeout=10.0, rounds=7, progress=None, workers=None,
+             scheduler=None):
+        calls.append({"model": model.name, "trials": trials, "workers": workers, "scheduler": scheduler})
+        return TuneResult([], 0, 0.0)
+
+    seeded_db(tmp_path / "t.db", tiny).close()  # two records held: the night's budget comes on top
+    monkeypatch.setattr(tuning, "tune", tune)
+    assert nightly.main(["--zoo", str(tiny["zoo"]), "--db", str(tmp_path / "t.db"), "--out", str(tmp_path / "o"),
+                         "--scheduler", "tcp://farm:8786"], builder=PlantedBuilder(), runner=PlantedRunner()) == 0
+    assert calls == [{"model": "tiny", "trials": 2 + 2, "workers": None, "scheduler": "tcp://farm:8786"}]
+
+    def old_tune(model, target="cpu", trials=64, db=None, timeout=10.0, rounds=7, progress=None):
+        raise AssertionError("not to be called")
+
+    monkeypatch.setattr(tuning, "tune", old_tune)
+    capsys.readouterr()
     assert nightly.main(["--zoo", str(tiny["zoo"]), "--out", str(tmp_path / "o"), "--workers", "2"]) == 3
     assert "--workers: not available" in capsys.readouterr().err
 
