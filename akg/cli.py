@@ -67,6 +67,7 @@ class Finite(click.ParamType):
 
 
 SEED = click.IntRange(0, 2**32 - 1)  # NumPy's and XGBoost's seeds are unsigned 32-bit
+DB_HELP = "Tuning database: an SQLAlchemy URL or an SQLite file path (default: $AKG_DB, else ~/.cache/akg/tuning.db)."
 
 
 def _say_error(message: str) -> None:

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import click
 
-from akg.cli import Finite, cli, console, make_parent, writable
-from akg.cli_tuning import DB_HELP
+from akg.cli import DB_HELP, Finite, cli, console, make_parent, writable
 from akg.errors import DatabaseError
 
 

@@ -9,10 +9,8 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from akg.cli import SEED, Finite, cli, console, make_parent, print_table, writable
+from akg.cli import DB_HELP, SEED, Finite, cli, console, make_parent, print_table, writable
 from akg.errors import AkgError
-
-DB_HELP = "Tuning database: an SQLAlchemy URL or an SQLite file path (default: $AKG_DB, else ~/.cache/akg/tuning.db)."
 
 
 def _cost(cost: float | None, unit: str = "s") -> str:

@@ -174,3 +174,13 @@ def test_grad_errors_are_typed_one_liners(capsys, examples_dir, tmp_path, args, 
     if code != 2:
         assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o.mir").exists()
+
+
+@pytest.mark.parametrize("module", ["akg.cli", "akg.cli_tuning", "akg.cli_report"])
+def test_each_command_module_imports_first_in_a_fresh_interpreter(module):
+    # akg.cli registers the other command modules when it loads; one imported first must not
+    # meet a half-made sibling (cli_report once took DB_HELP from a half-loaded cli_tuning)
+    done = subprocess.run([sys.executable, "-c", f"import {module}, akg.cli; print(sorted(akg.cli.cli.commands))"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert {"tune", "db", "report"} <= set(eval(done.stdout)), done.stdout
