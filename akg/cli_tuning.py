@@ -55,7 +55,7 @@ class SchedulerAddress(click.ParamType):
 
     def convert(self, value, param, ctx):
         from akg.errors import ClusterError
-        from akg.tuner.runner.dask import scheduler_address
+        from akg.tuner.runner.dask_cluster import scheduler_address
 
         try:
             return scheduler_address(value)

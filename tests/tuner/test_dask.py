@@ -1,4 +1,4 @@
-"""Measuring on Dask (akg.tuner.runner.dask, akg.tuner.builder.dask) with real
+"""Measuring on Dask (akg.tuner.runner.dask, dask_cluster, akg.tuner.builder.dask) with real
 `dask.distributed` clusters of worker processes (one thread each): a tune over Dask records
 what a local tune of the same budget records, with the same best config (fixed seed, a
 deterministic fake runner); a worker killed mid-batch loses no record and writes none twice;
@@ -34,8 +34,9 @@ from akg.target import Artifact, get_target  # noqa: E402
 from akg.tuner.builder import BuildResult, InProcessBuilder  # noqa: E402
 from akg.tuner.cost_model import make_cost_model  # noqa: E402
 from akg.tuner.runner import MeasureResult, Runner, TaskData  # noqa: E402
-from akg.tuner.runner import dask as dask_runner  # noqa: E402
-from akg.tuner.runner.dask import DaskRunner, scheduler_address  # noqa: E402
+from akg.tuner.runner import dask_cluster  # noqa: E402
+from akg.tuner.runner.dask import DaskRunner  # noqa: E402
+from akg.tuner.runner.dask_cluster import scheduler_address  # noqa: E402
 from akg.tuner.runner.runner import done  # noqa: E402
 from akg.tuner.search import SearchStrategy, make_search  # noqa: E402
 from akg.tuner.task import TuningTask  # noqa: E402
@@ -148,7 +149,7 @@ def test_cli_farm_options_are_typed_and_an_unreachable_scheduler_is_a_clear_erro
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    monkeypatch.setattr(dask_runner, "CONNECT_TIMEOUT", 1.0)
+    monkeypatch.setattr(dask_cluster, "CONNECT_TIMEOUT", 1.0)
     started = time.monotonic()
     assert main([*args, "--scheduler", f"127.0.0.1:{port}"]) == ClusterError.exit_code == 7
     err = capsys.readouterr().err
@@ -342,7 +343,7 @@ def test_a_worker_of_other_hardware_is_reported_and_never_used(plugins, caplog):
     nanny = {"cls": Nanny, "options": {"nthreads": 1, "memory_limit": 0}}
     other = {"cls": Nanny, "options": {"nthreads": 1, "memory_limit": 0, "env": {"AKG_FARM_MACHINE": "b"}}}
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
-    caplog.set_level(logging.WARNING, logger="akg.tuner.runner.dask")
+    caplog.set_level(logging.WARNING, logger="akg.tuner.runner.dask_cluster")
     before = _processes()
     with SpecCluster(workers={"a": nanny, "b": other}, scheduler=scheduler, silence_logs=logging.ERROR) as cluster:
         runner = DaskRunner(target, scheduler=cluster.scheduler_address, local=farm.FakeRunner)
