@@ -4,7 +4,7 @@
 cache dir); `InMemoryDatabase` is the null implementation for tests. See docs/database.md.
 """
 
-from akg.db.database import Choice, Database, Tally, lease_owner
+from akg.db.database import Choice, Database, Tally, lease_owner, owner_is_gone
 from akg.db.location import default_path, open_database, resolve_url
 from akg.db.memory import InMemoryDatabase
 from akg.db.record import (Contender, ModelEntry, Record, Status, TargetInfo, Unit, Verdict, Workload,
@@ -22,4 +22,4 @@ def __getattr__(name: str):
 
 __all__ = ["Choice", "Contender", "Database", "InMemoryDatabase", "ModelEntry", "Record", "SqlDatabase", "Status",
            "Tally", "TargetInfo", "Unit", "Verdict", "Workload", "canonical_config", "default_path", "lease_owner",
-           "open_database", "resolve_url"]
+           "open_database", "owner_is_gone", "resolve_url"]

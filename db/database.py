@@ -7,7 +7,7 @@ import abc
 import os
 import secrets
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Iterable
 
@@ -40,11 +40,30 @@ class Tally:
 
     measured: int = 0
     leased: int = 0
+    holders: frozenset[str] = field(default=frozenset(), compare=False)  # the owners of those leases
 
 
 def lease_owner() -> str:
     """A name for this tuner in the leases it takes: host:pid:random (unique per session)."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def owner_is_gone(owner: str) -> bool:
+    """Whether `owner` (a `lease_owner()` name) was a process of this host that has ended, so
+    its leases may go now rather than at their expiry (a tuner killed with SIGKILL, or one that
+    crashed, releases nothing). Owners of other hosts, and names not of that form, are never
+    judged: their leases expire. A reused pid only makes the leases wait for their expiry."""
+    host, _, rest = owner.partition(":")
+    pid, _, _ = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
 
 
 class Database(abc.ABC):

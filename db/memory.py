@@ -123,6 +123,7 @@ class InMemoryDatabase(Database):
         now = datetime.now(timezone.utc)
         measured = dict.fromkeys(keys, 0)
         leased = dict.fromkeys(keys, 0)
+        holders: dict[str, set[str]] = {k: set() for k in keys}
         with self._lock:
             for w, t, _ in self._records:
                 if t == target_key and w in keys:
@@ -131,7 +132,8 @@ class InMemoryDatabase(Database):
                 if key[1] == target_key and key[0] in keys and holder != owner and expires > now \
                         and key not in self._records:
                     leased[key[0]] += 1
-        return {k: Tally(measured[k], leased[k]) for k in keys}
+                    holders[key[0]].add(holder)
+        return {k: Tally(measured[k], leased[k], frozenset(holders[k])) for k in keys}
 
     def has(self, workload_key: str, target_key: str, config: ConfigLike) -> bool:
         return (workload_key, target_key, canonical_config(config)) in self._records

@@ -208,14 +208,18 @@ class SqlDatabase(Database):
                 .group_by(w.key)).all())
             unmeasured = ~exists().where(r.workload_id == l.workload_id, r.target_id == l.target_id,
                                          r.config_hash == l.config_hash)
-            leased = dict(conn.execute(
-                select(w.key, func.count())
-                .select_from(schema.leases.join(schema.workloads, l.workload_id == w.id)
-                             .join(schema.targets, l.target_id == t.id))
-                .where(t.key == target_key, w.key.in_(keys), l.owner != owner[:schema.NAME_LENGTH],
-                       l.expires_at > _clock(conn), unmeasured)
-                .group_by(w.key)).all())
-            return {k: Tally(measured.get(k, 0), leased.get(k, 0)) for k in keys}
+            leased: dict[str, int] = {}
+            holders: dict[str, set[str]] = {}
+            for key, holder, count in conn.execute(
+                    select(w.key, l.owner, func.count())
+                    .select_from(schema.leases.join(schema.workloads, l.workload_id == w.id)
+                                 .join(schema.targets, l.target_id == t.id))
+                    .where(t.key == target_key, w.key.in_(keys), l.owner != owner[:schema.NAME_LENGTH],
+                           l.expires_at > _clock(conn), unmeasured)
+                    .group_by(w.key, l.owner)).all():
+                leased[key] = leased.get(key, 0) + count
+                holders.setdefault(key, set()).add(holder)
+            return {k: Tally(measured.get(k, 0), leased.get(k, 0), frozenset(holders.get(k, ()))) for k in keys}
 
         return self._run(work, write=False)
 

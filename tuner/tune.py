@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from akg.db import (Contender, Database, Record, Status, TargetInfo, Verdict, Workload, canonical_config, lease_owner,
-                    open_database)
+                    open_database, owner_is_gone)
 from akg.errors import AkgError, DatabaseError
 from akg.graph.ir import Graph
 from akg.graph.subgraph import Subgraph
@@ -216,7 +216,14 @@ class TuneLoop:
         """Take in the records other tuners added for these tasks since the last round (one
         query when there are none); returns how many configs of these tasks they hold leases
         on (being measured, soon part of the budget)."""
-        tally = self.database.tally(self.target.key, [t.key for t in self.tasks], self.owner)
+        keys = [t.key for t in self.tasks]
+        tally = self.database.tally(self.target.key, keys, self.owner)
+        gone = {h for t in tally.values() for h in t.holders if owner_is_gone(h)}
+        if gone:  # tuners of this host that died holding leases (SIGKILL, a crash): free them now
+            for holder in gone:
+                dropped = self.database.release(holder)
+                log.info("released %d lease(s) of %s, a tuner of this host that has ended", dropped, holder)
+            tally = self.database.tally(self.target.key, keys, self.owner)
         for task in self.tasks:
             if tally[task.key].measured > len(task.measured):
                 self._adopt(task)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from akg.db import Record, Tally, lease_owner
+from akg.db import Record, Tally, lease_owner, owner_is_gone
 from akg.errors import DatabaseError
 
 CLAIMER = Path(__file__).with_name("claimer_process.py")
@@ -79,9 +79,11 @@ def test_tally_counts_records_and_other_owners_live_leases(db, rec):
     db.add_many([rec(1), rec(2), rec(3, workload="w2"), rec(4, target="cpu-b")])
     db.claim("w1", "cpu-test", configs(7, 8), "other", 60)
     db.claim("w1", "cpu-test", configs(9), "me", 60)
-    assert db.tally("cpu-test", ["w1", "w2", "w3"], "me") == {
-        "w1": Tally(2, 2), "w2": Tally(1, 0), "w3": Tally(0, 0)}
+    tally = db.tally("cpu-test", ["w1", "w2", "w3"], "me")
+    assert tally == {"w1": Tally(2, 2), "w2": Tally(1, 0), "w3": Tally(0, 0)}
+    assert tally["w1"].holders == {"other"} and not tally["w2"].holders
     assert db.tally("cpu-test", ["w1"], "other") == {"w1": Tally(2, 1)}
+    assert db.tally("cpu-test", ["w1"], "other")["w1"].holders == {"me"}
     assert db.tally("cpu-test", [], "me") == {}
 
 
@@ -106,6 +108,23 @@ def test_lease_owners_name_the_host_and_process_and_differ():
 
     a, b = lease_owner(), lease_owner()
     assert a != b and a.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+
+
+def test_an_owner_is_gone_only_when_it_was_a_process_of_this_host_that_ended():
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    assert owner_is_gone(f"{host}:{dead.pid}:abcd")
+    assert not owner_is_gone(lease_owner())  # this process
+    assert not owner_is_gone(f"{host}:{os.getppid()}:abcd")  # alive
+    assert not owner_is_gone(f"another-{host}:{dead.pid}:abcd")  # other hosts' leases expire
+    assert not owner_is_gone("farm-a")  # not a lease_owner() name
+    assert not owner_is_gone(f"{host}:99999999999999999999:x")
 
 
 @pytest.mark.timeout(300)

@@ -147,3 +147,27 @@ def test_two_tuner_processes_at_once_split_the_work(kind, tmp_path, request):
         assert db.measured_configs(key, target) == set(measured)
         assert db.tally(target, [key], "anyone")[key].leased == 0
         assert [m.name for m in db.models()] == ["mm"]
+
+
+def test_the_leases_of_an_ended_tuner_of_this_host_go_at_once():
+    # `akg tune` killed with SIGKILL releases nothing; run again, it must not wait out the
+    # dead tuner's leases (300 s by default) before measuring what they hold
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    db = InMemoryDatabase()
+    key, target = Subgraph(_matmul()).workload_key, get_target("cpu").key
+    crashed = _loop(db, fake.FakeRunner(), 8, owner=f"{socket.gethostname()}:{dead.pid}:0123abcd")
+    got = crashed._claim(crashed.tasks[0], 4)
+    assert len(got) == 4 and db.tally(target, [key], "anyone")[key].leased == 4
+    runner = fake.FakeRunner()
+    survivor = _loop(db, runner, 8)  # without the release it waits out the leases (300 s)
+    started = time.monotonic()
+    while survivor.step():
+        pass
+    assert time.monotonic() - started < 30
+    assert len(runner.measured) == 8 and db.count(key, target) == 8
+    assert db.tally(target, [key], "anyone")[key].leased == 0
