@@ -38,7 +38,7 @@ from akg.graph.io.importer import (Frontend, ImportFail, Importer, graph_name_of
 from akg.graph.io import (onnx_activations, onnx_image, onnx_int, onnx_layout,  # noqa: F401 - register their ops
                           onnx_linalg, onnx_nn, onnx_reduce, onnx_rnn, onnx_select,  # noqa: F401 - in ONNX_OPS
                           onnx_signal)  # noqa: F401
-from akg.graph.io.onnx_ops import ONNX_OPS, OnnxOpContext, attribute_values
+from akg.graph.io.onnx_ops import ONNX_OPS, InlineFunctionBody, OnnxOpContext, attribute_values
 from akg.graph.ir import Graph, Value
 from akg.graph.ops import get_op
 from akg.graph.simplify import dce
@@ -278,7 +278,15 @@ class OnnxImporter(Importer):
         mapping = self.mapping(op, where)
         ctx = OnnxOpContext(self, op, attribute_values(node, self._array), args, declared,
                             sanitize_name(out_name), where, list(node.input), list(node.output))
-        result = self.apply(mapping, ctx)
+        try:
+            result = self.apply(mapping, ctx)
+        except InlineFunctionBody:
+            body = self.function_body(node, args)
+            if body is None:
+                raise self.unsupported_error(op, f"this form has no mapping and no function body ({where})") from None
+            for inner in body:
+                self.convert(k, inner)
+            return
         results = result if isinstance(result, tuple) else (result,)
         for i, name in enumerate(node.output):
             if not name:

@@ -62,6 +62,12 @@ class DynamicShapeError(UnsupportedError):
         self.tensor, self.model_input = tensor, model_input
 
 
+class InlineFunctionBody(Exception):
+    """Raised by the converter of an op that ONNX defines as a function of other ops, when the
+    node is not the common case the converter maps to one akg op: the importer inlines ONNX's
+    function body for it instead (as for ops without a converter)."""
+
+
 class OnnxOpContext(OpContext):
     """What a converter sees: the node's attributes, its inputs (None for an optional input
     left out) and the types the model declares for its outputs; results are named after the

@@ -121,16 +121,32 @@ def test_an_old_opset_is_upgraded_by_onnx_s_version_converter():
     np.testing.assert_allclose(y, x.sum(1)[None], rtol=1e-6)
 
 
-def test_an_op_without_a_mapping_is_inlined_from_its_onnx_function_body():
-    # SoftmaxCrossEntropyLoss has no converter: ONNX defines it as a function of other ops
-    assert "SoftmaxCrossEntropyLoss" not in __import__("akg.graph.io.onnx_ops", fromlist=["x"]).ONNX_OPS
+def _cross_entropy_model(**attrs):
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["s", "l"], ["loss"], reduction="mean", **attrs)
+    return make_model([node], [tensor("s", F32, [3, 5]), tensor("l", I64, [3])], [tensor("loss", F32, [])])
+
+
+def test_softmax_cross_entropy_is_one_akg_cross_entropy_in_its_common_form():
     scores = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
     labels = np.array([1, 4, 0], np.int64)
-    node = helper.make_node("SoftmaxCrossEntropyLoss", ["s", "l"], ["loss"], reduction="mean")
-    model = make_model([node], [tensor("s", F32, [3, 5]), tensor("l", I64, [3])], [tensor("loss", F32, [])])
+    model = _cross_entropy_model()
+    assert [n.op for n in load_model(model).nodes] == ["cross_entropy"]
     (loss,) = akg.run(model, [scores, labels])
     logp = scores - np.log(np.exp(scores).sum(1, keepdims=True))
     np.testing.assert_allclose(loss, -logp[np.arange(3), labels].mean(), rtol=1e-5)
+
+
+def test_an_op_form_without_a_mapping_is_inlined_from_its_onnx_function_body():
+    # with an ignore_index (PyTorch exports -100) SoftmaxCrossEntropyLoss is ONNX's function
+    # body: a label equal to it drops out of the loss and of the mean's count
+    scores = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
+    labels = np.array([1, -100, 0], np.int64)
+    model = _cross_entropy_model(ignore_index=-100)
+    ops = [n.op for n in load_model(model).nodes]
+    assert "cross_entropy" not in ops and "gather" in ops, ops
+    (loss,) = akg.run(model, [scores, labels])
+    logp = scores - np.log(np.exp(scores).sum(1, keepdims=True))
+    np.testing.assert_allclose(loss, -(logp[0, 1] + logp[2, 0]) / 2, rtol=1e-5)
 
 
 # --- typed errors ---------------------------------------------------------------------------------
