@@ -53,7 +53,9 @@ _COMPARE = {"eq": tirx.EQ, "ne": tirx.NE, "lt": tirx.LT, "le": tirx.LE, "gt": ti
 
 
 def _ident(name: str) -> str:
-    return re.sub(r"\W", "_", name)
+    """A C identifier for a tensor name (TVM's C and CUDA code name parameters after buffers)."""
+    name = re.sub(r"\W", "_", name)
+    return "t" + name if name[:1].isdigit() else name
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,169 @@
+"""Mapped TIR -> TIR with thread bindings: the loops the CUDA recipe marked
+(`blockIdx.<axis>.<n>`, `threadIdx.<axis>.<n>`, kept by astgen as `akg.mark` attributes)
+become `thread_extent` launches of n blocks or threads along the axis, their body guarded
+where the loop ran fewer iterations (a partial tile); code outside any mapped loop (an
+unmapped band, a scalar statement) becomes a kernel of one block of one thread. Every
+maximal launched region is one CUDA kernel, in program order (TVM names them `<name>_kernel`,
+`<name>_kernel_1`, ...), so statements in sequence at the top are separate launches: the
+grid-wide synchronisation between outer bands. `unbind` turns the launches back into serial
+loops, blocks outside threads, for the emulation on the host."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+
+from akg.errors import LoweringError
+
+_MARK = re.compile(r"^(blockIdx|threadIdx)\.([xyz])\.(\d+)$")
+_AXES = "xyz"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel's launch: blocks and threads along x, y, z."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+    @property
+    def threads(self) -> int:
+        return math.prod(self.block)
+
+    def to_list(self) -> list:
+        return [list(self.grid), list(self.block)]
+
+
+def _is_gpu_mark(stmt) -> re.Match | None:
+    if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "akg.mark":
+        return _MARK.match(str(stmt.node))
+    return None
+
+
+def _has_marks(stmt) -> bool:
+    found = []
+
+    def visit(s):
+        if found:
+            return
+        if _is_gpu_mark(s):
+            found.append(s)
+        for c in _children(s):
+            visit(c)
+
+    visit(stmt)
+    return bool(found)
+
+
+def _children(s) -> list:
+    if isinstance(s, tirx.SeqStmt):
+        return list(s.seq)
+    if isinstance(s, (tirx.For, tirx.AttrStmt)):
+        return [s.body]
+    if isinstance(s, tirx.IfThenElse):
+        return [s.then_case] + ([s.else_case] if s.else_case is not None else [])
+    return []
+
+
+def _rebuild(s, children: list):
+    if isinstance(s, tirx.SeqStmt):
+        return tirx.SeqStmt(children)
+    if isinstance(s, tirx.For):
+        return tirx.For(s.loop_var, s.min, s.extent, s.kind, children[0], s.thread_binding, s.annotations)
+    if isinstance(s, tirx.AttrStmt):
+        return tirx.AttrStmt(s.node, s.attr_key, s.value, children[0])
+    if isinstance(s, tirx.IfThenElse):
+        return tirx.IfThenElse(s.condition, children[0], children[1] if len(children) > 1 else None)
+    return s
+
+
+def _launch_attr(tag: str, var, extent: int, body):
+    iv = tirx.IterVar(tvm.ir.Range(0, extent), var, tirx.IterVar.ThreadIndex, tag)
+    return tirx.AttrStmt(iv, "thread_extent", tirx.const(extent, "int32"), body)
+
+
+class _Binder:
+    def __init__(self, name: str):
+        self.name = name
+        self.launches: list[Launch] = []
+        self._dims: dict[str, int] | None = None
+
+    def top(self, s):
+        """Host-level code: allocations stay, sequences and host loops are walked, and each
+        region with mapped loops, or without any, becomes a kernel."""
+        if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.LetStmt)):
+            return s
+        if isinstance(s, tirx.SeqStmt):
+            return tirx.SeqStmt([self.top(c) for c in s.seq])
+        if not _has_marks(s):
+            return self._kernel(s, single=True)
+        if _is_gpu_mark(s):
+            return self._kernel(s)
+        if isinstance(s, tirx.AttrStmt) and s.attr_key == "akg.mark":
+            return self.top(s.body)
+        if isinstance(s, (tirx.For, tirx.IfThenElse)):  # a host loop or condition around kernels
+            return _rebuild(s, [self.top(c) for c in _children(s)])
+        raise LoweringError(f"{self.name}: cannot place {type(s).__name__} around mapped loops")
+
+    def _kernel(self, s, single: bool = False):
+        self._dims = {}
+        body = self.device(s)
+        dims, self._dims = self._dims, None
+        if single or not any(k.startswith("threadIdx") for k in dims):
+            body = _launch_attr("threadIdx.x", tirx.Var("tx", "int32"), 1, body)
+            dims.setdefault("threadIdx.x", 1)
+        if single:
+            body = _launch_attr("blockIdx.x", tirx.Var("bx", "int32"), 1, body)
+        grid = tuple(dims.get(f"blockIdx.{a}", 1) for a in _AXES)
+        block = tuple(dims.get(f"threadIdx.{a}", 1) for a in _AXES)
+        self.launches.append(Launch(grid, block))
+        return body
+
+    def device(self, s):
+        match = _is_gpu_mark(s)
+        if match is None:
+            kids = _children(s)
+            return _rebuild(s, [self.device(c) for c in kids]) if kids else s
+        kind, axis, count = match.group(1), match.group(2), int(match.group(3))
+        inner = s.body
+        if not isinstance(inner, tirx.For):  # a loop of one iteration: isl left no loop
+            return self.device(inner)
+        tag = f"{kind}.{axis}"
+        if tag in self._dims:
+            raise LoweringError(f"{self.name}: {tag} is mapped twice in one kernel")
+        extent = inner.extent
+        if not isinstance(extent, tirx.IntImm) or int(extent.value) != count:
+            if isinstance(extent, tirx.IntImm) and int(extent.value) > count:
+                raise LoweringError(f"{self.name}: a loop of {extent.value} iterations mapped to {count} {kind}")
+            body = tirx.IfThenElse(tirx.LT(inner.loop_var, extent), self.device(inner.body), None)
+        else:
+            body = self.device(inner.body)
+        self._dims[tag] = count
+        return _launch_attr(tag, inner.loop_var, count, body)
+
+
+def bind_threads(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, list[Launch]]:
+    """The PrimFunc with its mapped loops bound to blocks and threads, and every kernel's
+    launch in program order."""
+    binder = _Binder(str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "main")
+    body = binder.top(func.body)
+    new = func.with_body(body)
+    return new, binder.launches
+
+
+def unbind(stmt):
+    """Launches back into serial loops (blocks around threads, as they were nested): the
+    emulation's kernel. A barrier, once shared memory comes, will split the thread loop."""
+    if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
+        iv = stmt.node
+        return tirx.For(iv.var, 0, stmt.value, tirx.ForKind.SERIAL, unbind(stmt.body))
+    kids = _children(stmt)
+    return _rebuild(stmt, [unbind(c) for c in kids]) if kids else stmt
+
+
+def unbind_func(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    return func.with_body(unbind(func.body))

@@ -1,0 +1,95 @@
+"""The `cuda` target: one GPU spec (`spec.GpuSpec`) as a target. Its memory levels are the
+GPU's global memory, a block's shared memory and a thread's registers; its capability is
+mapping loops to blocks and threads; its key carries the spec's, so tuning records of two
+GPUs never mix. `cuda-emu` is the same target whose kernels run on the host CPU (block and
+thread indices as serial loops, `emulate.py`): the same recipe, mapping and TIR, checked
+against the reference on any machine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from akg.backends.cuda.spec import SPEC_DEFAULT, get_spec
+from akg.target import THREADS, UNROLL, MemoryLevel, Target
+
+KIND = "cuda"
+EMU_KIND = "cuda-emu"
+ARTIFACT_KIND = "cuda-cubin"
+EMU_ARTIFACT_KIND = "cuda-emu-llvm"
+GLOBAL, SHARED, REGISTERS = "global", "shared", "registers"
+
+
+@dataclass(frozen=True)
+class CudaTarget(Target):
+    """A CUDA GPU of spec `spec_name` (a key of `spec.GPU_SPECS`)."""
+
+    kind: str = KIND
+    spec_name: str = SPEC_DEFAULT
+
+    def __post_init__(self):
+        spec = self.spec
+        object.__setattr__(self, "cores", spec.sms)
+        object.__setattr__(self, "max_threads", spec.max_threads_per_block)
+        if not self.memory:
+            object.__setattr__(self, "memory", (
+                MemoryLevel(GLOBAL, 0, 256, "device"),
+                MemoryLevel(SHARED, spec.shared_per_block, 16, "core"),
+                MemoryLevel(REGISTERS, spec.registers_per_thread * 4, 4, "thread"),
+            ))
+        if not self.capabilities:
+            object.__setattr__(self, "capabilities", frozenset({THREADS, UNROLL}))
+
+    @property
+    def spec(self):
+        return get_spec(self.spec_name)
+
+    @property
+    def arch(self) -> str:
+        return self.spec.arch
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}-{self.spec.key()}"
+
+    def recipe(self):
+        from akg.schedules.cuda import CudaRecipe
+
+        return CudaRecipe(self)
+
+    def backend(self):
+        from akg.target import get_backend
+
+        return get_backend(ARTIFACT_KIND)
+
+    def lowering(self, config):
+        from akg.polyhedral.astgen import LoweringHooks
+
+        from akg.schedules.cuda import MAPPED_MARKS
+
+        # CUDA's own expf/erff/tanhf, not the CPU's vectorisable expansions
+        return LoweringHooks(keep_marks=MAPPED_MARKS, fast_math=False)
+
+    def tvm_target(self):
+        import tvm
+
+        return tvm.target.Target({"kind": "cuda", "arch": self.arch})
+
+
+@dataclass(frozen=True)
+class CudaEmuTarget(CudaTarget):
+    """The CUDA target with kernels run on the host: same mapping, emulated launch."""
+
+    kind: str = EMU_KIND
+
+    def backend(self):
+        from akg.target import get_backend
+
+        return get_backend(EMU_ARTIFACT_KIND)
+
+
+def cuda_target(spec_name: str = SPEC_DEFAULT) -> CudaTarget:
+    return CudaTarget(spec_name=spec_name)
+
+
+def cuda_emu_target(spec_name: str = SPEC_DEFAULT) -> CudaEmuTarget:
+    return CudaEmuTarget(spec_name=spec_name)

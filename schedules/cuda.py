@@ -1,0 +1,360 @@
+"""CUDA mapping recipe: each outer band of the isl schedule tree, permuted, is tiled into
+per-block tiles whose loops become block indices and whose point loops become thread
+indices, each thread computing `work` points cyclically (thread, thread + threads, ...) so
+that neighbouring threads touch neighbouring elements. Loops a band does not map, and the
+bands below it (a reduction), run serially in each thread. The knobs, as schedule steps per
+band: `order` (which member is innermost, hence threadIdx.x), `map(threads)` (threads per
+member, 0: not mapped; the innermost mapped member is x, then y, z) and `tile(registers)`
+(points per thread along each mapped member); kernel-wide `unroll` (the per-thread loops).
+
+The mapped loops are marked `blockIdx.<axis>.<blocks>` and `threadIdx.<axis>.<threads>` in
+the tree; astgen keeps these marks in the TIR (`LoweringHooks.keep_marks`) and the CUDA
+backend turns the marked loops into thread bindings (`akg/backends/cuda/bind.py`). A band
+with no parallel member (a full reduction) is not mapped: it runs in one block of one
+thread. Cross-thread reductions, shared-memory and register promotion are not done yet."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass
+from typing import Iterator
+
+from akg.errors import ScheduleError
+from akg.polyhedral import tree
+from akg.polyhedral.tree import MARK_UNROLL, BandInfo
+from akg.schedules.recipe import Recipe
+from akg.schedules.space import Config, Space, Step, check_steps
+
+MARK_BLOCK, MARK_THREAD = "blockIdx", "threadIdx"
+MAPPED_MARKS = (MARK_BLOCK + ".", MARK_THREAD + ".")
+AXES = "xyz"
+THREAD_LEVEL = "threads"  # map(threads): threads per member
+WORK_LEVEL = "registers"  # tile(registers): points per thread per member
+DEFAULT_THREADS = 256
+MAX_UNROLL = 8
+WORK_CHOICES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class BandMapping:
+    """How one outer band is mapped: the member `order` (innermost last), then per position
+    (after the order) the threads along it (0: not mapped, a serial loop in each thread)
+    and the points each thread computes along it (1: one)."""
+
+    order: tuple[int, ...]
+    threads: tuple[int, ...]
+    work: tuple[int, ...]
+
+    def __post_init__(self):
+        for name in ("order", "threads", "work"):
+            object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
+
+    @property
+    def mapped(self) -> list[int]:
+        """Mapped positions, innermost first: their axes are x, y, z in this order."""
+        return [p for p in reversed(range(len(self.threads))) if self.threads[p]]
+
+    def axis(self, position: int) -> str:
+        return AXES[self.mapped.index(position)]
+
+    def steps(self, band: int) -> tuple[Step, ...]:
+        steps = [Step("order", band, None, self.order), Step("map", band, THREAD_LEVEL, self.threads)]
+        if any(w > 1 for w in self.work):
+            steps.append(Step("tile", band, WORK_LEVEL, self.work))
+        return tuple(steps)
+
+    def grid(self, info: BandInfo) -> tuple[int, ...]:
+        """Blocks along each mapped member, innermost (x) first."""
+        ext = [info.extents[m] for m in self.order]
+        return tuple(math.ceil(ext[p] / (self.threads[p] * max(1, self.work[p]))) for p in self.mapped)
+
+    def block(self) -> tuple[int, ...]:
+        return tuple(self.threads[p] for p in self.mapped)
+
+
+def _mapping_of(config: Config, k: int, info: BandInfo) -> BandMapping:
+    n = info.members
+    order, threads, work = tuple(range(n)), (0,) * n, (1,) * n
+    for s in config.band_steps(k):
+        if s.op == "order":
+            order = s.arg
+        elif s.op == "map" and s.level == THREAD_LEVEL:
+            threads = s.arg
+        elif s.op == "tile" and s.level == WORK_LEVEL:
+            work = tuple(max(1, w) for w in s.arg)
+        else:
+            raise ScheduleError(f"band {k}: step '{s}' does not apply to a band on CUDA "
+                                f"(order, map({THREAD_LEVEL}), tile({WORK_LEVEL}))")
+    if not isinstance(order, tuple) or not isinstance(threads, tuple) or not isinstance(work, tuple):
+        raise ScheduleError(f"band {k}: order, threads and work are per-member lists")
+    return BandMapping(order, threads, work)
+
+
+def mappable(info: BandInfo) -> list[int]:
+    """Members that may be mapped: coincident ones of a permutable band (the first alone of
+    a band whose members cannot be reordered)."""
+    if info.members > 1 and not info.permutable:
+        return [0] if info.coincident[0] else []
+    return [m for m in range(info.members) if info.coincident[m]]
+
+
+def default_mapping(info: BandInfo, spec) -> BandMapping:
+    """The heuristic: the coincident member streaming most contiguous data innermost (x, so
+    that a warp reads consecutive elements), the next coincident member as y; 256 threads
+    per block as far as the loops allow; one point per thread unless a grid dimension would
+    exceed the GPU's limit."""
+    n = info.members
+    candidates = mappable(info)
+    order = list(range(n))
+    if info.permutable and n > 1 and candidates:
+        best = max(candidates, key=lambda m: (info.contiguity[m], m))
+        order.remove(best)
+        order.append(best)
+    ext = [info.extents[m] for m in order]
+    threads, work = [0] * n, [1] * n
+    mapped = [p for p in reversed(range(n)) if order[p] in candidates][:2]
+    budget = min(DEFAULT_THREADS, spec.max_threads_per_block)
+    for i, p in enumerate(mapped):
+        t = max(1, min(ext[p], budget, spec.max_block_dims[i]))
+        threads[p] = t
+        budget = max(1, budget // t)
+        limit = spec.max_grid_dims[i]
+        if math.ceil(ext[p] / t) > limit:
+            work[p] = math.ceil(ext[p] / (t * limit))
+    return BandMapping(tuple(order), tuple(threads), tuple(work))
+
+
+def validate_mapping(k: int, m: BandMapping, info: BandInfo, spec) -> None:
+    n = info.members
+    if sorted(m.order) != list(range(n)):
+        raise ScheduleError(f"band {k}: order {list(m.order)} is not a permutation of {n} loops")
+    if not info.permutable and n > 1 and m.order != tuple(range(n)):
+        raise ScheduleError(f"band {k}: its loops are not permutable, order {list(m.order)} is illegal")
+    if len(m.threads) != n or len(m.work) != n:
+        raise ScheduleError(f"band {k}: needs {n} thread counts and {n} points per thread")
+    allowed = mappable(info)
+    mapped = m.mapped
+    if len(mapped) > 3:
+        raise ScheduleError(f"band {k}: {len(mapped)} mapped loops, a GPU has 3 thread axes")
+    for p in range(n):
+        t, w, e = m.threads[p], m.work[p], info.extents[m.order[p]]
+        if t < 0 or w < 1:
+            raise ScheduleError(f"band {k}: negative thread count or points per thread")
+        if t and m.order[p] not in allowed:
+            raise ScheduleError(f"band {k}: loop {m.order[p]} carries a dependence (or cannot be moved) "
+                                f"and cannot be mapped to threads")
+        if t > e:
+            raise ScheduleError(f"band {k}: {t} threads along loop {m.order[p]} of extent {e}")
+        if w > 1 and (not t or t * w > e):
+            raise ScheduleError(f"band {k}: {w} points per thread along loop {m.order[p]} "
+                                f"({'not mapped' if not t else f'{t} threads, extent {e}'})")
+    for i, (t, g) in enumerate(zip(m.block(), m.grid(info))):
+        if t > spec.max_block_dims[i]:
+            raise ScheduleError(f"band {k}: {t} threads along {AXES[i]}, the GPU allows {spec.max_block_dims[i]}")
+        if g > spec.max_grid_dims[i]:
+            raise ScheduleError(f"band {k}: {g} blocks along {AXES[i]}, the GPU allows {spec.max_grid_dims[i]}")
+    total = math.prod(m.block())
+    if total > spec.max_threads_per_block:
+        raise ScheduleError(f"band {k}: {total} threads per block, the GPU allows {spec.max_threads_per_block}")
+
+
+# --- the knob space ----------------------------------------------------------------------------
+
+
+def _thread_choices(extent: int, limit: int, warp: int) -> list[int]:
+    """Thread counts along a loop: warp multiples that are powers of two up to the limit, or
+    the whole loop when it is shorter; powers of two below a warp for minor axes."""
+    out = {1 << k for k in range(0, 11) if (1 << k) <= min(extent, limit)}
+    if extent <= limit:
+        out.add(extent)
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class CudaBandSpace:
+    info: BandInfo
+    spec: object
+
+    def orders(self) -> list[tuple[int, ...]]:
+        n = self.info.members
+        if not self.info.permutable or n == 1:
+            return [tuple(range(n))]
+        return list(itertools.permutations(range(n)))
+
+    def sample(self, rng: random.Random) -> BandMapping:
+        info, spec = self.info, self.spec
+        n = info.members
+        order = rng.choice(self.orders())
+        allowed = mappable(info)
+        positions = [p for p in reversed(range(n)) if order[p] in allowed]
+        if not positions:
+            return BandMapping(order, (0,) * n, (1,) * n)
+        dims = rng.randint(1, min(3, len(positions)))
+        threads, work = [0] * n, [1] * n
+        budget = spec.max_threads_per_block
+        for i, p in enumerate(positions[:dims]):
+            e = info.extents[order[p]]
+            choices = [t for t in _thread_choices(e, min(budget, spec.max_block_dims[i]), spec.warp_size)
+                       if i > 0 or t >= min(e, spec.warp_size)]
+            t = rng.choice(choices or [1])
+            threads[p] = t
+            budget = max(1, budget // t)
+            ws = [w for w in WORK_CHOICES if t * w <= e]
+            work[p] = rng.choice(ws or [1])
+            if math.ceil(e / (t * work[p])) > spec.max_grid_dims[i]:
+                work[p] = math.ceil(e / (t * spec.max_grid_dims[i]))
+        return BandMapping(order, tuple(threads), tuple(work))
+
+    def size(self) -> int:
+        per_dim = [len(_thread_choices(e, 1024, 32)) * len(WORK_CHOICES) for e in self.info.extents]
+        return len(self.orders()) * max(1, math.prod(per_dim))
+
+
+@dataclass(frozen=True)
+class CudaSpace(Space):
+    """All CUDA configs of one subgraph for one fusion strategy: per band a member order,
+    threads and points per thread along the mapped members; unroll."""
+
+    bands: tuple[CudaBandSpace, ...] = ()
+    target: object = None
+
+    def __post_init__(self):
+        if not self.switches:
+            object.__setattr__(self, "switches", {"unroll": (True, False)})
+
+    def _config(self, mappings, unroll: bool) -> Config:
+        steps = [s for k, m in enumerate(mappings) for s in m.steps(k)]
+        return Config(self.fusion, tuple(steps) + ((Step("unroll"),) if unroll else ()))
+
+    def _mappings(self, config: Config) -> list[BandMapping]:
+        return [_mapping_of(config, k, b.info) if k in config.bands_given() else
+                default_mapping(b.info, b.spec) for k, b in enumerate(self.bands)]
+
+    def _legal(self, k: int, m: BandMapping) -> BandMapping:
+        try:
+            validate_mapping(k, m, self.bands[k].info, self.bands[k].spec)
+            return m
+        except ScheduleError:
+            return default_mapping(self.bands[k].info, self.bands[k].spec)
+
+    def size(self) -> int:
+        return 2 * math.prod(b.size() for b in self.bands)
+
+    def sample(self, rng: random.Random) -> Config:
+        return self._config([self._legal(k, b.sample(rng)) for k, b in enumerate(self.bands)], rng.random() < 0.5)
+
+    def __iter__(self) -> Iterator[Config]:
+        rng = random.Random(0)
+        seen = set()
+        yield self._config([default_mapping(b.info, b.spec) for b in self.bands], True)
+        for _ in range(100 * max(1, len(self.bands))):
+            config = self.sample(rng)
+            if config not in seen:
+                seen.add(config)
+                yield config
+
+    def validate(self, config: Config) -> None:
+        CudaRecipe(self.target).validate(config, [b.info for b in self.bands])
+
+    def mutate(self, config: Config, rng: random.Random) -> Config:
+        mappings = self._mappings(config)
+        unroll = config.has("unroll")
+        if not mappings or rng.random() < 0.2:
+            unroll = not unroll
+        else:
+            k = rng.randrange(len(mappings))
+            mappings[k] = self._legal(k, self.bands[k].sample(rng))
+        return self._config(mappings, unroll)
+
+    def crossover(self, a: Config, b: Config, rng: random.Random) -> Config:
+        ma, mb = self._mappings(a), self._mappings(b)
+        return self._config([rng.choice(pair) for pair in zip(ma, mb)], rng.choice((a, b)).has("unroll"))
+
+
+# --- the recipe ----------------------------------------------------------------------------------
+
+
+class CudaRecipe(Recipe):
+    """Outer bands to blocks and threads; everything else serial in each thread."""
+
+    @property
+    def spec(self):
+        return self.target.spec
+
+    def default_config(self, bands, dtype, fusion="smart") -> Config:
+        steps = [s for k, info in enumerate(bands) for s in default_mapping(info, self.spec).steps(k)]
+        return Config(fusion, tuple(steps) + (Step("unroll"),))
+
+    def space(self, bands, fusion="smart") -> CudaSpace:
+        return CudaSpace(fusion, bands=tuple(CudaBandSpace(i, self.spec) for i in bands), target=self.target)
+
+    def mappings(self, config: Config, bands: list[BandInfo]) -> list[BandMapping]:
+        given = config.bands_given()
+        return [_mapping_of(config, k, info) if k in given else default_mapping(info, self.spec)
+                for k, info in enumerate(bands)]
+
+    def validate(self, config, bands) -> None:
+        check_steps(config, self.target, len(bands))
+        for s in config.kernel_steps():
+            if s.op != "unroll":
+                raise ScheduleError(f"step '{s}' is not a CUDA kernel step (unroll)")
+        for k, (m, info) in enumerate(zip(self.mappings(config, bands), bands)):
+            validate_mapping(k, m, info, self.spec)
+
+    def apply(self, config, model, schedule, bands, dtype):
+        self.validate(config, bands)
+        if tree.n_outer_bands(schedule) != len(bands):
+            raise ScheduleError(f"the schedule has {tree.n_outer_bands(schedule)} outer bands, "
+                                f"the config maps {len(bands)}")
+        mappings = self.mappings(config, bands)
+        unroll = config.has("unroll")
+        return tree.map_outer_bands(model, schedule,
+                                    lambda node, k: _apply_band(node, mappings[k], bands[k], unroll))
+
+    def promote(self, config: Config) -> bool:
+        return False  # shared-memory and register promotion: not yet
+
+    def knob_features(self, config, bands) -> list[float]:
+        if not bands:
+            return [0.0] * 4
+        m = self.mappings(config, bands)[0]
+        return [math.log2(max(1, math.prod(m.block()))), math.log2(max(1, math.prod(m.work))),
+                float(len(m.mapped)), float(config.has("unroll"))]
+
+
+def _apply_band(node, m: BandMapping, info: BandInfo, unroll: bool):
+    """Tile the band into blocks, mark the tile loops as block indices and the point loops
+    as thread indices (mapped members first, the others serial inside), and sink each
+    thread's own points below everything under the band. Returns a node of the new tree."""
+    if not m.mapped:
+        return node
+    n = tree.band_members(node)
+    if n > 1 and not info.permutable:  # only the first member is mapped: strip-mine it alone
+        node = tree.split_band(node, 1)
+        m = BandMapping((0,), m.threads[:1], m.work[:1])
+        n = 1
+    if m.order != tuple(range(n)):
+        node = tree.permute_band(node, m.order)
+    extents = tree.band_extents(node)
+    blocks = tuple(t * w if t else e for t, w, e in zip(m.threads, m.work, extents))
+    node = tree.tile_band(node, blocks)
+    grid = [math.ceil(e / b) for e, b in zip(extents, blocks)]
+    marks = [f"{MARK_BLOCK}.{m.axis(p)}.{grid[p]}" if m.threads[p] and grid[p] > 1 else None for p in range(n)]
+    node = tree.insert_marks_on_members(node, marks)
+    for _ in range(n + sum(1 for x in marks if x)):  # down the chain of tile loops to the point band
+        node = tree.child(node)
+    cyclic = any(w > 1 for w in m.work)
+    if cyclic:  # point p = q * threads + thread: the q loop (a thread's own points) sinks below
+        node = tree.child(tree.tile_band(node, tuple(t if t else b for t, b in zip(m.threads, blocks))))
+    first = [p for p in range(n) if m.threads[p]] + [p for p in range(n) if not m.threads[p]]
+    if first != list(range(n)):
+        node = tree.permute_band(node, tuple(first))
+    marks = [f"{MARK_THREAD}.{m.axis(p)}.{m.threads[p]}" if m.threads[p] else None for p in first]
+    node = tree.insert_marks_on_members(node, marks)
+    if cyclic:
+        q = tree.parent(node)
+        per_thread = [MARK_UNROLL if unroll and 1 < w <= MAX_UNROLL else None for w in m.work]
+        node = tree.sink_below_inner(q, [True] * n, per_thread)
+    return node
