@@ -115,6 +115,21 @@ class ScheduleError(CompileError):
     """A schedule or mapping Config is illegal for the subgraph (the tuner skips it)."""
 
 
+class RaceError(ScheduleError):
+    """A mapping lets two threads of a block touch one element with no barrier between them
+    (or two blocks, which no barrier orders), one of them writing; `races` lists each
+    conflict with its statements, tensor and an example pair of instances."""
+
+    def __init__(self, message: str, races: list | None = None):
+        self.races = list(races or [])
+        super().__init__(message)
+
+
+class UnprovenRaceError(RaceError):
+    """The race checker could not prove a mapping race-free (isl's operation quota, or a
+    schedule it does not analyse); the mapping is refused, not assumed correct."""
+
+
 class LoweringError(CompileError):
     """Turning a schedule into TIR or machine code failed."""
 
