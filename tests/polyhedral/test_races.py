@@ -99,10 +99,14 @@ def test_blocks_sharing_a_global_element_is_an_inter_block_race():
 # one launch: a tile of a shared tensor written by each thread, then read transposed by another
 TILE = """{ domain: "{ W[i, j] : 0 <= i < 16 and 0 <= j < 16; R[i, j] : 0 <= i < 16 and 0 <= j < 16 }",
   child: { mark: "kernel", child: { sequence: [
-    { filter: "{ W[i, j] }", child: { mark: "%s", child: { mark: "threads",
+    { filter: "{ W[i, j] }", child: { mark: "%(writer)s", child: { mark: "threads",
       child: { schedule: "[{ W[i, j] -> [(i)] }, { W[i, j] -> [(j)] }]" } } } },
-    { filter: "{ R[i, j] }", child: { mark: "threads",
-      child: { schedule: "[{ R[i, j] -> [(i)] }, { R[i, j] -> [(j)] }]" } } } ] } } }"""
+    { filter: "{ R[i, j] }", child: { mark: "%(reader)s", child: { mark: "threads",
+      child: { schedule: "[{ R[i, j] -> [(i)] }, { R[i, j] -> [(j)] }]" } } } } ] } } }"""
+
+
+def _tile(writer="other", reader="other"):
+    return TILE % {"writer": writer, "reader": reader}
 
 
 def _tile_accesses(ctx):
@@ -113,14 +117,14 @@ def _tile_accesses(ctx):
 
 def test_a_shared_tile_read_by_other_threads_after_a_barrier_is_race_free():
     ctx = isl.Context()
-    schedule = isl.Schedule.read_from_str(ctx, TILE % "barrier")
+    schedule = isl.Schedule.read_from_str(ctx, _tile(writer="barrier"))
     writes, reads = _tile_accesses(ctx)
     assert find_races(writes, reads, mapping_of(schedule), shared={"A"}) == []
 
 
 def test_the_same_tile_without_the_barrier_is_a_missing_barrier_naming_both_statements():
     ctx = isl.Context()
-    schedule = isl.Schedule.read_from_str(ctx, TILE % "other")
+    schedule = isl.Schedule.read_from_str(ctx, _tile())
     writes, reads = _tile_accesses(ctx)
     (race,) = find_races(writes, reads, mapping_of(schedule), shared={"A"})
     assert race.kind == MISSING_BARRIER and race.statements == ("W", "R") and race.tensor == "A"
@@ -281,3 +285,22 @@ def test_running_out_of_the_operation_quota_cannot_prove_anything():
     with pytest.raises(UnprovenRaceError, match="cannot prove the mapping race-free: isl operation quota"):
         check_schedule(sp.model, schedule, max_operations=10)
     check_schedule(sp.model, schedule)  # the context works again afterwards
+
+
+def test_a_barrier_before_the_reader_works_as_one_after_the_writer():
+    ctx = isl.Context()
+    writes, reads = _tile_accesses(ctx)
+    schedule = isl.Schedule.read_from_str(ctx, _tile(reader="barrier.before"))
+    assert find_races(writes, reads, mapping_of(schedule), shared={"A"}) == []
+
+
+def test_trees_the_checker_does_not_analyse_are_refused_not_passed():
+    ctx = isl.Context()
+    in_a_set = """{ domain: "{ W[i] : 0 <= i < 4; R[i] : 0 <= i < 4 }", child: { set: [
+      { filter: "{ W[i] }", child: { mark: "barrier", child: { schedule: "[{ W[i] -> [(i)] }]" } } },
+      { filter: "{ R[i] }" } ] } }"""
+    with pytest.raises(UnprovenRaceError, match="set node"):
+        mapping_of(isl.Schedule.read_from_str(ctx, in_a_set))
+    not_a_band = """{ domain: "{ W[i] : 0 <= i < 4 }", child: { mark: "threads", child: { filter: "{ W[i] }" } } }"""
+    with pytest.raises(UnprovenRaceError, match="other than a band"):
+        mapping_of(isl.Schedule.read_from_str(ctx, not_a_band))
