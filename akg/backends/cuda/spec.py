@@ -8,6 +8,7 @@ records."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -49,9 +50,9 @@ class GpuSpec:
         return int(digits[:-1]), int(digits[-1])
 
     def key(self) -> str:
-        """What distinguishes this GPU in a tuning record: the arch and the numbers a mapping
-        depends on."""
-        return f"{self.arch}-{self.sms}sm-{self.shared_per_block // KIB}k"
+        """Stable identity for tuning records: the arch, the name and a digest of every number,
+        so two specs that differ in any number never share records."""
+        return f"{self.arch}-{self.name}-{hashlib.sha256(self.to_json().encode()).hexdigest()[:12]}"
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

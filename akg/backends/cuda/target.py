@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from akg.backends.cuda.spec import SPEC_DEFAULT, get_spec
+from akg.backends.cuda.spec import SPEC_DEFAULT, GpuSpec, get_spec
 from akg.target import THREADS, UNROLL, MemoryLevel, Target
 
 KIND = "cuda"
@@ -21,10 +21,12 @@ GLOBAL, SHARED, REGISTERS = "global", "shared", "registers"
 
 @dataclass(frozen=True)
 class CudaTarget(Target):
-    """A CUDA GPU of spec `spec_name` (a key of `spec.GPU_SPECS`)."""
+    """A CUDA GPU of spec `spec_name` (a key of `spec.GPU_SPECS`), or of the `GpuSpec` given
+    as `gpu` (a GPU that is no preset)."""
 
     kind: str = KIND
     spec_name: str = SPEC_DEFAULT
+    gpu: GpuSpec | None = None
 
     def __post_init__(self):
         spec = self.spec
@@ -40,8 +42,8 @@ class CudaTarget(Target):
             object.__setattr__(self, "capabilities", frozenset({THREADS, UNROLL}))
 
     @property
-    def spec(self):
-        return get_spec(self.spec_name)
+    def spec(self) -> GpuSpec:
+        return self.gpu if self.gpu is not None else get_spec(self.spec_name)
 
     @property
     def arch(self) -> str:

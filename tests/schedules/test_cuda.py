@@ -1,0 +1,117 @@
+"""The CUDA mapping recipe (schedules/cuda.py): default steps per band, what it refuses and
+why, its knob space, and the marks it leaves for the backend (checked end to end in the
+emulation, tests/akg/backends/cuda)."""
+
+import random
+
+import numpy as np
+import pytest
+
+import akg
+from akg.compiler import pipeline_for
+from akg.errors import ScheduleError
+from akg.graph import GraphBuilder
+from akg.schedules.space import Config, Step
+
+
+def _graph(body):
+    b = GraphBuilder("k")
+    body(b)
+    return b.build()
+
+
+def _pipeline(body, target="cuda-emu"):
+    return pipeline_for(_graph(body), target)
+
+
+def _elementwise(b):
+    b.output(b.relu(b.add(b.input("x", (100, 37)), b.input("y", (37,)))))
+
+
+def _matmul(b):
+    b.output(b.matmul(b.input("a", (70, 96)), b.input("w", (96, 130))))
+
+
+def _full_sum(b):
+    b.output(b.sum(b.input("x", (37, 41)), axes=[0, 1]))
+
+
+def test_default_maps_the_contiguous_member_to_x_and_the_next_to_y():
+    p = _pipeline(_elementwise)
+    assert p.default_config().steps == (Step("order", 0, None, (0, 1)), Step("map", 0, "threads", (6, 37)),
+                                        Step("unroll"))
+    tir = p.build().tir()
+    assert "blockIdx.y.17" in tir and "threadIdx.y.6" in tir and "threadIdx.x.37" in tir
+
+
+def test_a_matmul_maps_its_output_and_keeps_the_reduction_serial_in_each_thread():
+    p = _pipeline(_matmul)
+    (info,) = p.bands
+    assert info.reduction_inner
+    assert Step("map", 0, "threads", (1, 130)) in p.default_config().steps
+    tir = p.build().tir()
+    assert "threadIdx.x.130" in tir and "blockIdx.y.70" in tir
+    assert tir.index("threadIdx.x.130") < tir.index("in range(96)")  # k inside the thread
+
+
+def test_a_band_without_parallel_members_is_not_mapped():
+    p = _pipeline(_full_sum)
+    assert all(s.arg == (0,) * len(s.arg) for s in p.default_config().steps if s.op == "map")
+    assert "threadIdx" not in p.build().tir()
+    kernel = akg.build(_graph(_full_sum), target="cuda-emu")
+    x = np.random.default_rng(1).standard_normal((37, 41)).astype(np.float32)
+    np.testing.assert_allclose(kernel(x)[0], x.sum(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("steps, message", [
+    ((Step("map", 0, "threads", (64, 37)),), "2368 threads per block, the GPU allows 1024"),
+    ((Step("map", 0, "threads", (1, 64)),), "64 threads along loop 1 of extent 37"),
+    ((Step("map", 0, "threads", (0, 37, 1)),), "needs 2 thread counts"),
+    ((Step("order", 0, None, (0, 0)),), "not a permutation"),
+    ((Step("map", 0, "threads", (4, 32)), Step("tile", 0, "registers", (1, 2))), "2 points per thread along loop 1"),
+    ((Step("vectorize"),), "needs capability 'vector'"),
+    ((Step("tile", 0, "L2", (4, 4)),), "no memory level 'L2'"),
+    ((Step("map", 0, "threads", (4, 32)), Step("promote", None, "shared")), "not a CUDA kernel step"),
+])
+def test_illegal_configs_say_why(steps, message):
+    p = _pipeline(_elementwise)
+    with pytest.raises(ScheduleError, match=message):
+        p.recipe.validate(Config("smart", steps), p.bands)
+
+
+def test_a_reduction_member_cannot_be_mapped():
+    p = _pipeline(_full_sum)
+    k = next(k for k, info in enumerate(p.bands) if not any(info.coincident))
+    n = p.bands[k].members
+    steps = (Step("map", k, "threads", (1,) * n),)
+    with pytest.raises(ScheduleError, match="carries a dependence"):
+        p.recipe.validate(Config("smart", steps), p.bands)
+
+
+def test_grid_limits_are_the_specs():
+    p = _pipeline(lambda b: b.output(b.exp(b.input("x", (70000, 2)))), "cuda")
+    with pytest.raises(ScheduleError, match="70000 blocks along y, the GPU allows 65535"):
+        p.recipe.validate(Config("smart", (Step("map", 0, "threads", (1, 2)),)), p.bands)
+    p.recipe.validate(p.default_config(), p.bands)  # the default fits
+
+
+def test_sampled_mutated_and_crossed_configs_are_legal_and_correct():
+    p = _pipeline(lambda b: b.output(b.sigmoid(b.add(b.input("x", (3, 40, 50)), b.input("y", (50,))))))
+    space = p.space()
+    rng = random.Random(3)
+    x = np.random.default_rng(0).standard_normal((3, 40, 50)).astype(np.float32)
+    y = np.random.default_rng(1).standard_normal(50).astype(np.float32)
+    configs = [space.sample(rng) for _ in range(4)]
+    configs += [space.mutate(configs[0], rng), space.crossover(configs[1], configs[2], rng)]
+    assert len(set(configs)) > 2 and space.size() > 100
+    for config in configs:
+        space.validate(config)
+        got = p.build(config)(x, y)[0]
+        np.testing.assert_allclose(got, 1 / (1 + np.exp(-(x + y))), rtol=1e-5, atol=1e-6)
+    assert len(p.recipe.knob_features(configs[0], p.bands)) == 4
+
+
+def test_the_mapping_is_the_same_for_the_gpu_and_its_emulation():
+    gpu, emu = _pipeline(_matmul, "cuda"), _pipeline(_matmul, "cuda-emu")
+    assert gpu.default_config() == emu.default_config()
+    assert gpu.lower(None)[0].script() == emu.lower(None)[0].script()
