@@ -338,7 +338,8 @@ def _save_outputs(path: Path | None, names, outputs) -> None:
 @cli.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--target", default="cpu", show_default=True, help="Target to compile for.")
-@click.option("--show-source", is_flag=True, help="Print the TIR of the kernel (of each distinct kernel of a model).")
+@click.option("--show-source", is_flag=True, help="Print the source of the kernel (of each distinct kernel of a model): "
+              "the target's generated source where it has one (CUDA C), else the TIR.")
 @click.option("--asm", "show_asm", is_flag=True, help="Print the generated assembly (of each distinct kernel of a model).")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
               help="Model: the .akgpack to write. Kernel file: a folder for kernel.tir, kernel.s, kernel.so. "
@@ -402,7 +403,7 @@ def compile_cmd(model: Path, target: str, show_source: bool, show_asm: bool, out
                   f"codegen {s.codegen_s:.3f}s, compile {s.compile_s:.3f}s"
                   + (f"; schedule fallback: {s.fallback}" if s.fallback else ""))
     if show_source:
-        click.echo(kernel.tir())
+        click.echo(_generated_source(kernel.target.backend(), kernel.executable) or kernel.tir())
     if show_asm:
         click.echo(kernel.source("asm"))
     if out_dir is not None:
@@ -417,6 +418,11 @@ def compile_cmd(model: Path, target: str, show_source: bool, show_asm: bool, out
         console.print(f"wrote {out_dir}/kernel.tir, kernel.s, kernel.{artifact.kind}")
 
 
+def _generated_source(backend, executable) -> str:
+    """The kernel's generated source where its backend has one (`Backend.source_kind`), else ""."""
+    return backend.source(executable, backend.source_kind) if backend.source_kind else ""
+
+
 def _echo_kernel_sources(compiled, tir: bool, asm: bool) -> None:
     """Each distinct kernel of a compiled model, under the name of its first call: its TIR and/or
     the target's generated code."""
@@ -428,7 +434,8 @@ def _echo_kernel_sources(compiled, tir: bool, asm: bool) -> None:
         kernel = compiled.kernels[call.kernel]
         click.echo(f"# kernel {call.name} ({kernel.source} config)")
         if tir:
-            click.echo(kernel.func.script() if kernel.func is not None else "# (no TIR: loaded from a pack)")
+            click.echo(_generated_source(compiled.backend, kernel.executable)
+                       or (kernel.func.script() if kernel.func is not None else "# (no TIR: loaded from a pack)"))
         if asm:
             click.echo(compiled.backend.source(kernel.executable, "asm"))
 

@@ -102,6 +102,7 @@ class CudaBackend(Backend):
     """Executables are `CudaExecutable`s; artifacts their JSON (source, cubin, launches)."""
 
     artifact_kind = ARTIFACT_KIND
+    source_kind = "cuda"
 
     def compile(self, func, target, *, reciprocal: bool = True):
         name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else "main"
