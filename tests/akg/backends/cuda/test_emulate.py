@@ -72,3 +72,21 @@ def test_a_thread_computes_several_points_cyclically():
     assert "threadIdx.x.64" in tir and "blockIdx.x.4" in tir and "blockIdx.y.5" in tir
     x = np.random.default_rng(0).standard_normal((10, 1000)).astype(np.float32)
     np.testing.assert_allclose(kernel(x)[0], np.exp(x), rtol=1e-5)
+
+
+def test_the_tuner_searches_the_cuda_mapping_in_emulation(tmp_path):
+    """Sampled mappings build, run and check in the emulation; records carry cuda-emu's key."""
+    from akg.db import open_database
+    from akg.target import get_target
+    from akg.tuner.builder import InProcessBuilder
+    from akg.tuner.runner import InProcessRunner
+    from akg.tuner.tune import tune
+
+    graph = _graph(lambda b: b.output(b.softmax(b.input("x", (64, 100)), axis=-1)))
+    db = open_database(str(tmp_path / "emu.db"))
+    result = tune(graph, target="cuda-emu", trials=4, db=db, cost_model="random", search="random",
+                  builder=InProcessBuilder(str(tmp_path)), runner=InProcessRunner(min_seconds=0.001, repeats=1))
+    (kernel,) = result.kernels
+    assert result.new_measurements == 4 and kernel.failures == 0 and kernel.best_cost > 0
+    records = db.records(kernel.workload_key, get_target("cuda-emu").key)
+    assert len(records) == 4 and len({r.config for r in records}) > 1
