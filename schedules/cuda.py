@@ -10,8 +10,10 @@ member, 0: not mapped; the innermost mapped member is x, then y, z) and `tile(re
 The mapped loops are marked `blockIdx.<axis>.<blocks>` and `threadIdx.<axis>.<threads>` in
 the tree; astgen keeps these marks in the TIR (`LoweringHooks.keep_marks`) and the CUDA
 backend turns the marked loops into thread bindings (`akg/backends/cuda/bind.py`). A band
-with no parallel member (a full reduction) is not mapped: it runs in one block of one
-thread. Cross-thread reductions, shared-memory and register promotion are not done yet."""
+with no parallel member is not mapped: it runs in one block of one thread; reductions with
+few outputs over many terms are first split into partials that do map (`prepare`,
+`cuda_split.py`). Cross-thread reductions, shared-memory and register promotion are not
+done yet."""
 
 from __future__ import annotations
 
@@ -282,6 +284,13 @@ class CudaRecipe(Recipe):
     @property
     def spec(self):
         return self.target.spec
+
+    def prepare(self, program, dtype: str):
+        """Reductions with few outputs over many terms split into partials (`cuda_split`),
+        about one per warp slot of the GPU's SMs, so that they spread over threads."""
+        from akg.schedules.cuda_split import split_for_threads
+
+        return split_for_threads(program, self.spec.sms * self.spec.warp_size)
 
     def default_config(self, bands, dtype, fusion="smart") -> Config:
         steps = [s for k, info in enumerate(bands) for s in default_mapping(info, self.spec).steps(k)]

@@ -32,10 +32,6 @@ def _matmul(b):
     b.output(b.matmul(b.input("a", (70, 96)), b.input("w", (96, 130))))
 
 
-def _full_sum(b):
-    b.output(b.sum(b.input("x", (37, 41)), axes=[0, 1]))
-
-
 def test_default_maps_the_contiguous_member_to_x_and_the_next_to_y():
     p = _pipeline(_elementwise)
     assert p.default_config().steps == (Step("order", 0, None, (0, 1)), Step("map", 0, "threads", (6, 37)),
@@ -55,12 +51,24 @@ def test_a_matmul_maps_its_output_and_keeps_the_reduction_serial_in_each_thread(
 
 
 def test_a_band_without_parallel_members_is_not_mapped():
-    p = _pipeline(_full_sum)
+    small_sum = lambda b: b.output(b.sum(b.input("x", (10, 20)), axes=[0, 1]))  # noqa: E731
+    p = _pipeline(small_sum)
     assert all(s.arg == (0,) * len(s.arg) for s in p.default_config().steps if s.op == "map")
     assert "threadIdx" not in p.build().tir()
-    kernel = akg.build(_graph(_full_sum), target="cuda-emu")
-    x = np.random.default_rng(1).standard_normal((37, 41)).astype(np.float32)
-    np.testing.assert_allclose(kernel(x)[0], x.sum(), rtol=1e-4)
+    x = np.random.default_rng(1).standard_normal((10, 20)).astype(np.float32)
+    np.testing.assert_allclose(p.build()(x)[0], x.sum(), rtol=1e-5)
+
+
+def test_a_long_full_reduction_is_split_into_partials_that_map_to_threads():
+    p = _pipeline(lambda b: b.output(b.max(b.input("x", (1 << 16,)), axes=[0])))
+    assert len(p.bands) == 2  # the partials, then the final reduction
+    assert p.default_config().steps[:2] == (Step("order", 0, None, (0,)), Step("map", 0, "threads", (256,)))
+    tir = p.build().tir()
+    assert "blockIdx.x.8" in tir and "threadIdx.x.256" in tir  # 2048 partials of 32 terms
+    x = np.random.default_rng(2).standard_normal(1 << 16).astype(np.float32)
+    assert p.build()(x)[0] == x.max()
+    few = _pipeline(lambda b: b.output(b.sum(b.input("x", (37, 41)), axes=[0, 1])))
+    assert "threadIdx.x.37" in few.build().tir()  # 37 partials: a divisor of the first axis
 
 
 @pytest.mark.parametrize("steps, message", [
@@ -80,7 +88,7 @@ def test_illegal_configs_say_why(steps, message):
 
 
 def test_a_reduction_member_cannot_be_mapped():
-    p = _pipeline(_full_sum)
+    p = _pipeline(lambda b: b.output(b.sum(b.input("x", (10, 20)), axes=[0, 1])))
     k = next(k for k, info in enumerate(p.bands) if not any(info.coincident))
     n = p.bands[k].members
     steps = (Step("map", k, "threads", (1,) * n),)
