@@ -165,9 +165,9 @@ def validate_mapping(k: int, m: BandMapping, info: BandInfo, spec) -> None:
 # --- the knob space ----------------------------------------------------------------------------
 
 
-def _thread_choices(extent: int, limit: int, warp: int) -> list[int]:
-    """Thread counts along a loop: warp multiples that are powers of two up to the limit, or
-    the whole loop when it is shorter; powers of two below a warp for minor axes."""
+def _thread_choices(extent: int, limit: int) -> list[int]:
+    """Thread counts along a loop: powers of two up to the limit and the loop, and the whole
+    loop when it fits (the sampler keeps those of at least a warp along x)."""
     out = {1 << k for k in range(0, 11) if (1 << k) <= min(extent, limit)}
     if extent <= limit:
         out.add(extent)
@@ -198,7 +198,7 @@ class CudaBandSpace:
         budget = spec.max_threads_per_block
         for i, p in enumerate(positions[:dims]):
             e = info.extents[order[p]]
-            choices = [t for t in _thread_choices(e, min(budget, spec.max_block_dims[i]), spec.warp_size)
+            choices = [t for t in _thread_choices(e, min(budget, spec.max_block_dims[i]))
                        if i > 0 or t >= min(e, spec.warp_size)]
             t = rng.choice(choices or [1])
             threads[p] = t
@@ -210,7 +210,8 @@ class CudaBandSpace:
         return BandMapping(order, tuple(threads), tuple(work))
 
     def size(self) -> int:
-        per_dim = [len(_thread_choices(e, 1024, 32)) * len(WORK_CHOICES) for e in self.info.extents]
+        limit = self.spec.max_threads_per_block
+        per_dim = [len(_thread_choices(e, limit)) * len(WORK_CHOICES) for e in self.info.extents]
         return len(self.orders()) * max(1, math.prod(per_dim))
 
 

@@ -7,7 +7,6 @@ import random
 import numpy as np
 import pytest
 
-import akg
 from akg.compiler import pipeline_for
 from akg.errors import ScheduleError
 from akg.graph import GraphBuilder
