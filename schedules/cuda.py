@@ -104,9 +104,10 @@ def mappable(info: BandInfo) -> list[int]:
 
 def default_mapping(info: BandInfo, spec) -> BandMapping:
     """The heuristic: the coincident member streaming most contiguous data innermost (x, so
-    that a warp reads consecutive elements), the next coincident member as y; 256 threads
-    per block as far as the loops allow; one point per thread unless a grid dimension would
-    exceed the GPU's limit."""
+    that a warp reads consecutive elements), the next coincident members as y and z; 256
+    threads per block as far as the loops allow, x first (a member left without threads is
+    still mapped to blocks, one block per point: a conv's channels when its rows fill the
+    threads); one point per thread unless a grid dimension would exceed the GPU's limit."""
     n = info.members
     candidates = mappable(info)
     order = list(range(n))
@@ -116,7 +117,7 @@ def default_mapping(info: BandInfo, spec) -> BandMapping:
         order.append(best)
     ext = [info.extents[m] for m in order]
     threads, work = [0] * n, [1] * n
-    mapped = [p for p in reversed(range(n)) if order[p] in candidates][:2]
+    mapped = [p for p in reversed(range(n)) if order[p] in candidates][:3]
     budget = min(DEFAULT_THREADS, spec.max_threads_per_block)
     for i, p in enumerate(mapped):
         t = max(1, min(ext[p], budget, spec.max_block_dims[i]))

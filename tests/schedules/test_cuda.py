@@ -122,3 +122,13 @@ def test_the_mapping_is_the_same_for_the_gpu_and_its_emulation():
     gpu, emu = _pipeline(_matmul, "cuda"), _pipeline(_matmul, "cuda-emu")
     assert gpu.default_config() == emu.default_config()
     assert gpu.lower(None)[0].script() == emu.lower(None)[0].script()
+
+
+def test_a_third_member_maps_to_blocks_when_the_threads_are_spent():
+    p = _pipeline(lambda b: b.output(b.relu(b.conv2d(b.input("x", (2, 16, 13, 13)), b.input("w", (32, 16, 3, 3)),
+                                                     strides=(1, 1), padding=(0, 0, 0, 0)))))
+    (info,) = p.bands
+    assert info.extents == (2, 32, 11, 11)
+    assert Step("map", 0, "threads", (0, 2, 11, 11)) in p.default_config().steps
+    tir = p.build().tir()
+    assert "blockIdx.z.16" in tir and "threadIdx.z.2" in tir and "threadIdx.x.11" in tir
