@@ -339,7 +339,7 @@ def _save_outputs(path: Path | None, names, outputs) -> None:
 @click.argument("model", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--target", default="cpu", show_default=True, help="Target to compile for.")
 @click.option("--show-source", is_flag=True, help="Print the source of the kernel (of each distinct kernel of a model): "
-              "the target's generated source where it has one (CUDA C), else the TIR.")
+              "the target's generated source where it has one (a GPU kernel's C), else the TIR.")
 @click.option("--asm", "show_asm", is_flag=True, help="Print the generated assembly (of each distinct kernel of a model).")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
               help="Model: the .akgpack to write. Kernel file: a folder for kernel.tir, kernel.s, kernel.so. "

@@ -158,7 +158,7 @@ class Backend(abc.ABC):
     outputs) as the backend's own device tensors."""
 
     artifact_kind: ClassVar[str]
-    # the `source` kind that is the kernel's generated source code (C, CUDA C), which
+    # the `source` kind that is the kernel's generated source code (C of a GPU kernel), which
     # `akg compile --show-source` prints instead of the TIR; None: the TIR is the source
     source_kind: ClassVar[str | None] = None
 

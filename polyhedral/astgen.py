@@ -53,7 +53,7 @@ _COMPARE = {"eq": tirx.EQ, "ne": tirx.NE, "lt": tirx.LT, "le": tirx.LE, "gt": ti
 
 
 def _ident(name: str) -> str:
-    """A C identifier for a tensor name (TVM's C and CUDA code name parameters after buffers)."""
+    """A C identifier for a tensor name (TVM's C code generators name parameters after buffers)."""
     name = re.sub(r"\W", "_", name)
     return "t" + name if name[:1].isdigit() else name
 

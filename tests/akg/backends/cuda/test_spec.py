@@ -39,3 +39,18 @@ def test_targets_by_name_carry_their_spec_in_their_key():
                                                          ("registers", "thread")]
     assert cuda.level("shared").bytes == 48 * 1024
     assert cuda.backend().artifact_kind == "cuda-cubin" and emu.backend().artifact_kind == "cuda-emu-llvm"
+
+
+def test_nothing_outside_the_cuda_plug_in_names_it():
+    """Shared code reaches the CUDA target through the Target object only (docs/targets.md)."""
+    from pathlib import Path
+
+    import akg
+
+    root = Path(akg.__file__).parents[1]
+    own = {root / "schedules" / "cuda.py", root / "schedules" / "cuda_split.py"}
+    for folder in ("akg", "graph", "polyhedral", "schedules", "tuner", "db"):
+        for path in (root / folder).rglob("*.py"):
+            if path in own or (root / "akg" / "backends" / "cuda") in path.parents:
+                continue
+            assert "cuda" not in path.read_text().lower(), path
