@@ -76,6 +76,19 @@ class BandMapping:
         return tuple(self.threads[p] for p in self.mapped)
 
 
+def race_role(name: str) -> tuple[str, int] | None:
+    """What a mark of this recipe means to the race checker (`akg.polyhedral.races`, its
+    `roles`): `blockIdx.<axis>.<n>` is block coordinate x=0, y=1, z=2 of the single-member
+    band below, `threadIdx.<axis>.<n>` thread coordinate; other marks mean nothing to it."""
+    from akg.polyhedral.races import MARK_BLOCKS, MARK_THREADS
+
+    head, _, rest = name.partition(".")
+    axis = rest.partition(".")[0]
+    if head in (MARK_BLOCK, MARK_THREAD) and axis in AXES:
+        return (MARK_BLOCKS if head == MARK_BLOCK else MARK_THREADS), AXES.index(axis)
+    return None
+
+
 def _mapping_of(config: Config, k: int, info: BandInfo) -> BandMapping:
     n = info.members
     order, threads, work = tuple(range(n)), (0,) * n, (1,) * n

@@ -132,3 +132,32 @@ def test_a_third_member_maps_to_blocks_when_the_threads_are_spent():
     assert Step("map", 0, "threads", (0, 2, 11, 11)) in p.default_config().steps
     tir = p.build().tir()
     assert "blockIdx.z.16" in tir and "threadIdx.z.2" in tir and "threadIdx.x.11" in tir
+
+
+@pytest.mark.parametrize("body", [_elementwise, _matmul,
+                                  lambda b: b.output(b.softmax(b.input("x", (65, 300)), axis=-1)),
+                                  lambda b: b.output(b.max(b.input("x", (1 << 16,)), axes=[0]))])
+def test_the_race_checker_finds_no_race_in_default_mappings(body):
+    from akg.polyhedral.races import check_schedule
+    from akg.schedules.cuda import race_role
+
+    p = _pipeline(body)
+    mapped = p.recipe.apply(p.default_config(), p.model, p.schedule, p.bands, p.dtype)
+    check_schedule(p.model, mapped, roles=race_role)
+
+
+def test_the_race_checker_catches_a_reduction_mapped_to_threads():
+    """The mapping `validate` refuses, applied anyway: threads would update one sum."""
+    from akg.errors import RaceError
+    from akg.polyhedral import tree
+    from akg.polyhedral.races import check_schedule
+    from akg.schedules.cuda import BandMapping, _apply_band, race_role
+
+    p = _pipeline(lambda b: b.output(b.sum(b.input("x", (10, 20)), axes=[0, 1])))
+    k = next(k for k, info in enumerate(p.bands) if not any(info.coincident))
+    info = p.bands[k]
+    bad = BandMapping(tuple(range(info.members)), (0,) * (info.members - 1) + (4,), (1,) * info.members)
+    mapped = tree.map_outer_bands(p.model, p.schedule,
+                                  lambda node, j: _apply_band(node, bad, info, False) if j == k else node)
+    with pytest.raises(RaceError, match="write-write race on"):
+        check_schedule(p.model, mapped, roles=race_role)
