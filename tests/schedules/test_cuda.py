@@ -151,7 +151,7 @@ def test_the_race_checker_catches_a_reduction_mapped_to_threads():
     from akg.errors import RaceError
     from akg.polyhedral import tree
     from akg.polyhedral.races import check_schedule
-    from akg.schedules.cuda import BandMapping, _apply_band, race_role
+    from akg.schedules.cuda import BandMapping, _apply_band, check_mapping, race_role
 
     p = _pipeline(lambda b: b.output(b.sum(b.input("x", (10, 20)), axes=[0, 1])))
     k = next(k for k, info in enumerate(p.bands) if not any(info.coincident))
@@ -161,3 +161,5 @@ def test_the_race_checker_catches_a_reduction_mapped_to_threads():
                                   lambda node, j: _apply_band(node, bad, info, False) if j == k else node)
     with pytest.raises(RaceError, match="write-write race on"):
         check_schedule(p.model, mapped, roles=race_role)
+    with pytest.raises(RaceError, match="inter-block race"):  # what apply runs on every mapping
+        check_mapping(p.model, mapped)
