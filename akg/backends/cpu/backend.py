@@ -40,7 +40,7 @@ class CpuBackend(Backend):
 
     def load(self, artifact: Artifact):
         if artifact.kind != self.artifact_kind:
-            raise LoweringError(f"the CPU backend cannot load an artifact of kind '{artifact.kind}'")
+            raise LoweringError(f"backend '{self.artifact_kind}' cannot load an artifact of kind '{artifact.kind}'")
         fd, path = tempfile.mkstemp(suffix=".so", prefix="akg-kernel-")
         try:
             with os.fdopen(fd, "wb") as f:

@@ -15,7 +15,7 @@ import tvm
 from akg.backends.cuda.bind import bind_threads, unbind_func
 from akg.backends.cuda.target import EMU_ARTIFACT_KIND
 from akg.errors import LoweringError
-from akg.target import Artifact, Backend
+from akg.backends.cpu.backend import CpuBackend
 
 
 def emulated(func):
@@ -24,8 +24,11 @@ def emulated(func):
     return unbind_func(bound), launches
 
 
-class CudaEmuBackend(Backend):
-    """Executables are TVM host modules; artifacts the shared libraries TVM exports."""
+class CudaEmuBackend(CpuBackend):
+    """Executables are TVM host modules of the emulated kernel, handled as the CPU backend's
+    (shared-library artifacts, host tensors, `time_evaluator` timing: host time, useful only
+    to exercise the tuner); only the compilation differs, and a model runs kernel by kernel
+    (no linked driver)."""
 
     artifact_kind = EMU_ARTIFACT_KIND
 
@@ -37,57 +40,9 @@ class CudaEmuBackend(Backend):
             first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             raise LoweringError(f"emulated CUDA kernel: LLVM compilation failed: {first}") from e
 
-    def export(self, executable) -> Artifact:
-        import os
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="akg-export-") as tmp:
-            path = os.path.join(tmp, "kernel.so")
-            executable.export_library(path)
-            with open(path, "rb") as f:
-                return Artifact(self.artifact_kind, f.read())
-
-    def load(self, artifact: Artifact):
-        import os
-        import tempfile
-
-        if artifact.kind != self.artifact_kind:
-            raise LoweringError(f"the CUDA emulation cannot load an artifact of kind '{artifact.kind}'")
-        fd, path = tempfile.mkstemp(suffix=".so", prefix="akg-cuda-emu-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(artifact.data)
-            return tvm.runtime.load_module(path)
-        finally:
-            os.remove(path)
-
     def source(self, executable, kind: str = "ll") -> str:
         """'ll' or 'asm' of the host code."""
-        for m in [executable, *getattr(executable, "imports", [])]:
-            try:
-                text = m.inspect_source(kind)
-            except Exception:  # noqa: BLE001
-                continue
-            if text:
-                return text
-        return ""
+        return super().source(executable, kind)
 
-    def entry(self, executable):
-        return executable["main"]
-
-    def to_device(self, array):
-        return tvm.runtime.tensor(array, tvm.cpu())
-
-    def empty(self, shape, dtype: str):
-        return tvm.runtime.empty(tuple(shape), dtype, tvm.cpu())
-
-    def view(self, arena, shape, dtype: str):
-        return arena._create_view(tuple(shape), dtype)
-
-    def to_numpy(self, tensor):
-        return tensor.numpy()
-
-    def measure(self, executable, tensors, *, number: int, repeat: int) -> list[float]:
-        """Host time of the emulation (not a GPU's: useful only to exercise the tuner)."""
-        timer = executable.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)
-        return [float(x) for x in timer(*tensors).results]
+    def link(self, executables, program):
+        return None
