@@ -793,8 +793,10 @@ class TirLowering:
     def _condition(self, where: isl.AstExpr | None) -> tirx.PrimExpr | None:
         """A promotion's `where` as isl wrote it for the loops around the mark; None when isl
         found it always true there (the usual case)."""
-        if where is None or (where.get_type() == isl.ast_expr_type.int and where.get_val().to_python() != 0):
+        if where is None:
             return None
+        if where.get_type() == isl.ast_expr_type.int:  # isl decided it for these loops
+            return None if where.get_val().to_python() != 0 else tirx.const(False, "bool")
         return self.expr(where)  # comparisons joined by and/or
 
     def _copy(self, local, offsets, p: Promotion, into_local: bool, shadow: bool = False) -> tirx.Stmt:
