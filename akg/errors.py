@@ -150,3 +150,18 @@ class ClusterError(AkgError):
     measures the tuner's target (`akg tune --workers/--scheduler`)."""
 
     exit_code = 7
+
+
+# --- auto-parallel ------------------------------------------------------------------------
+
+
+class ShardingError(InputError):
+    """A mesh or a sharding that cannot be: an unknown or repeated mesh axis, a tensor dim not
+    divisible by the devices splitting it, a pinned sharding no strategy of its op takes."""
+
+
+class NoPlanError(AkgError):
+    """No parallel plan fits: every strategy of some op (or the whole model) exceeds the
+    per-device memory budget, or the mesh cannot hold the requested pipeline stages."""
+
+    exit_code = 8

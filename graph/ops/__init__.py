@@ -1,8 +1,8 @@
 """The op registry (`OPS`) and every op family, registered on import."""
 
 from akg.graph.ops.registry import (  # noqa: F401
-    COMPOSITE, CONV, ELEMWISE, INDEX, KINDS, LAYOUT, LINALG, OPS, POOL, REDUCE,
-    COMPUTES, EXPANDERS, VJP_RULES, Attr, Attrs, ComputeCtx, OpDef, defcompute, defexpand, defop, defvjp,
+    COLLECTIVE, COMPOSITE, CONV, ELEMWISE, INDEX, KINDS, LAYOUT, LINALG, OPS, POOL, REDUCE, SHARDING_RULES,
+    COMPUTES, EXPANDERS, VJP_RULES, Attr, Attrs, ComputeCtx, OpDef, defcompute, defexpand, defop, defsharding, defvjp,
     get_op,
 )
-from akg.graph.ops import complex, conv, elementwise, index, layout, linalg, nn, reduce  # noqa: F401,E402
+from akg.graph.ops import collective, complex, conv, elementwise, index, layout, linalg, nn, reduce  # noqa: F401,E402

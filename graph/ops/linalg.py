@@ -170,3 +170,41 @@ def _vjp_dense(e, g, x, w, *bias):
         gx = e.op("reshape", gx, shape=list(x.shape), hint="dx")
     gw = e.op("matmul", g2, x2, transpose_a=True, hint="dw")
     return (gx, gw, *(e.op("sum", g2, axes=[0], hint="db") for _ in bias))
+
+
+# --- sharding rules ---------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defsharding  # noqa: E402
+
+
+@defsharding("matmul")
+def _matmul_sharding(call, mesh):
+    """Each mesh axis splits m (rows of a and out), n (columns of b and out), k (the
+    contraction: out is a partial sum over that axis), or nothing."""
+    from akg.graph.parallel.sharding import Sharding
+    from akg.graph.parallel.strategy import Strategy, axis_assignments
+
+    ta, tb = call.attrs["transpose_a"], call.attrs["transpose_b"]
+    a_dim = {"m": 1 if ta else 0, "k": 0 if ta else 1}
+    b_dim = {"k": 1 if tb else 0, "n": 0 if tb else 1}
+    out_dim = {"m": 0, "n": 1}
+    roles = ("m", "n", "k")
+    found = []
+    for combo in axis_assignments(mesh, len(roles)):
+        a, b, o, partial, words = [[], []], [[], []], [[], []], [], []
+        for axis, c in zip(mesh.names, combo):
+            if c is None:
+                continue
+            role = roles[c]
+            words.append(f"{role}({axis})")
+            if role in a_dim:
+                a[a_dim[role]].append(axis)
+            if role in b_dim:
+                b[b_dim[role]].append(axis)
+            if role in out_dim:
+                o[out_dim[role]].append(axis)
+            else:
+                partial.append(axis)
+        found.append(Strategy(" ".join(words), (Sharding(tuple(map(tuple, a))), Sharding(tuple(map(tuple, b)))),
+                              (Sharding(tuple(map(tuple, o)), tuple(partial)),)))
+    return found

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from akg.errors import AttrError, InvalidGraphError, ShapeError, UnknownOpError
+from akg.errors import AttrError, InvalidGraphError, MissingRuleError, ShapeError, UnknownOpError
 from akg.registry import Registry
 from akg.graph.types import TensorType, canonical_dtype
 
@@ -22,7 +22,8 @@ CONV = "conv"
 POOL = "pool"
 INDEX = "index"  # data-dependent addressing: gather, one_hot
 COMPOSITE = "composite"  # expanded into basic ops before kernel generation
-KINDS = (ELEMWISE, LAYOUT, REDUCE, LINALG, CONV, POOL, INDEX, COMPOSITE)
+COLLECTIVE = "collective"  # per-rank SPMD graphs: data exchanged between ranks (graph/parallel), no kernel
+KINDS = (ELEMWISE, LAYOUT, REDUCE, LINALG, CONV, POOL, INDEX, COMPOSITE, COLLECTIVE)
 
 REQUIRED = object()  # default of an attribute that must be given
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # int attributes: what NumPy and the kernels index with
@@ -369,6 +370,29 @@ def defvjp(*names: str) -> Callable[[Callable], Callable]:
     def wrap(fn: Callable) -> Callable:
         for name in names:
             VJP_RULES.register(name, fn)
+        return fn
+
+    return wrap
+
+
+# --- sharding rules (auto-parallel) -------------------------------------------------------------
+
+SHARDING_RULES: Registry[Callable] = Registry(
+    "sharding rule", missing_error=lambda name, known: MissingRuleError(
+        f"no sharding rule for op '{name}': add one next to its op family (defsharding in "
+        f"graph/ops/<family>.py), or pin the op's inputs replicated"))
+
+
+def defsharding(*names: str) -> Callable[[Callable], Callable]:
+    """Register `fn(call, mesh) -> list[Strategy]` as the sharding rule of the named op(s):
+    every legal way to run the op on `mesh` (an `akg.graph.parallel.Mesh`), each an
+    `akg.graph.parallel.strategy.Strategy` of input and output shardings; `call` is an
+    `OpCall` (op, input and output types, attrs). Replicated everywhere is always legal and
+    need not be listed (the search adds it)."""
+
+    def wrap(fn: Callable) -> Callable:
+        for name in names:
+            SHARDING_RULES.register(name, fn)
         return fn
 
     return wrap
