@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import re
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -159,17 +160,16 @@ class Graph:
                 p = self._producer[v]
                 if p is not None:
                     users.setdefault(id(p), []).append(n)
-        ready = [n for n in nodes if pending[id(n)] == 0]
-        order: list[Node] = []
         position = {id(n): i for i, n in enumerate(nodes)}
+        ready = [i for i, n in enumerate(nodes) if pending[id(n)] == 0]  # a heap of positions:
+        order: list[Node] = []  # the first ready node in the given order comes next (stable)
         while ready:
-            ready.sort(key=lambda n: position[id(n)], reverse=True)  # stable: keep given order
-            n = ready.pop()
+            n = nodes[heapq.heappop(ready)]
             order.append(n)
             for u in users.get(id(n), ()):
                 pending[id(u)] -= 1
                 if pending[id(u)] == 0:
-                    ready.append(u)
+                    heapq.heappush(ready, position[id(u)])
         if len(order) != len(nodes):
             stuck = [n for n in nodes if pending[id(n)] > 0]
             names = ", ".join("%" + o.name for n in stuck for o in n.outputs)
