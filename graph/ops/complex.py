@@ -48,3 +48,18 @@ def real(x):
 def imag(x):
     """The imaginary part."""
     return np.ascontiguousarray(x.imag)
+
+
+# --- sharding rules ---------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defsharding  # noqa: E402
+
+
+@defsharding("complex", "real", "imag")
+def _complex_sharding(call, mesh):
+    """Elementwise (see graph/ops/elementwise.py): any split; partial sums pass through
+    (complex of two partials, real/imag parts of one)."""
+    from akg.graph.ops.elementwise import LINEAR_INPUTS, broadcast_roles
+    from akg.graph.parallel.rules import assign_roles
+
+    return assign_roles(call, mesh, broadcast_roles(call, LINEAR_INPUTS[call.op]))

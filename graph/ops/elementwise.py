@@ -462,3 +462,61 @@ def _vjp_cast(e, g, x, to, saturate=False):
     if not (is_float(x.dtype) and is_float(to)):
         return (None,)
     return (e.op("cast", g, to=x.dtype),)
+
+
+# --- sharding rules ---------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defsharding  # noqa: E402
+
+# Linear in some inputs: the ways partial sums pass through, as the inputs that must all be
+# partial over an axis for the output to be (mul: either factor, not both over one axis).
+LINEAR_INPUTS: dict[str, tuple[tuple[int, ...], ...]] = {
+    "add": ((0, 1),), "sub": ((0, 1),), "neg": ((0,),), "mul": ((0,), (1,)), "div": ((0,),),
+    "where": ((1, 2),), "complex": ((0, 1),), "real": ((0,),), "imag": ((0,),),
+}
+
+
+def broadcast_roles(call, linear: tuple[tuple[int, ...], ...] = ()):
+    """Roles of an op whose inputs broadcast to its output: one per output dim, splitting
+    the inputs' dims that are not broadcast there (size 1 or missing: replicated), then one
+    per way partial sums pass through (`linear`)."""
+    from akg.graph.parallel.rules import Role, partial_role
+
+    out = call.outs[0]
+    roles = []
+    for d in range(out.rank):
+        ins = []
+        for i, t in enumerate(call.ins):
+            j = d - (out.rank - t.rank)
+            if j >= 0 and t.shape[j] == out.shape[d]:
+                ins.append((i, j))
+        roles.append(Role(f"d{d}", ins=tuple(ins), outs=((0, d),)))
+    for pattern in linear:
+        name = "partial" if len(linear) == 1 else "partial_" + "".join("abc"[i] for i in pattern)
+        roles.append(partial_role(name, pattern))
+    return roles
+
+
+def _linear_patterns(call) -> tuple[tuple[int, ...], ...]:
+    """Partial sums pass through float ops only (integer division floors, casts to integers
+    truncate)."""
+    if not is_float(call.outs[0].dtype):
+        return ()
+    if call.op == "cast":
+        return ((0,),) if is_float(call.ins[0].dtype) else ()
+    return LINEAR_INPUTS.get(call.op, ())
+
+
+@defsharding(*(name for name in ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh",
+                                  "sigmoid", "relu", "relu6", "erf", "sin", "cos", "floor", "ceil",
+                                  "round", "sign", "logical_not", "isnan", "isinf", "gelu", "add",
+                                  "sub", "mul", "div", "pow", "maximum", "minimum", "mod", "equal",
+                                  "not_equal", "less", "less_equal", "greater", "greater_equal",
+                                  "logical_and", "logical_or", "where", "cast")))
+def _elementwise_sharding(call, mesh):
+    """Any split of the output's dims, each input split alike where it is not broadcast;
+    partial sums pass through the linear ops (add/sub: both inputs partial; mul: one factor;
+    div: the numerator; neg, float casts, where's branches); nonlinear ops take none."""
+    from akg.graph.parallel.rules import assign_roles
+
+    return assign_roles(call, mesh, broadcast_roles(call, _linear_patterns(call)))

