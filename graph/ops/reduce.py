@@ -180,3 +180,60 @@ def _vjp_prod(e, g, x, axes, keepdims):
     """d prod = prod / x_i (inputs holding a zero give inf/nan)."""
     ax = normalize_axes(axes, x.type.rank)
     return (e.op("div", _kept(e, e.op("mul", g, e.out), x, ax), x),)
+
+
+# --- sharding rules ---------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defsharding  # noqa: E402
+
+
+def _kept_dim(d: int, axes: tuple[int, ...], keepdims: bool) -> int:
+    return d if keepdims else d - sum(a < d for a in axes)
+
+
+def reduce_roles(call, axes: tuple[int, ...], *, reduced_partial: bool, linear: bool):
+    """One role per input dim: a kept dim splits the output alike; a reduced dim, where
+    `reduced_partial`, leaves the output a partial sum; with `linear` partial sums pass."""
+    from akg.graph.parallel.rules import Role, partial_role
+
+    keepdims = call.attrs["keepdims"]
+    roles = []
+    for d in range(call.ins[0].rank):
+        if d not in axes:
+            roles.append(Role(f"d{d}", ins=((0, d),), outs=((0, _kept_dim(d, axes, keepdims)),)))
+        elif reduced_partial:
+            roles.append(Role(f"r{d}", ins=((0, d),), partial_outs=(0,)))
+    if linear:
+        roles.append(partial_role("partial", (0,)))
+    return roles
+
+
+@defsharding("sum", "mean", "max", "min", "prod")
+def _reduce_sharding(call, mesh):
+    """Kept dims split alike. sum over a split dim is a partial sum of local sums; mean a
+    partial sum of local means scaled by 1/pieces; max, min and prod never reduce a split
+    dim. sum and mean are linear: partial in, partial out."""
+    from akg.graph.parallel.rules import assign_roles, group_size, scaled, with_local
+
+    axes = normalize_axes(call.attrs["axes"], call.ins[0].rank)
+    linear = call.op in ("sum", "mean") and is_float(call.ins[0].dtype)
+    roles = reduce_roles(call, axes, reduced_partial=linear, linear=linear)
+    if call.op != "mean":
+        return assign_roles(call, mesh, roles)
+
+    def finish(s, by_role):
+        k = group_size(mesh, by_role, *(f"r{d}" for d in axes))
+        if k == 1:
+            return s
+        return with_local(s, lambda b, values, attrs, mesh: scaled(b, b.op("mean", *values, **attrs), 1 / k))
+
+    return assign_roles(call, mesh, roles, finish)
+
+
+@defsharding("argmax", "argmin")
+def _arg_sharding(call, mesh):
+    """Any split of the other dims; the searched axis stays whole."""
+    from akg.graph.parallel.rules import assign_roles
+
+    axis = normalize_axis(call.attrs["axis"], call.ins[0].rank)
+    return assign_roles(call, mesh, reduce_roles(call, (axis,), reduced_partial=False, linear=False))

@@ -95,7 +95,21 @@ ELEMENTWISE = [
     Case("imag", [T((4, 8), "complex64")]),
 ]
 
-CASES: list[Case] = [*ELEMENTWISE]
+REDUCE = [
+    Case("sum", [T((4, 8))], {"axes": [1]}, wide=True),
+    Case("sum", [T((2, 4, 8))], {"axes": [0, 2], "keepdims": True}),
+    Case("sum", [T((4, 8))]),
+    Case("sum", [T((4, 8), "int32")], {"axes": [0]}),
+    Case("mean", [T((4, 8))], {"axes": [1]}, wide=True),
+    Case("mean", [T((2, 4, 8))], {"axes": [1, 2], "keepdims": True}),
+    Case("mean", [T((4, 8))]),
+    *(Case(op, [T((4, 8))], {"axes": [1]}) for op in ("max", "min", "prod")),
+    Case("max", [T((2, 4, 8))], {"axes": [0, 2], "keepdims": True}),
+    Case("argmax", [T((4, 8))], {"axis": 1}),
+    Case("argmin", [T((2, 4, 8))], {"axis": 0, "keepdims": True}),
+]
+
+CASES: list[Case] = [*ELEMENTWISE, *REDUCE]
 
 
 # --- the check ----------------------------------------------------------------------------------
