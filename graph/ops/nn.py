@@ -377,3 +377,121 @@ def _vjp_cross_entropy(e, g, logits, labels, reduction):
     hot = e.op("one_hot", labels, depth=c, dtype=logits.dtype, hint="onehot")
     probs = e.op("softmax", logits, axis=1, hint="probs")
     return e.op("mul", e.op("sub", probs, hot), _row_weights(e, g, n, reduction)), None
+
+
+# --- sharding rules ---------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defsharding  # noqa: E402
+
+
+def _dim_roles(rank: int, dims, ins=(0,), extra=None):
+    """A role per dim in `dims`, splitting that dim of the inputs `ins` and of the output;
+    `extra(d)` adds (input, dim) pairs split alike (batch norm's per-channel vectors)."""
+    from akg.graph.parallel.rules import Role
+
+    return [Role(f"d{d}", ins=tuple((i, d) for i in ins) + tuple(extra(d) if extra else ()),
+                 outs=((0, d),)) for d in dims]
+
+
+@defsharding("softmax", "log_softmax")
+def _softmax_sharding(call, mesh):
+    """Any split of the dims other than the normalised one."""
+    from akg.graph.parallel.rules import assign_roles
+
+    rank = call.ins[0].rank
+    axis = normalize_axis(call.attrs["axis"], rank)
+    return assign_roles(call, mesh, _dim_roles(rank, [d for d in range(rank) if d != axis]))
+
+
+@defsharding("layer_norm")
+def _layer_norm_sharding(call, mesh):
+    """Any split of the leading (not normalised) dims; gamma and beta replicated."""
+    from akg.graph.parallel.rules import assign_roles
+
+    first = normalize_axis(call.attrs["begin_norm_axis"], call.ins[0].rank)
+    return assign_roles(call, mesh, _dim_roles(call.ins[0].rank, range(first)))
+
+
+@defsharding("batch_norm")
+def _batch_norm_sharding(call, mesh):
+    """Inference batch norm is elementwise with per-channel vectors: any split, the channel
+    dim's split shared by gamma, beta, mean and var."""
+    from akg.graph.parallel.rules import assign_roles
+
+    rank = call.ins[0].rank
+    axis = normalize_axis(call.attrs["axis"], rank)
+    per_channel = lambda d: [(i, 0) for i in range(1, 5)] if d == axis else []  # noqa: E731
+    return assign_roles(call, mesh, _dim_roles(rank, range(rank), extra=per_channel))
+
+
+@defsharding("variance")
+def _variance_sharding(call, mesh):
+    """Any split of the dims kept (the statistics need every element of the reduced ones)."""
+    from akg.graph.ops.reduce import reduce_roles
+    from akg.graph.parallel.rules import assign_roles
+
+    axes = normalize_axes(call.attrs["axes"], call.ins[0].rank)
+    return assign_roles(call, mesh, reduce_roles(call, axes, reduced_partial=False, linear=False))
+
+
+@defsharding("dropout")
+def _dropout_sharding(call, mesh):
+    """The identity at inference: any split; partial sums pass."""
+    from akg.graph.parallel.rules import assign_roles, partial_role
+
+    rank = call.ins[0].rank
+    return assign_roles(call, mesh, [*_dim_roles(rank, range(rank)), partial_role("partial", (0,))])
+
+
+@defsharding("cross_entropy", "nll_loss")
+def _loss_sharding(call, mesh):
+    """Rows split (labels alike): per-row losses split; a summed loss is a partial sum, a
+    mean one a partial sum of local means scaled by 1/pieces. nll_loss is linear in logp: a
+    partial logp gives a partial loss, and split classes give a partial loss too, each rank
+    picking only the labels it holds (the rank's first class computed, never a constant)."""
+    from akg.graph.parallel.rules import Role, assign_roles, group_size, partial_role, with_local
+
+    reduction = call.attrs["reduction"]
+    rows = Role("rows", ins=((0, 0), (1, 0)),
+                outs=((0, 0),) if reduction == "none" else (),
+                partial_outs=() if reduction == "none" else (0,))
+    roles = [rows]
+    if call.op == "nll_loss":
+        roles += [Role("classes", ins=((0, 1),), partial_outs=(0,)), partial_role("partial", (0,))]
+    n, c = call.ins[0].shape
+
+    def finish(s, by_role):
+        k_rows = group_size(mesh, by_role, "rows")
+        classes = by_role.get("classes", ())
+        if classes:
+            return with_local(s, lambda b, values, attrs, mesh: _nll_of_classes(b, *values, n, c, classes, mesh,
+                                                                                attrs["reduction"]))
+        if reduction == "mean" and k_rows > 1:
+            return with_local(s, lambda b, values, attrs, mesh: _scaled_loss(b, call.op, values, attrs, k_rows))
+        return s
+
+    return assign_roles(call, mesh, roles, finish)
+
+
+def _scaled_loss(b, op, values, attrs, k: int):
+    from akg.graph.parallel.rules import scaled
+
+    return scaled(b, b.op(op, *values, **attrs), 1 / k)
+
+
+def _nll_of_classes(b, logp, labels, n: int, c: int, classes, mesh, reduction: str):
+    """This rank's share of nll_loss over its block of the classes: the labels shifted into
+    the block pick through a one_hot of the block's width (labels outside it pick nothing);
+    a mean divides by the whole batch `n`."""
+    from akg.graph.parallel.rules import const_like, rank_offset
+
+    width = logp.shape[1]
+    shifted = b.op("sub", labels, rank_offset(b, c, classes, mesh, labels.dtype))
+    hot = b.op("one_hot", shifted, depth=width, dtype=logp.dtype)
+    picked = b.op("sum", b.op("mul", logp, hot), axes=[1])
+    if reduction == "none":
+        return b.op("neg", picked)
+    total = b.op("sum", picked, axes=[0])
+    if reduction == "sum":
+        return b.op("neg", total)
+    return b.op("div", total, const_like(b, -n, logp.dtype))

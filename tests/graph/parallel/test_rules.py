@@ -109,7 +109,25 @@ REDUCE = [
     Case("argmin", [T((2, 4, 8))], {"axis": 0, "keepdims": True}),
 ]
 
-CASES: list[Case] = [*ELEMENTWISE, *REDUCE]
+NN = [
+    Case("softmax", [T((4, 8))], wide=True),
+    Case("softmax", [T((2, 4, 8))], {"axis": 1}),
+    Case("log_softmax", [T((4, 8))], {"axis": 0}),
+    Case("layer_norm", [T((4, 8)), T((8,)), T((8,))], wide=True),
+    Case("layer_norm", [T((2, 4, 8)), T((4, 8)), T((4, 8))], {"begin_norm_axis": 1}),
+    Case("batch_norm", [T((2, 4, 2, 2)), T((4,)), T((4,)), T((4,)), T((4,))], positive=True),
+    Case("variance", [T((4, 8))], {"axes": [1]}),
+    Case("variance", [T((2, 4, 8))], {"axes": [0, 2], "keepdims": True}),
+    Case("dropout", [T((4, 8))], {"rate": 0.1}),
+    Case("cross_entropy", [T((8, 4)), T((8,), "int32")], wide=True),
+    Case("cross_entropy", [T((8, 4)), T((8,), "int32")], {"reduction": "sum"}),
+    Case("cross_entropy", [T((8, 4)), T((8,), "int32")], {"reduction": "none"}),
+    Case("nll_loss", [T((8, 4)), T((8,), "int32")], wide=True),
+    Case("nll_loss", [T((8, 4)), T((8,), "int32")], {"reduction": "sum"}),
+    Case("nll_loss", [T((8, 4)), T((8,), "int32")], {"reduction": "none"}),
+]
+
+CASES: list[Case] = [*ELEMENTWISE, *REDUCE, *NN]
 
 
 # --- the check ----------------------------------------------------------------------------------
