@@ -208,3 +208,43 @@ def _matmul_sharding(call, mesh):
         found.append(Strategy(" ".join(words), (Sharding(tuple(map(tuple, a))), Sharding(tuple(map(tuple, b)))),
                               (Sharding(tuple(map(tuple, o)), tuple(partial)),)))
     return found
+
+
+@defsharding("batch_matmul")
+def _batch_matmul_sharding(call, mesh):
+    """Each mesh axis splits one batch dim (of both operands where they are not broadcast
+    there), m, n, or k (the contraction: the output a partial sum over that axis)."""
+    from akg.graph.parallel.rules import Role, assign_roles
+
+    a, b = call.ins
+    out = call.outs[0]
+    ta, tb = call.attrs["transpose_a"], call.attrs["transpose_b"]
+    nb = out.rank - 2
+    roles = []
+    for j in range(nb):
+        ins = []
+        for i, t in enumerate((a, b)):
+            d = j - (nb - (t.rank - 2))
+            if d >= 0 and t.shape[d] == out.shape[j]:
+                ins.append((i, d))
+        roles.append(Role(f"b{j}", ins=tuple(ins), outs=((0, j),)))
+    ra, rb = a.rank, b.rank
+    roles += [Role("m", ins=((0, ra - 1 if ta else ra - 2),), outs=((0, nb),)),
+              Role("n", ins=((1, rb - 2 if tb else rb - 1),), outs=((0, nb + 1),)),
+              Role("k", ins=((0, ra - 2 if ta else ra - 1), (1, rb - 1 if tb else rb - 2)), partial_outs=(0,))]
+    return assign_roles(call, mesh, roles)
+
+
+@defsharding("dense")
+def _dense_sharding(call, mesh):
+    """Each mesh axis splits a leading dim of x, the output features (weight rows and bias),
+    or the input features (x's last dim and the weight's columns: a partial sum, the bias
+    taken as a partial sum too, so that it is added once)."""
+    from akg.graph.parallel.rules import Role, assign_roles
+
+    x = call.ins[0]
+    has_bias = len(call.ins) == 3
+    roles = [Role(f"d{d}", ins=((0, d),), outs=((0, d),)) for d in range(x.rank - 1)]
+    roles += [Role("n", ins=((1, 0),) + (((2, 0),) if has_bias else ()), outs=((0, x.rank - 1),)),
+              Role("k", ins=((0, x.rank - 1), (1, 1)), partial_ins=(2,) if has_bias else (), partial_outs=(0,))]
+    return assign_roles(call, mesh, roles)

@@ -127,7 +127,19 @@ NN = [
     Case("nll_loss", [T((8, 4)), T((8,), "int32")], {"reduction": "none"}),
 ]
 
-CASES: list[Case] = [*ELEMENTWISE, *REDUCE, *NN]
+LINALG = [
+    Case("matmul", [T((4, 8)), T((8, 4))], wide=True),
+    Case("matmul", [T((8, 4)), T((4, 8))], {"transpose_a": True, "transpose_b": True}),
+    Case("batch_matmul", [T((2, 4, 8)), T((2, 8, 4))], wide=True),
+    Case("batch_matmul", [T((2, 4, 8)), T((2, 4, 8))], {"transpose_b": True}),
+    Case("batch_matmul", [T((2, 8, 4)), T((8, 4))], {"transpose_a": True}),
+    Case("batch_matmul", [T((2, 1, 4, 8)), T((4, 8, 4))]),
+    Case("dense", [T((4, 8)), T((4, 8)), T((4,))], wide=True),
+    Case("dense", [T((2, 4, 8)), T((4, 8))]),
+    Case("dense", [T((8,)), T((4, 8)), T((4,))]),
+]
+
+CASES: list[Case] = [*ELEMENTWISE, *REDUCE, *NN, *LINALG]
 
 
 # --- the check ----------------------------------------------------------------------------------
