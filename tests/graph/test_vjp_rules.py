@@ -229,6 +229,8 @@ NON_DIFFERENTIABLE = [
     "floor", "ceil", "round", "sign", "mod", "equal", "not_equal", "less", "less_equal", "greater",
     "greater_equal", "logical_and", "logical_or", "logical_not", "isnan", "isinf", "argmax", "argmin",
     "one_hot", "complex", "real", "imag",
+    # collectives of per-rank graphs: the SPMD split runs after autodiff
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "shard_slice", "mark_partial",
 ]
 
 

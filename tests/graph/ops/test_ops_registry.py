@@ -16,7 +16,7 @@ from akg.graph.types import TensorType
 FAMILIES = {
     "akg.graph.ops.elementwise", "akg.graph.ops.layout", "akg.graph.ops.reduce",
     "akg.graph.ops.linalg", "akg.graph.ops.conv", "akg.graph.ops.nn", "akg.graph.ops.index",
-    "akg.graph.ops.complex",
+    "akg.graph.ops.complex", "akg.graph.ops.collective",
 }
 
 
@@ -286,6 +286,11 @@ def test_shape_errors_are_prefixed_with_the_op_name():
 
 # (input types, attributes) for one representative call of every registered op.
 SAMPLES: dict[str, tuple[list[TensorType], dict]] = {
+    # collectives on a one-device group: the identity (or its shape change), evaluable alone
+    **{op: ([T((2, 3))], {"mesh": "dp=1", "axes": "dp"}) for op in ("all_reduce", "mark_partial")},
+    **{op: ([T((2, 3))], {"mesh": "dp=1", "axes": "dp", "dim": 1})
+       for op in ("all_gather", "reduce_scatter", "shard_slice")},
+    "all_to_all": ([T((2, 3))], {"mesh": "dp=1", "axes": "dp", "split_dim": 0, "concat_dim": 1}),
     "complex": ([T((2, 3)), T((3,))], {}),
     "real": ([T((2, 3), "complex64")], {}),
     "imag": ([T((2, 3), "complex64")], {}),
