@@ -429,3 +429,141 @@ def _vjp_pad(e, g, x, before, after, value):
 @defvjp("dilate")
 def _vjp_dilate(e, g, x, strides):
     return (e.op("strided_slice", g, begin=[0] * len(strides), end=list(g.shape), strides=list(strides)),)
+
+
+# --- sharding rules ---------------------------------------------------------------------------
+# Every layout op moves values without combining them: linear, so partial sums pass through
+# (pad only with a zero fill). A split is carried where the op keeps a dim's blocks intact.
+
+from akg.graph.ops.registry import defsharding  # noqa: E402
+
+
+def _carry(call, mesh, pairs, *, partial: bool = True, finish=None):
+    """Roles `d<i>` splitting input dims and output dims together (`pairs`: (name, ins,
+    outs) with ins/outs (operand, dim) pairs), plus a partial role when `partial`."""
+    from akg.graph.parallel.rules import Role, assign_roles, partial_role
+
+    roles = [Role(name, ins=tuple(ins), outs=tuple(outs)) for name, ins, outs in pairs]
+    if partial:
+        roles.append(partial_role("partial", tuple(range(len(call.ins))), tuple(range(len(call.outs)))))
+    return assign_roles(call, mesh, roles, finish)
+
+
+def _with_local_shape(call, mesh):
+    """finish: the local output shape as the local `shape` attribute."""
+    from akg.graph.parallel.rules import with_local
+
+    shape = call.outs[0].shape
+    return lambda s, by_role: with_local(s, shape=list(s.outputs[0].local_shape(shape, mesh)))
+
+
+def _first_not_one(dims: range, shape) -> int | None:
+    return next((d for d in dims if shape[d] != 1), None)
+
+
+@defsharding("reshape")
+def _reshape_sharding(call, mesh):
+    """A split of the leading (first not size-1) input dim of a run of axes whose products
+    match (`reshape_groups`) is carried to the leading output dim of that run: the same
+    contiguous blocks of elements ([128, 768] -> [128, 12, 64] with 768 split over 4 ranks:
+    the 12 split). The output dim's size must divide too. Local attribute: the local shape."""
+    src, dst = call.ins[0].shape, call.outs[0].shape
+    pairs = []
+    if 0 not in src:
+        for ins, outs in reshape_groups(src, dst):
+            i, j = _first_not_one(ins, src), _first_not_one(outs, dst)
+            if i is not None and j is not None:
+                pairs.append((f"d{i}", [(0, i)], [(0, j)]))
+    return _carry(call, mesh, pairs, finish=_with_local_shape(call, mesh))
+
+
+@defsharding("broadcast_to")
+def _broadcast_to_sharding(call, mesh):
+    """Any split of the output dims; the input split alike where it is not broadcast.
+    Local attribute: the local shape."""
+    x, out = call.ins[0], call.outs[0]
+    pairs = []
+    for d in range(out.rank):
+        j = d - (out.rank - x.rank)
+        pairs.append((f"d{d}", [(0, j)] if j >= 0 and x.shape[j] == out.shape[d] else [], [(0, d)]))
+    return _carry(call, mesh, pairs, finish=_with_local_shape(call, mesh))
+
+
+@defsharding("transpose")
+def _transpose_sharding(call, mesh):
+    """Any split, permuted with the dims."""
+    perm = transpose_perm(call.ins[0].rank, call.attrs["perm"])
+    return _carry(call, mesh, [(f"d{perm[i]}", [(0, perm[i])], [(0, i)]) for i in range(len(perm))])
+
+
+@defsharding("squeeze")
+def _squeeze_sharding(call, mesh):
+    """Any split of the dims kept; the local op squeezes the same axes (named, since a split
+    dim may have size 1 locally)."""
+    from akg.graph.parallel.rules import with_local
+
+    axes = _squeeze_axes(call.ins[0], call.attrs["axes"])
+    kept = [d for d in range(call.ins[0].rank) if d not in axes]
+    return _carry(call, mesh, [(f"d{d}", [(0, d)], [(0, j)]) for j, d in enumerate(kept)],
+                  finish=lambda s, by_role: with_local(s, axes=list(axes)))
+
+
+@defsharding("expand_dims")
+def _expand_dims_sharding(call, mesh):
+    """Any split of the input's dims, carried past the new one."""
+    ax = normalize_axis(call.attrs["axis"], call.ins[0].rank + 1)
+    return _carry(call, mesh, [(f"d{d}", [(0, d)], [(0, d if d < ax else d + 1)]) for d in range(call.ins[0].rank)])
+
+
+@defsharding("slice", "strided_slice")
+def _slice_sharding(call, mesh):
+    """Any split of the dims taken whole (step 1); the local op takes those dims whole."""
+    from akg.graph.parallel.rules import with_local
+
+    x = call.ins[0]
+    a = call.attrs
+    spec = slice_spec(x, a["begin"], a["end"], a.get("strides"))
+    whole = [d for d in range(x.rank) if range(*spec[d].indices(x.shape[d])) == range(x.shape[d])]
+
+    def finish(s, by_role):
+        local = s.inputs[0].local_shape(x.shape, mesh)
+        begin, end = list(a["begin"]), list(a["end"])
+        for d in whole:
+            if s.inputs[0].dims[d]:
+                begin[d], end[d] = 0, local[d]
+        return with_local(s, begin=begin, end=end)
+
+    return _carry(call, mesh, [(f"d{d}", [(0, d)], [(0, d)]) for d in whole], finish=finish)
+
+
+@defsharding("concat")
+def _concat_sharding(call, mesh):
+    """Any split of the other dims, every input alike."""
+    rank = call.outs[0].rank
+    ax = normalize_axis(call.attrs["axis"], rank)
+    return _carry(call, mesh, [(f"d{d}", [(i, d) for i in range(len(call.ins))], [(0, d)])
+                               for d in range(rank) if d != ax])
+
+
+@defsharding("split")
+def _split_sharding(call, mesh):
+    """Any split of the other dims, every output alike."""
+    rank = call.ins[0].rank
+    ax = normalize_axis(call.attrs["axis"], rank)
+    return _carry(call, mesh, [(f"d{d}", [(0, d)], [(o, d) for o in range(len(call.outs))])
+                               for d in range(rank) if d != ax])
+
+
+@defsharding("pad")
+def _pad_sharding(call, mesh):
+    """Any split of the dims not padded; partial sums pass a zero fill only."""
+    a = call.attrs
+    dims = [d for d in range(call.ins[0].rank) if a["before"][d] == 0 and a["after"][d] == 0]
+    return _carry(call, mesh, [(f"d{d}", [(0, d)], [(0, d)]) for d in dims], partial=a["value"] == 0)
+
+
+@defsharding("dilate")
+def _dilate_sharding(call, mesh):
+    """Any split of the dims not dilated (stride 1)."""
+    dims = [d for d, s in enumerate(call.attrs["strides"]) if s == 1]
+    return _carry(call, mesh, [(f"d{d}", [(0, d)], [(0, d)]) for d in dims])

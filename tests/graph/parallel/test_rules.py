@@ -139,7 +139,32 @@ LINALG = [
     Case("dense", [T((8,)), T((4, 8)), T((4,))]),
 ]
 
-CASES: list[Case] = [*ELEMENTWISE, *REDUCE, *NN, *LINALG]
+LAYOUT = [
+    Case("reshape", [T((8, 16))], {"shape": [8, 4, 4]}, wide=True),
+    Case("reshape", [T((4, 2, 8))], {"shape": [8, 8]}),
+    Case("reshape", [T((4, 8))], {"shape": [1, 4, 2, -1]}),
+    Case("reshape", [T((4, 1, 8))], {"shape": [4, 8]}),
+    Case("reshape", [T((2, 4, 4))], {"shape": [8, 4]}),
+    Case("transpose", [T((2, 4, 8))], {"perm": [1, 0, 2]}, wide=True),
+    Case("transpose", [T((4, 8))]),
+    Case("broadcast_to", [T((4, 1))], {"shape": [2, 4, 8]}),
+    Case("broadcast_to", [T(())], {"shape": [4, 8]}),
+    Case("squeeze", [T((4, 1, 8))]),
+    Case("squeeze", [T((1, 4, 8))], {"axes": [0]}),
+    Case("expand_dims", [T((4, 8))], {"axis": 1}),
+    Case("slice", [T((4, 8))], {"begin": [0, 2], "end": [4, 6]}),
+    Case("slice", [T((4, 8, 4))], {"begin": [0, 0, -3], "end": [100, 8, 4]}),
+    Case("strided_slice", [T((4, 8))], {"begin": [0, 7], "end": [4, -9], "strides": [1, -2]}),
+    Case("concat", [T((4, 8)), T((2, 8)), T((2, 8))], {"axis": 0}),
+    Case("concat", [T((4, 2)), T((4, 6))], {"axis": 1}),
+    Case("split", [T((4, 12))], {"axis": 1, "sections": 3}),
+    Case("split", [T((8, 4))], {"axis": 0, "sizes": [2, 6]}),
+    Case("pad", [T((4, 8))], {"before": [0, 1], "after": [0, 2]}),
+    Case("pad", [T((4, 8))], {"before": [1, 0], "after": [0, 0], "value": 1.5}),
+    Case("dilate", [T((4, 4))], {"strides": [1, 2]}),
+]
+
+CASES: list[Case] = [*ELEMENTWISE, *REDUCE, *NN, *LINALG, *LAYOUT]
 
 
 # --- the check ----------------------------------------------------------------------------------
