@@ -7,7 +7,7 @@ import numpy as np
 
 from akg.errors import ShapeError
 from akg.graph.ops.registry import INDEX, Attr, defop
-from akg.graph.types import TensorType, is_int, normalize_axis
+from akg.graph.types import TensorType, is_float, is_int, normalize_axis
 
 
 def _int_indices(t: TensorType) -> None:
@@ -144,3 +144,110 @@ def _vjp_gather(e, g, data, indices, axis):
 @defvjp("scatter_add")
 def _vjp_scatter_add(e, g, data, indices, updates, axis):
     return g, None, e.op("gather", g, indices, axis=axis)
+
+
+# --- sharding rules ---------------------------------------------------------------------------
+
+from akg.graph.ops.registry import defsharding  # noqa: E402
+
+
+def _block_mask(b, inside, rank: int, ax: int):
+    """The bool mask of indices inside this rank's block, shaped to broadcast over a gather
+    result of `rank` dims whose index dims start at `ax`."""
+    shape = [1] * ax + list(inside.shape) + [1] * (rank - ax - inside.type.rank)
+    return b.op("reshape", inside, shape=shape)
+
+
+@defsharding("gather")
+def _gather_sharding(call, mesh):
+    """Any split of data's other dims or of the indices (the output split alike), or data's
+    rows split (an embedding table split by rows): each rank looks up the indices that fall
+    in its block, zeros elsewhere, and the output is a partial sum. Linear in data: a
+    partial table gives a partial output."""
+    from akg.graph.parallel.rules import Role, assign_roles, const_like, local_index, partial_role, with_local
+
+    data, indices = call.ins
+    ax = normalize_axis(call.attrs["axis"], data.rank)
+    ri, size = indices.rank, data.shape[ax]
+    roles = [Role(f"d{d}", ins=((0, d),), outs=((0, d if d < ax else d + ri - 1),))
+             for d in range(data.rank) if d != ax]
+    roles += [Role(f"i{j}", ins=((1, j),), outs=((0, ax + j),)) for j in range(ri)]
+    roles.append(Role("rows", ins=((0, ax),), partial_outs=(0,)))
+    if is_float(data.dtype):
+        roles.append(partial_role("partial", (0,)))
+
+    def finish(s, by_role):
+        axes = by_role.get("rows")
+        if not axes:
+            return s
+
+        def local(b, values, attrs, mesh):
+            table, idx = values
+            safe, inside = local_index(b, idx, size, axes, mesh)
+            got = b.op("gather", table, safe, axis=ax)
+            return b.op("where", _block_mask(b, inside, got.type.rank, ax), got, const_like(b, 0, table.dtype))
+        return with_local(s, local)
+
+    return assign_roles(call, mesh, roles, finish)
+
+
+@defsharding("scatter_add")
+def _scatter_add_sharding(call, mesh):
+    """Any split of data's other dims (updates alike); indices split (updates alike): each
+    rank adds its share, so data and the output are partial sums; data's rows split: each
+    rank adds the updates whose indices fall in its block. Linear in data and updates."""
+    from akg.graph.parallel.rules import Role, assign_roles, const_like, local_index, partial_role, with_local
+
+    data, indices, _ = call.ins
+    ax = normalize_axis(call.attrs["axis"], data.rank)
+    ri, size = indices.rank, data.shape[ax]
+    linear = is_float(data.dtype)
+    roles = [Role(f"d{d}", ins=((0, d), (2, d if d < ax else d + ri - 1)), outs=((0, d),))
+             for d in range(data.rank) if d != ax]
+    if linear:
+        roles += [Role(f"i{j}", ins=((1, j), (2, ax + j)), partial_ins=(0,), partial_outs=(0,)) for j in range(ri)]
+    roles.append(Role("rows", ins=((0, ax),), outs=((0, ax),)))
+    if linear:
+        roles.append(partial_role("partial", (0, 2)))
+
+    def finish(s, by_role):
+        axes = by_role.get("rows")
+        if not axes:
+            return s
+
+        def local(b, values, attrs, mesh):
+            table, idx, updates = values
+            safe, inside = local_index(b, idx, size, axes, mesh)
+            mine = b.op("where", _block_mask(b, inside, updates.type.rank, ax), updates,
+                        const_like(b, 0, updates.dtype))
+            return b.op("scatter_add", table, safe, mine, axis=ax)
+        return with_local(s, local)
+
+    return assign_roles(call, mesh, roles, finish)
+
+
+@defsharding("one_hot")
+def _one_hot_sharding(call, mesh):
+    """Any split of the indices (the output alike), or of the new depth dim: each rank
+    compares the indices shifted by its block's first class (computed) with its block."""
+    from akg.graph.parallel.rules import Role, assign_roles, rank_offset, with_local
+
+    indices = call.ins[0]
+    ax = normalize_axis(call.attrs["axis"], indices.rank + 1)
+    depth = call.attrs["depth"]
+    roles = [Role(f"i{j}", ins=((0, j),), outs=((0, j if j < ax else j + 1),)) for j in range(indices.rank)]
+    roles.append(Role("depth", outs=((0, ax),)))
+
+    def finish(s, by_role):
+        axes = by_role.get("depth")
+        if not axes:
+            return s
+        k = mesh.group_size(axes)
+
+        def local(b, values, attrs, mesh):
+            (idx,) = values
+            shifted = b.op("sub", idx, rank_offset(b, depth, axes, mesh, idx.dtype))
+            return b.op("one_hot", shifted, **{**attrs, "depth": depth // k})
+        return with_local(s, local)
+
+    return assign_roles(call, mesh, roles, finish)

@@ -164,7 +164,18 @@ LAYOUT = [
     Case("dilate", [T((4, 4))], {"strides": [1, 2]}),
 ]
 
-CASES: list[Case] = [*ELEMENTWISE, *REDUCE, *NN, *LINALG, *LAYOUT]
+INDEX = [
+    Case("gather", [T((8, 4)), T((4,), "int32")], wide=True),
+    Case("gather", [T((8, 4)), T((2, 4), "int32")]),
+    Case("gather", [T((4, 8, 2)), T((4,), "int64")], {"axis": 1}),
+    Case("scatter_add", [T((8, 4)), T((4,), "int32"), T((4, 4))], wide=True),
+    Case("scatter_add", [T((4, 8)), T((2, 4), "int32"), T((4, 2, 4))], {"axis": 1}),
+    Case("scatter_add", [T((8, 4), "int32"), T((4,), "int32"), T((4, 4), "int32")]),
+    Case("one_hot", [T((8,), "int32")], {"depth": 4}, wide=True),
+    Case("one_hot", [T((2, 4), "int32")], {"depth": 8, "axis": 0, "on_value": 2.0, "off_value": -1.0}),
+]
+
+CASES: list[Case] = [*ELEMENTWISE, *REDUCE, *NN, *LINALG, *LAYOUT, *INDEX]
 
 
 # --- the check ----------------------------------------------------------------------------------
