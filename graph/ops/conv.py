@@ -422,3 +422,45 @@ def _vjp_max_pool2d(e, g, x, kernel, strides, padding, ceil_mode):
 def _vjp_global_avg_pool2d(e, g, x, keepdims):
     h, w = x.shape[2:]
     return (e.broadcast_back(e.op("div", g, float(h * w)), (2, 3), x.shape),)
+
+
+# --- sharding rules ---------------------------------------------------------------------------
+# Batch and channels split; the spatial dims stay whole (a split would need halo exchanges).
+
+from akg.graph.ops.registry import defsharding  # noqa: E402
+
+
+@defsharding("conv2d")
+def _conv2d_sharding(call, mesh):
+    """Each mesh axis splits the batch, the filters (the output channels), or the input
+    channels (a partial sum); a grouped conv splits whole groups (local groups / pieces).
+    Linear in each operand: a partial x or a partial weight gives a partial output."""
+    from akg.graph.parallel.rules import Role, assign_roles, group_size, partial_role, with_local
+
+    groups = call.attrs["groups"]
+    roles = [Role("batch", ins=((0, 0),), outs=((0, 0),))]
+    if groups == 1:
+        roles += [Role("filters", ins=((1, 0),), outs=((0, 1),)),
+                  Role("channels", ins=((0, 1), (1, 1)), partial_outs=(0,))]
+    else:
+        roles.append(Role("groups", ins=((0, 1), (1, 0)), outs=((0, 1),)))
+    roles += [partial_role("partial_x", (0,)), partial_role("partial_w", (1,))]
+
+    def finish(s, by_role):
+        k = group_size(mesh, by_role, "groups")
+        if k == 1:
+            return s
+        return with_local(s, groups=groups // k) if groups % k == 0 else None
+
+    return assign_roles(call, mesh, roles, finish)
+
+
+@defsharding("max_pool2d", "avg_pool2d", "global_avg_pool2d")
+def _pool_sharding(call, mesh):
+    """Batch and channels split; average pools are linear (partial in, partial out)."""
+    from akg.graph.parallel.rules import Role, assign_roles, partial_role
+
+    roles = [Role("batch", ins=((0, 0),), outs=((0, 0),)), Role("channels", ins=((0, 1),), outs=((0, 1),))]
+    if call.op != "max_pool2d":
+        roles.append(partial_role("partial", (0,)))
+    return assign_roles(call, mesh, roles)

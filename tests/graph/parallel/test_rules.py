@@ -175,7 +175,16 @@ INDEX = [
     Case("one_hot", [T((2, 4), "int32")], {"depth": 8, "axis": 0, "on_value": 2.0, "off_value": -1.0}),
 ]
 
-CASES: list[Case] = [*ELEMENTWISE, *REDUCE, *NN, *LINALG, *LAYOUT, *INDEX]
+CONV = [
+    Case("conv2d", [T((2, 4, 5, 5)), T((4, 4, 3, 3))], {"padding": [1, 1]}, wide=True),
+    Case("conv2d", [T((2, 4, 6, 6)), T((8, 2, 3, 3))], {"strides": [2, 2], "groups": 2}),
+    Case("conv2d", [T((4, 8, 4, 4)), T((8, 1, 3, 3))], {"groups": 8, "dilation": [2, 2], "padding": [2, 2]}),
+    Case("max_pool2d", [T((2, 4, 4, 4))], {"kernel": [2, 2]}),
+    Case("avg_pool2d", [T((2, 4, 5, 5))], {"kernel": [3, 3], "strides": [2, 2], "padding": [1, 1]}),
+    Case("global_avg_pool2d", [T((2, 4, 3, 3))], {"keepdims": False}),
+]
+
+CASES: list[Case] = [*ELEMENTWISE, *REDUCE, *NN, *LINALG, *LAYOUT, *INDEX, *CONV]
 
 
 # --- the check ----------------------------------------------------------------------------------
