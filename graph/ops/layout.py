@@ -4,6 +4,7 @@ slice, strided_slice, concat, split, pad, dilate."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -457,24 +458,48 @@ def _with_local_shape(call, mesh):
     return lambda s, by_role: with_local(s, shape=list(s.outputs[0].local_shape(shape, mesh)))
 
 
-def _first_not_one(dims: range, shape) -> int | None:
-    return next((d for d in dims if shape[d] != 1), None)
-
-
 @defsharding("reshape")
 def _reshape_sharding(call, mesh):
-    """A split of the leading (first not size-1) input dim of a run of axes whose products
-    match (`reshape_groups`) is carried to the leading output dim of that run: the same
-    contiguous blocks of elements ([128, 768] -> [128, 12, 64] with 768 split over 4 ranks:
-    the 12 split). The output dim's size must divide too. Local attribute: the local shape."""
+    """Splits carried where they cut the same contiguous blocks of elements on both sides.
+    Within each run of axes whose products match (`reshape_groups`), the input's splits
+    must leave every dim before the last split one of local size 1; the split axes, in
+    order, then fall on the run's output dims from the first, each output dim filled to
+    local size 1 before the next takes one. [128, 768] -> [128, 12, 64] with 768 split
+    over 4 ranks: the 12 split; [2, 4, 16] -> [8, 16] with 2 over dp and 4 over tp: the 8
+    split over (dp, tp). Local attribute: the local shape."""
+    from akg.graph.parallel.rules import with_local
+    from akg.graph.parallel.sharding import Sharding
+
     src, dst = call.ins[0].shape, call.outs[0].shape
-    pairs = []
-    if 0 not in src:
-        for ins, outs in reshape_groups(src, dst):
-            i, j = _first_not_one(ins, src), _first_not_one(outs, dst)
-            if i is not None and j is not None:
-                pairs.append((f"d{i}", [(0, i)], [(0, j)]))
-    return _carry(call, mesh, pairs, finish=_with_local_shape(call, mesh))
+    groups = reshape_groups(src, dst) if 0 not in src else []
+    dims = [d for ins, _ in groups for d in ins if src[d] != 1]
+
+    def finish(s, by_role):
+        split = s.inputs[0].dims
+        out: list[tuple[str, ...]] = [()] * len(dst)
+        for ins, outs in groups:
+            used = [d for d in ins if split[d]]
+            if not used:
+                continue
+            if any(src[d] != mesh.group_size(split[d]) for d in ins if d < used[-1]):
+                return None  # the blocks are not contiguous in the run
+            left = {j: dst[j] for j in outs}
+            j = iter(outs)
+            at = next(j)
+            for axis in (a for d in used for a in split[d]):
+                k = mesh.axis_size(axis)
+                while left[at] == 1:
+                    at = next(j, None)
+                    if at is None:
+                        return None
+                if left[at] % k:
+                    return None
+                left[at] //= k
+                out[at] = out[at] + (axis,)
+        s = replace(s, outputs=(Sharding(tuple(out), s.outputs[0].partial),))
+        return with_local(s, shape=list(s.outputs[0].local_shape(dst, mesh)))
+
+    return _carry(call, mesh, [(f"d{d}", [(0, d)], []) for d in dims], finish=finish)
 
 
 @defsharding("broadcast_to")

@@ -145,7 +145,10 @@ LAYOUT = [
     Case("reshape", [T((4, 2, 8))], {"shape": [8, 8]}),
     Case("reshape", [T((4, 8))], {"shape": [1, 4, 2, -1]}),
     Case("reshape", [T((4, 1, 8))], {"shape": [4, 8]}),
-    Case("reshape", [T((2, 4, 4))], {"shape": [8, 4]}),
+    Case("reshape", [T((2, 4, 4))], {"shape": [8, 4]}, wide=True),
+    Case("reshape", [T((8, 4))], {"shape": [2, 4, 4]}, wide=True),
+    Case("reshape", [T((2, 2, 8))], {"shape": [2, 16]}),
+    Case("reshape", [T((4, 6))], {"shape": [2, 12]}),
     Case("transpose", [T((2, 4, 8))], {"perm": [1, 0, 2]}, wide=True),
     Case("transpose", [T((4, 8))]),
     Case("broadcast_to", [T((4, 1))], {"shape": [2, 4, 8]}),
@@ -329,6 +332,12 @@ def test_attention_heads_split_through_reshape_and_transpose():
     assert str(merge.outputs[0]) == "[R, S(tp)]" and merge.attrs == {"shape": [128, 192]}
     # a split the reshape cannot carry: the inner 64 of [.., 12, 64] is not a block of 768
     assert "d2(tp)" not in _by_name(Case("reshape", [T((128, 12, 64))], {"shape": [128, 768]}), tp4)
+    # batch and sequence split through a flatten, and back
+    flat = _by_name(Case("reshape", [T((2, 4, 16))], {"shape": [8, 16]}), MESH2x2)["d0(dp) d1(tp)"]
+    assert str(flat.outputs[0]) == "[S(dp,tp), R]" and flat.attrs == {"shape": [2, 16]}
+    back = _by_name(Case("reshape", [T((8, 16))], {"shape": [2, 4, 16]}), MESH2x2)["d0(dp) d0(tp)"]
+    assert str(back.outputs[0]) == "[S(dp), S(tp), R]"
+    assert "d1(tp)" not in _by_name(Case("reshape", [T((2, 4, 16))], {"shape": [8, 16]}), MESH2x2)
 
 
 def test_reductions_and_normalisations_keep_their_axes_whole():
