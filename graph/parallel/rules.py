@@ -34,13 +34,6 @@ class Role:
     partial_outs: tuple[int, ...] = ()
 
 
-def split_role(name: str, ins: Mapping[int, int] | Sequence[tuple[int, int]] = (),
-               outs: Mapping[int, int] | Sequence[tuple[int, int]] = ()) -> Role:
-    """A role splitting input dims `ins` and output dims `outs` ({operand: dim})."""
-    pairs = lambda m: tuple(m.items()) if isinstance(m, Mapping) else tuple(m)  # noqa: E731
-    return Role(name, ins=pairs(ins), outs=pairs(outs))
-
-
 def partial_role(name: str, ins: Sequence[int], outs: Sequence[int] = (0,)) -> Role:
     """A linear role: inputs `ins` partial sums -> outputs `outs` partial sums."""
     return Role(name, partial_ins=tuple(ins), partial_outs=tuple(outs))

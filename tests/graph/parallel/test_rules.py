@@ -8,7 +8,6 @@ GPT-style layer, forward and backward) have rules."""
 
 from __future__ import annotations
 
-import time
 import zlib
 from dataclasses import dataclass, field
 
