@@ -5,10 +5,11 @@ through the named passes of `PASSES`, in order, to the Partition of its kernels.
 
 Every step is a `GraphPass`: a name and a function of the graph and the `PlanOptions` (the
 target, fusion limits). All but the last map a Graph to a Graph; "fuse", the last, cuts it
-into a `Partition`. "autodiff" and "parallel" are slots that return the graph unchanged today:
-training graphs are built before planning (`akg.graph.train`), and no SPMD split is planned
-yet. Tuning and compiling for one target must plan with that same target, so that they cut
-the same kernels (workload keys).
+into a `Partition`. "autodiff" and "parallel" are slots: training graphs are built before
+planning (`akg.graph.train`), per-rank graphs from a plan (`akg.graph.parallel.spmd`), whose
+collectives the "parallel" step refuses (the multi-process runner, `akg.distributed`,
+compiles the pieces between them). Tuning and compiling for one target must plan with that
+same target, so that they cut the same kernels (workload keys).
 """
 
 from __future__ import annotations
@@ -50,6 +51,21 @@ def _identity(graph: Graph, options: PlanOptions) -> Graph:
     return graph
 
 
+def _parallel(graph: Graph, options: PlanOptions) -> Graph:
+    """Per-rank graphs are made by `akg.graph.parallel.spmd.spmd` from a plan; their
+    collectives are no kernels, so a graph holding one stops here with the way to run it."""
+    from akg.errors import UnsupportedOpError
+    from akg.graph.ops.registry import COLLECTIVE
+
+    for node in graph.nodes:
+        if node.opdef.kind == COLLECTIVE:
+            raise UnsupportedOpError(node.op, reason=f"it is a collective op of a per-rank SPMD graph (producing "
+                                     f"%{node.outputs[0].name}), not a kernel: run the graph with "
+                                     f"akg.graph.parallel.simulate, or run the whole model on processes "
+                                     f"(akg run MODEL --mesh ... --processes N)")
+    return graph
+
+
 def _complex(graph: Graph, options: PlanOptions) -> Graph:
     return decompose_complex(graph)
 
@@ -76,7 +92,8 @@ def _fuse(graph: Graph, options: PlanOptions) -> Partition:
 
 PASSES: tuple[GraphPass, ...] = (
     GraphPass("autodiff", _identity, "slot for loss -> training graph; the identity today"),
-    GraphPass("parallel", _identity, "slot for the per-rank SPMD split; the identity today"),
+    GraphPass("parallel", _parallel, "slot for the per-rank SPMD split (made from a plan by "
+                                     "akg.graph.parallel.spmd); refuses collective ops, which are no kernels"),
     GraphPass("complex", _complex, "complex64 values -> float32 (re, im) pairs; complex inputs and "
                                    "outputs as float32 (..., 2) (akg.graph.complex)"),
     GraphPass("storage", _storage, "ops on bfloat16/float8 values computed in float32 between casts "
