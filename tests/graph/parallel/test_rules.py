@@ -355,6 +355,33 @@ def test_an_embedding_table_split_by_rows_gives_partial_sums():
     assert [str(s) for s in rows.inputs + rows.outputs] == ["[S(tp), R]", "[R, R]", "[R, R, R] P(tp)"]
 
 
+def _factorisations(n: int, most: int = 4) -> list[tuple[int, ...]]:
+    """Every shape of at most `most` dims (factors 1, 2, 3, 4, 6, 8; 1 at most once) of `n` elements."""
+    out = []
+
+    def grow(left: int, shape: tuple[int, ...]) -> None:
+        if left == 1:
+            out.append(shape)
+        if len(shape) < most:
+            for f in (1, 2, 3, 4, 6, 8):
+                if left % f == 0 and (f > 1 or 1 not in shape):
+                    grow(left // f, shape + (f,))
+    grow(n, ())
+    return [s for s in out if s]
+
+
+def test_reshape_between_random_shapes():
+    """reshape's rule (the most intricate) between sampled pairs of shapes of 48 elements."""
+    rng = np.random.default_rng(7)
+    shapes = _factorisations(48)
+    checked = 0
+    for i in rng.choice(len(shapes), size=12, replace=False):
+        for j in rng.choice(len(shapes), size=3, replace=False):
+            case = Case("reshape", [T(shapes[i])], {"shape": list(shapes[j])})
+            checked += len(check_case(case, MESH2x2)) + len(check_case(case, MESH1x4))
+    assert checked > 200
+
+
 # --- the training graphs ------------------------------------------------------------------------
 
 
