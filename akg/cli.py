@@ -188,8 +188,13 @@ TARGET_HELP = "Compile for this target (cpu). Without it, `run` uses the referen
               help="With --check: relative tolerance (default by dtype: f16 1e-2, bf16 2e-2, f32 1e-4, f64 1e-9).")
 @click.option("--atol", type=Finite(0.0), default=None,
               help="With --check: absolute tolerance (default by dtype: f16 1e-3, bf16 1e-2, f32 1e-5, f64 1e-12).")
+@click.option("--mesh", default=None, help="With --processes: the device mesh, e.g. dp=2,tp=2 (default dp=N).")
+@click.option("--processes", type=click.IntRange(min=1), default=None,
+              help="Run the model split over this many local processes (torch.distributed, gloo), as the "
+                   "parallel search plans it for --mesh (data parallel without a search); --target defaults to cpu.")
 def run(model: Path, inputs_paths: tuple[Path, ...], output_path: Path | None, seed: int,
-        target: str | None, check: bool, rtol: float | None, atol: float | None) -> None:
+        target: str | None, check: bool, rtol: float | None, atol: float | None, mesh: str | None,
+        processes: int | None) -> None:
     """Run a model, kernel or .akgpack and print output shapes and checksums."""
     from akg.graph.interpreter import evaluate, random_inputs
 
@@ -198,6 +203,13 @@ def run(model: Path, inputs_paths: tuple[Path, ...], output_path: Path | None, s
         raise click.UsageError(f"--{'rtol' if rtol is not None else 'atol'} needs --check")
     if pack and target is not None:
         raise click.UsageError("an .akgpack is compiled already: drop --target")
+    if mesh is not None and processes is None:
+        raise click.UsageError("--mesh needs --processes N")
+    if processes is not None:
+        if pack or _is_kernel_file(model):
+            raise click.UsageError("--processes runs a model file (.mir, .onnx, ...), not a kernel or an .akgpack")
+        return _run_processes(model, inputs_paths, output_path, seed, target or "cpu", check, rtol, atol,
+                              mesh, processes)
     if check and not pack and target is None:
         raise click.UsageError("--check compares a compiled run with the reference interpreter: add --target "
                                "(e.g. --target cpu)")
@@ -249,6 +261,34 @@ def run(model: Path, inputs_paths: tuple[Path, ...], output_path: Path | None, s
     _save_outputs(output_path, names, outputs)
     if check:
         _check(graph, names, outputs, inputs, rtol, atol, random=not inputs_paths)
+
+
+def _run_processes(model: Path, inputs_paths, output_path, seed: int, target: str, check: bool, rtol, atol,
+                   mesh_text: str | None, processes: int) -> None:
+    """`akg run MODEL --processes N [--mesh ...]`: the model split over N local processes."""
+    from akg.distributed import plan_for, run_distributed
+    from akg.graph.interpreter import random_inputs
+    from akg.graph.io import load_model
+    from akg.graph.parallel.mesh import Mesh
+    from akg.target import get_target
+
+    mesh = Mesh.parse(mesh_text or f"dp={processes}")
+    if mesh.size != processes:
+        raise click.UsageError(f"mesh {mesh} has {mesh.size} devices, --processes is {processes}")
+    if output_path is not None:
+        writable(output_path)
+    graph = load_model(model)
+    inputs = _inputs(inputs_paths, [v.name for v in graph.inputs], lambda: random_inputs(graph, seed), seed)
+    get_target(target)  # an unknown target stops here, not in every process
+    plan, how = plan_for(graph, mesh)
+    result = run_distributed(graph, plan, inputs, target=target)
+    moved = ", ".join(f"{op} x{n}" for op, n in sorted(result.collectives.items())) or "no collectives"
+    _print_outputs(graph.name, [(v.name, v.shape, v.dtype) for v in graph.outputs], result.outputs,
+                   f"akg on {processes} processes, mesh {mesh}, {how}; per rank: {moved}")
+    click.echo(f"step {result.step_s[-1] * 1e3:.2f} ms (slowest rank), compile {result.compile_s:.1f} s")
+    _save_outputs(output_path, result.names, result.outputs)
+    if check:
+        _check(graph, result.names, result.outputs, inputs, rtol, atol, random=not inputs_paths)
 
 
 def _check(graph, names, outputs, inputs, rtol, atol, random: bool) -> None:

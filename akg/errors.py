@@ -147,7 +147,8 @@ class DatabaseError(AkgError):
 
 class ClusterError(AkgError):
     """A Dask cluster to measure on cannot be started or reached, or has no worker that
-    measures the tuner's target (`akg tune --workers/--scheduler`)."""
+    measures the tuner's target (`akg tune --workers/--scheduler`); or a rank of a
+    multi-process run fails (the subclasses below)."""
 
     exit_code = 7
 
@@ -158,6 +159,15 @@ class ClusterError(AkgError):
 class ShardingError(InputError):
     """A mesh or a sharding that cannot be: an unknown or repeated mesh axis, a tensor dim not
     divisible by the devices splitting it, a pinned sharding no strategy of its op takes."""
+
+
+class RankFailedError(ClusterError):
+    """A rank of a multi-process run (`akg.distributed`) raised an error or died; names the
+    rank (`.rank`) and keeps its traceback (`.rank_traceback`)."""
+
+
+class RankTimeoutError(ClusterError):
+    """A multi-process run did not finish in time: a rank hung, or waits on one that did."""
 
 
 class NoPlanError(AkgError):

@@ -1,0 +1,420 @@
+"""akg.distributed: a per-rank SPMD graph (`akg.graph.parallel.spmd`) run on N local processes
+with torch.distributed (gloo), its kernels compiled by akg on every rank.
+
+The per-rank graph is cut at its collective ops into `Segment`s: runs of ordinary nodes, each
+compiled by `akg.compiler.compile_model` (once per rank, default configs), and the collectives
+between them, done with torch.distributed over one process group per mesh group. gloo has no
+reduce-scatter or all-to-all on CPU: they are an all-reduce or an all-gather and a slice;
+`shard_slice` and `mark_partial` move no data and run locally. The graph's whole inputs are
+sharded by the parent as the plan says, each rank gets its pieces; outputs are gathered on
+rank 0, which puts the whole values together and checks that replicas agree.
+
+Processes are spawned (no inherited state), every collective has a timeout, and the parent
+watches them: a rank that raises or dies ends the run with `RankFailedError` naming it, a run
+past its deadline with `RankTimeoutError`; the other ranks are terminated, none is left over.
+
+    result = run_distributed(step_graph, plan, inputs, steps=3)
+    result.outputs, result.history, result.step_s
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_mod
+import shutil
+import tempfile
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Mapping
+
+import numpy as np
+
+from akg.errors import InputDataError, RankFailedError, RankTimeoutError, ShardingError
+from akg.graph.ir import Graph, Node, Value
+from akg.graph.ops.collective import exchange, group_axes
+from akg.graph.ops.registry import COLLECTIVE
+from akg.graph.parallel.mesh import Mesh
+from akg.graph.parallel.plan import Plan
+from akg.graph.parallel.sharding import Sharding
+from akg.graph.parallel.spmd import fed_back, output_sharding, replicas_agree, shard_inputs, spmd
+
+log = logging.getLogger(__name__)
+
+
+# --- segments ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One piece of a per-rank graph: `graph` (ordinary nodes, compiled as one model) or
+    `node` (one collective op); `inputs`/`outputs` the value names it reads and writes."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    graph: Graph | None = None
+    node: Node | None = None
+
+    @property
+    def is_collective(self) -> bool:
+        return self.node is not None
+
+    def __str__(self) -> str:
+        if self.node is not None:
+            return f"{self.node.op}(%{self.inputs[0]}) -> %{self.outputs[0]} over {self.node.attrs['axes']}"
+        return f"kernels ({len(self.graph.nodes)} nodes) -> {', '.join('%' + n for n in self.outputs)}"
+
+
+def segments(per_rank: Graph) -> list[Segment]:
+    """`per_rank` cut at its collectives, in waves: every ordinary node whose inputs are ready
+    goes into one compiled segment, then every collective that is ready, and so on (the
+    fewest segments the dependences allow: a data-parallel step is forward and backward,
+    the gradient all-reduces, then the updates)."""
+    ready: set[Value] = set(per_rank.inputs) | set(per_rank.constants)
+    remaining = list(per_rank.nodes)
+    users = per_rank.users()
+    outputs = set(per_rank.outputs)
+    waves: list[list[Node] | Node] = []
+    while remaining:
+        wave, avail = [], set(ready)
+        for n in remaining:
+            if n.opdef.kind != COLLECTIVE and all(v in avail for v in n.inputs):
+                wave.append(n)
+                avail.update(n.outputs)
+        if wave:
+            waves.append(wave)
+            taken = set(map(id, wave))
+            remaining = [n for n in remaining if id(n) not in taken]
+            ready = avail
+        colls = [n for n in remaining if n.opdef.kind == COLLECTIVE and all(v in ready for v in n.inputs)]
+        for n in colls:
+            waves.append(n)
+            ready.update(n.outputs)
+        taken = set(map(id, colls))
+        remaining = [n for n in remaining if id(n) not in taken]
+    out = []
+    for i, w in enumerate(waves):
+        if isinstance(w, Node):
+            out.append(Segment((w.inputs[0].name,), (w.output.name,), node=w))
+            continue
+        inside = {v for n in w for v in n.outputs}
+        members = set(map(id, w))
+        seg_outs = [v for n in w for v in n.outputs
+                    if v in outputs or any(id(u) not in members for u in users[v])]
+        if not seg_outs:
+            continue
+        used = list(dict.fromkeys(v for n in w for v in n.inputs if v not in inside))
+        ins = [v for v in used if v not in per_rank.constants]
+        consts = {v: per_rank.constants[v] for v in used if v in per_rank.constants}
+        g = Graph(f"{per_rank.name}.seg{i}", ins, seg_outs, w, consts)
+        out.append(Segment(tuple(v.name for v in ins), tuple(v.name for v in seg_outs), graph=g))
+    return out
+
+
+# --- one rank ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Job:
+    """What one rank is given (pickled into the spawned process)."""
+
+    rank: int
+    mesh: Mesh
+    per_rank: Graph
+    inputs: dict[str, np.ndarray]
+    steps: int
+    target: str
+    store: str  # a file for torch.distributed's FileStore rendezvous
+    timeout_s: float
+    out_shardings: list[Sharding]
+    threads: int
+    fault: tuple[str, int] | None = None  # tests: ("raise" | "exit" | "hang", rank)
+
+
+class _Collectives:
+    """The collective ops of one rank through torch.distributed, one process group per mesh
+    group (every rank creates every group, in the same order, as torch requires)."""
+
+    def __init__(self, mesh: Mesh, rank: int, per_rank: Graph, timeout_s: float):
+        import torch.distributed as dist
+
+        self.dist, self.mesh, self.rank = dist, mesh, rank
+        self.groups: dict[tuple[int, ...], object] = {}
+        self.counts: Counter = Counter()
+        for axes in dict.fromkeys(group_axes(n.attrs["axes"]) for n in per_rank.nodes
+                                  if n.opdef.kind == COLLECTIVE):
+            for g in mesh.groups(axes):
+                key = tuple(sorted(g))
+                if len(key) > 1 and key not in self.groups:
+                    self.groups[key] = dist.new_group(list(key), timeout=timedelta(seconds=timeout_s))
+
+    def run(self, node: Node, x: np.ndarray) -> np.ndarray:
+        import torch
+
+        op, attrs = node.op, node.attrs
+        if Mesh.parse(attrs["mesh"], self.mesh.devices_per_node).axes != self.mesh.axes:
+            raise ShardingError(f"'{op}' producing %{node.output.name} runs on mesh {attrs['mesh']}, "
+                                f"the processes form {self.mesh}")
+        order = self.mesh.group(self.rank, group_axes(attrs["axes"]))
+        k, i = len(order), order.index(self.rank)
+        if k == 1:
+            return exchange(op, attrs, [x])[0]
+        if op == "shard_slice":
+            return np.ascontiguousarray(np.split(x, k, axis=attrs["dim"])[i])
+        if op == "mark_partial":
+            return x if i == 0 else np.zeros_like(x)
+        self.counts[op] += 1
+        group = self.groups[tuple(sorted(order))]
+        wire = x.view(np.uint8) if x.dtype == np.bool_ else x
+        t = torch.from_numpy(np.require(wire, requirements="C").copy())  # 0-d stays 0-d
+        if op in ("all_reduce", "reduce_scatter"):
+            self.dist.all_reduce(t, group=group)
+            total = t.numpy()
+            if op == "all_reduce":
+                return total
+            return np.ascontiguousarray(np.split(total, k, axis=attrs["dim"])[i])
+        parts = [torch.empty_like(t) for _ in range(k)]
+        self.dist.all_gather(parts, t, group=group)
+        by_rank = dict(zip(sorted(order), parts))  # torch orders a group's ranks ascending
+        pieces = [by_rank[r].numpy().view(x.dtype) for r in order]
+        if op == "all_gather":
+            return np.concatenate(pieces, axis=attrs["dim"])
+        if op == "all_to_all":
+            s, c = attrs["split_dim"], attrs["concat_dim"]
+            return np.concatenate([np.split(p, k, axis=s)[i] for p in pieces], axis=c)
+        raise ShardingError(f"'{op}' is not a collective the process runner knows")
+
+
+def _run_rank(job: _Job, results) -> None:
+    """The body of one spawned process: rendezvous, compile, run the steps, report."""
+    for var in ("OMP_NUM_THREADS", "TVM_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(job.threads)
+    try:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(job.threads)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", init_method=f"file://{job.store}", rank=job.rank,
+                                world_size=job.mesh.size, timeout=timedelta(seconds=job.timeout_s))
+        try:
+            _steps(job, results)
+        finally:
+            dist.destroy_process_group()
+    except BaseException as e:  # reported to the parent, which names the rank
+        results.put(("error", job.rank, type(e).__name__, str(e), traceback.format_exc(), time.time()))
+        raise SystemExit(1)
+
+
+def _steps(job: _Job, results) -> None:
+    import torch.distributed as dist
+
+    from akg.compiler import compile_model
+
+    if job.fault and job.fault[1] == job.rank:
+        _fault(job.fault[0])
+    coll = _Collectives(job.mesh, job.rank, job.per_rank, job.timeout_s)
+    t0 = time.perf_counter()
+    plan = [(s, None if s.is_collective else compile_model(s.graph, job.target)) for s in segments(job.per_rank)]
+    for seg, compiled in plan:  # first calls link and load: not part of a step's time
+        if compiled is not None:
+            compiled(**{v.name: np.zeros(v.shape, v.dtype) for v in seg.graph.inputs})
+    compile_s = time.perf_counter() - t0
+    feed = fed_back(job.per_rank)
+    out_names = [v.name for v in job.per_rank.outputs]
+    constants = {v.name: np.asarray(a) for v, a in job.per_rank.constants.items()}
+    state = dict(job.inputs)
+    history, step_s = [], []
+    for step in range(job.steps):
+        env = {**constants, **state}
+        dist.barrier()
+        coll.counts.clear()
+        t = time.perf_counter()
+        for seg, compiled in plan:
+            if compiled is None:
+                env[seg.outputs[0]] = coll.run(seg.node, env[seg.inputs[0]])
+            else:
+                env.update(zip(seg.outputs, compiled(**{n: env[n] for n in seg.inputs})))
+        step_s.append(time.perf_counter() - t)
+        outs = [np.asarray(env[n]) for n in out_names]
+        last = step == job.steps - 1
+        kept = [i for i in range(len(outs)) if last or i not in feed]
+        gathered = [None] * job.mesh.size if job.rank == 0 else None
+        dist.gather_object([outs[i] for i in kept], gathered, dst=0)
+        if job.rank == 0:
+            history.append({i: _whole(job, i, [g[j] for g in gathered]) for j, i in enumerate(kept)})
+        state.update({name: outs[i] for i, name in feed.items()})
+    times = [None] * job.mesh.size if job.rank == 0 else None
+    dist.gather_object((step_s, compile_s, dict(coll.counts)), times, dst=0)
+    if job.rank == 0:
+        results.put(("done", 0, history, times))
+    else:
+        results.put(("done", job.rank, None, None))
+
+
+def _whole(job: _Job, i: int, pieces: list[np.ndarray]) -> np.ndarray:
+    s = job.out_shardings[i]
+    bad = replicas_agree(s, pieces, job.mesh)
+    if bad is not None:
+        raise ShardingError(f"output %{job.per_rank.outputs[i].name} ({s}): ranks {bad[0]} and {bad[1]} hold "
+                            f"different data for the same piece")
+    return s.unshard(pieces, job.mesh).astype(pieces[0].dtype, copy=False)
+
+
+def _fault(kind: str) -> None:
+    if kind == "raise":
+        raise RuntimeError("injected fault")
+    if kind == "exit":
+        os._exit(3)
+    if kind == "hang":
+        time.sleep(3600)
+
+
+# --- the parent --------------------------------------------------------------------------------
+
+
+@dataclass
+class DistributedRun:
+    """A finished multi-process run. `outputs`: the last step's whole outputs, in graph-output
+    order; `history`: per step the whole outputs that are not fed back (a training step's
+    loss), by output name; `step_s`: per step the slowest rank's wall time; `compile_s`: the
+    slowest rank's compile time (and first calls); `collectives`: the data-moving
+    collectives rank 0 ran in the last step, by op."""
+
+    names: list[str]
+    outputs: list[np.ndarray]
+    history: list[dict[str, np.ndarray]]
+    step_s: list[float]
+    compile_s: float
+    collectives: Counter
+    processes: int
+    per_rank: Graph = field(repr=False)
+
+
+def run_distributed(graph: Graph, plan: Plan, inputs: Mapping[str, np.ndarray], *, steps: int = 1,
+                    target: str = "cpu", timeout_s: float = 300.0, per_rank: Graph | None = None,
+                    fault: tuple[str, int] | None = None) -> DistributedRun:
+    """Run `graph` under `plan` on one local process per mesh device, `steps` times (a training
+    step's `new.X` outputs feed its inputs `X` between steps, on the ranks); `inputs` are the
+    whole values. `fault` (tests only): make a rank fail ("raise", "exit" or "hang")."""
+    import multiprocessing as mp
+
+    if steps < 1:
+        raise InputDataError(f"steps must be at least 1, got {steps}")
+    mesh = plan.mesh
+    per_rank = spmd(graph, plan) if per_rank is None else per_rank
+    pieces = shard_inputs(graph, plan, inputs)
+    out_shardings = [output_sharding(graph, plan, v) for v in graph.outputs]
+    n = mesh.size
+    threads = max(1, (os.cpu_count() or 1) // n)
+    tmp = tempfile.mkdtemp(prefix="akg-dist-")
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_run_rank, name=f"akg-rank{r}", daemon=True,
+                         args=(_Job(r, mesh, per_rank, pieces[r], steps, str(target), os.path.join(tmp, "store"),
+                                    timeout_s, out_shardings, threads, fault), results))
+             for r in range(n)]
+    try:
+        for p in procs:
+            p.start()
+        done, history, times = _wait(procs, results, timeout_s + 60.0)
+    finally:
+        _stop(procs)
+        results.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    names = [v.name for v in graph.outputs]
+    last = history[-1]
+    outputs = [last[i] for i in range(len(names))]
+    hist = [{names[i]: a for i, a in h.items()} for h in history]
+    step_s = [max(t[0][s] for t in times) for s in range(steps)]
+    counts: Counter = Counter(times[0][2])
+    return DistributedRun(names, outputs, hist, step_s, max(t[1] for t in times), counts, n, per_rank)
+
+
+def _wait(procs, results, deadline_s: float):
+    """Every rank's report. When one fails (an error report, or a process gone without one),
+    the reports of the next moment are read too and the earliest failure is blamed: the
+    others are mostly its echo (a peer's closed connection, a collective's timeout)."""
+    end = time.monotonic() + deadline_s
+    done: set[int] = set()
+    history = times = None
+    errors: list[tuple] = []
+    while len(done) < len(procs) and not errors:
+        try:
+            msg = results.get(timeout=0.2)
+        except queue_mod.Empty:
+            msg = None
+        if msg is not None and msg[0] == "error":
+            errors.append(msg)
+        elif msg is not None:
+            done.add(msg[1])
+            if msg[1] == 0:
+                history, times = msg[2], msg[3]
+        elif any(r not in done and p.exitcode not in (None, 0) for r, p in enumerate(procs)):
+            break
+        elif time.monotonic() > end:
+            waiting = [r for r in range(len(procs)) if r not in done]
+            raise RankTimeoutError(f"the run did not finish in {deadline_s:.0f} s: rank(s) "
+                                   f"{', '.join(map(str, waiting))} of {len(procs)} still running")
+    if len(done) == len(procs):
+        return done, history, times
+    grace = time.monotonic() + 1.0
+    while time.monotonic() < grace:
+        try:
+            msg = results.get(timeout=0.1)
+        except queue_mod.Empty:
+            continue
+        if msg[0] == "error":
+            errors.append(msg)
+    reported = {m[1] for m in errors}
+    silent = [(r, p.exitcode) for r, p in enumerate(procs)
+              if r not in done and r not in reported and p.exitcode not in (None, 0)]
+    if silent:  # a rank that died without a word (a crash, a kill) is the cause of the others' errors
+        r, code = silent[0]
+        echo = f"; then rank {errors[0][1]}: {errors[0][2]}: {errors[0][3][:200]}" if errors else ""
+        err = RankFailedError(f"rank {r} of {len(procs)} died (exit code {code}) without a report{echo}"
+                              + _others(procs, done | {r} | reported))
+        err.rank, err.rank_traceback = r, None
+        raise err
+    raise _failed(min(errors, key=lambda m: m[5]), procs, done)
+
+
+def _failed(msg, procs, done: set[int]) -> RankFailedError:
+    """The error of a rank's report; the rank's traceback is its `rank_traceback` (and logged)."""
+    _, rank, name, text, tb, _ = msg
+    log.debug("rank %d failed:\n%s", rank, tb)
+    err = RankFailedError(f"rank {rank} of {len(procs)} failed: {name}: {text}" + _others(procs, done | {rank}))
+    err.rank, err.rank_traceback = rank, tb
+    return err
+
+
+def _others(procs, settled: set[int]) -> str:
+    running = [r for r, p in enumerate(procs) if r not in settled and p.is_alive()]
+    return f" (stopped the other ranks: {', '.join(map(str, running))})" if running else ""
+
+
+def _stop(procs) -> None:
+    """End every rank still running: terminate, then kill what is left."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5)
+
+
+def plan_for(graph: Graph, mesh: Mesh) -> tuple[Plan, str]:
+    """The plan `akg run --processes` runs: the search's (`akg.graph.parallel.search`) where
+    it exists, else data parallel over the whole mesh; and how it was made, in words."""
+    try:
+        from akg.graph.parallel.search import search
+    except ImportError:
+        from akg.graph.parallel.manual import data_parallel_plan
+
+        return data_parallel_plan(graph, mesh), "data parallel (no search)"
+    return search(graph, mesh), "searched plan"

@@ -1,0 +1,153 @@
+"""akg.distributed: per-rank graphs cut into compiled segments and collectives, run on local
+gloo processes; training steps of the examples match one device; failures name the rank.
+
+The default runs use 2 and 4 processes on the mlp step (each run spawns, compiles on every
+rank and takes ~10-25 s on 2 cores); 8 processes and the transformer block are slow."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from akg.distributed import run_distributed, segments
+from akg.errors import ClusterError, RankFailedError, RankTimeoutError
+from akg.graph.parallel.manual import data_parallel_plan, propagated_plan
+from akg.graph.parallel.mesh import Mesh
+from akg.graph.parallel.spmd import spmd
+from akg.graph.train import initial_state
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graph" / "parallel"))
+from test_spmd import (TOL, agreement, block_step, data, megatron_block, megatron_mlp, mlp_step,  # noqa: E402
+                       run_steps_one_device, two_layer)
+
+
+
+def check_run(model, step, plan, steps=3):
+    """`steps` SGD steps on processes against one device; the run and the agreement numbers."""
+    batch = data(step)
+    ref_losses, ref_state = run_steps_one_device(model, step, batch, steps)
+    run = run_distributed(step, plan, {**batch, **initial_state(model, step)}, steps=steps)
+    losses = [h["loss"] for h in run.history]
+    state = dict(zip(run.names, run.outputs))
+    np.testing.assert_allclose(losses, ref_losses, **TOL)
+    for name, want in ref_state.items():
+        np.testing.assert_allclose(state["new." + name], want, err_msg=name, **TOL)
+    loss_err = agreement(losses, ref_losses)
+    param_err = agreement([state["new." + n] for n in ref_state], list(ref_state.values()))
+    print(f"\n{plan.mesh}: loss max abs {loss_err[0]:.2e} rel {loss_err[1]:.2e}; params after {steps} steps "
+          f"max abs {param_err[0]:.2e} rel {param_err[1]:.2e}; step {min(run.step_s) * 1e3:.1f} ms, "
+          f"compile {run.compile_s:.1f} s, {dict(run.collectives)}")
+    return run, loss_err, param_err
+
+
+def test_segments_are_waves():
+    """A data-parallel step: forward and backward compiled as one piece, the all-reduces, the
+    updates as another."""
+    model, step = mlp_step()
+    segs = segments(spmd(step, data_parallel_plan(step, Mesh.parse("dp=2"))))
+    kinds = ["c" if s.is_collective else "k" for s in segs]
+    assert kinds == ["k"] + ["c"] * 7 + ["k"]
+    assert {s.node.op for s in segs if s.is_collective} == {"all_reduce"}
+    first, last = segs[0].graph, segs[-1].graph
+    assert "matmul" in {n.op for n in first.nodes} and {n.op for n in last.nodes} == {"sub"}
+    assert set(last.inputs) >= {v for v in last.inputs if v.name.endswith("all_reduce_dp")}
+
+
+def test_mlp_step_data_parallel_2_processes():
+    model, step = mlp_step()
+    run, (loss_abs, _), _ = check_run(model, step, data_parallel_plan(step, Mesh.parse("dp=2")))
+    assert run.collectives == {"all_reduce": 7}  # six parameter gradients and the loss
+    assert loss_abs <= 1e-6  # float32 summation order only
+
+
+def test_mlp_step_megatron_dp2_tp2_4_processes():
+    model, step = mlp_step()
+    mesh = Mesh.parse("dp=2,tp=2")
+    run, _, _ = check_run(model, step, propagated_plan(step, mesh, megatron_mlp("dp", "tp")))
+    assert run.collectives["all_reduce"] >= 2 and run.processes == 4
+
+
+def test_a_failing_rank_is_named_and_nothing_hangs():
+    g = two_layer()
+    plan = propagated_plan(g, Mesh.parse("tp=2"), {})
+    ins = {v.name: np.ones(v.shape, np.float32) for v in g.inputs}
+    with pytest.raises(RankFailedError, match=r"rank 1 of 2 failed: RuntimeError: injected fault") as e:
+        run_distributed(g, plan, ins, fault=("raise", 1), timeout_s=30)
+    assert isinstance(e.value, ClusterError) and "_fault" in e.value.rank_traceback
+
+
+@pytest.mark.slow
+def test_a_dead_rank_is_named():
+    g = two_layer()
+    plan = propagated_plan(g, Mesh.parse("tp=2"), {})
+    ins = {v.name: np.ones(v.shape, np.float32) for v in g.inputs}
+    with pytest.raises(RankFailedError, match=r"rank 0 of 2 died \(exit code 3\) without a report"):
+        run_distributed(g, plan, ins, fault=("exit", 0), timeout_s=30)
+
+
+@pytest.mark.slow
+def test_a_hanging_rank_times_out():
+    g = two_layer()
+    plan = propagated_plan(g, Mesh.parse("tp=2"), {})
+    ins = {v.name: np.ones(v.shape, np.float32) for v in g.inputs}
+    with pytest.raises((RankTimeoutError, RankFailedError), match=r"rank"):
+        run_distributed(g, plan, ins, fault=("hang", 1), timeout_s=10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh", ["dp=8", "dp=2,tp=4", "tp=4"])
+def test_mlp_step_8_and_4_processes(mesh):
+    model, step = mlp_step()
+    m = Mesh.parse(mesh)
+    plan = data_parallel_plan(step, m) if "tp" not in mesh else \
+        propagated_plan(step, m, megatron_mlp("dp" if "dp" in mesh else None, "tp"))
+    check_run(model, step, plan)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh", ["dp=2", "tp=2", "dp=2,tp=2"])
+def test_transformer_block_step_processes(mesh):
+    model, step = block_step()
+    m = Mesh.parse(mesh)
+    plan = data_parallel_plan(step, m) if "tp" not in mesh else \
+        propagated_plan(step, m, megatron_block("dp" if "dp" in mesh else None, "tp"))
+    check_run(model, step, plan)
+
+
+# --- akg run --processes ------------------------------------------------------------------------
+
+
+def _cli(capsys, *args):
+    from akg.cli import main
+
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--mesh", "dp=2"], "--mesh needs --processes N"),
+    (["--processes", "4", "--mesh", "dp=2,tp=4"], "mesh dp=2,tp=4 has 8 devices, --processes is 4"),
+    (["--processes", "2", "--mesh", "dp=2", "--target", "nonesuch"], "nonesuch"),
+    (["--processes", "4", "--mesh", "dp=4,x"], "bad mesh"),
+])
+def test_cli_processes_usage_errors(capsys, args, message):
+    code, out = _cli(capsys, "run", "examples/mlp.mir", *args)
+    assert code != 0 and message in out
+
+
+def test_cli_processes_refuses_packs(capsys, tmp_path):
+    code, out = _cli(capsys, "run", str(tmp_path / "m.akgpack"), "--processes", "2")
+    assert code == 2 and "--processes runs a model file" in out
+
+
+@pytest.mark.slow
+def test_cli_run_on_processes_checks_against_the_reference(capsys, tmp_path):
+    code, out = _cli(capsys, "run", "examples/mlp.mir", "--mesh", "dp=2", "--processes", "2", "--check",
+                     "-o", str(tmp_path / "out.npz"))
+    assert code == 0, out
+    assert "akg on 2 processes, mesh dp=2" in out.replace("\n", " ") and "check passed: 2 output(s)" in out
+    assert set(np.load(tmp_path / "out.npz").files) == {"fc3", "loss"}
