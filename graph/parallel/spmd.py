@@ -95,9 +95,13 @@ def output_sharding(graph: Graph, plan: Plan, v: Value) -> Sharding:
 
 def spmd(graph: Graph, plan: Plan) -> Graph:
     """The per-rank graph of `graph` under `plan` (see the module docstring). ShardingError
-    when the plan misses a node, a strategy does not fit its node, or a sharding does not
-    divide its value."""
+    when the plan misses a node, a strategy does not fit its node, a sharding does not
+    divide its value, or the plan has pipeline stages (not rewritten yet)."""
     mesh = plan.mesh
+    if plan.stages is not None and len(plan.stages) > 1:
+        raise ShardingError(f"the plan cuts '{graph.name}' into {len(plan.stages)} pipeline stages over "
+                            f"'{plan.pp_axis}': the SPMD rewrite makes one program for every rank and does not "
+                            f"rewrite stages (send/recv) yet; plan without a pipeline axis")
     b = GraphBuilder.rewriting(graph)
     hints: dict[Value, str] = {}
     names: dict[Value, str] = {}

@@ -14,7 +14,7 @@ from akg.graph.io import load_model
 from akg.graph.io.mir import parse_mir
 from akg.graph.parallel.manual import data_parallel_plan, propagated_plan
 from akg.graph.parallel.mesh import Mesh
-from akg.graph.parallel.plan import Plan, node_key
+from akg.graph.parallel.plan import Plan
 from akg.graph.parallel.sharding import Sharding
 from akg.graph.parallel.simulate import simulate
 from akg.graph.parallel.spmd import (collective_counts, fed_back, shard_inputs, simulate_plan, spmd,
@@ -278,6 +278,14 @@ def test_strategy_that_does_not_fit_its_node():
     plan.choice["r"] = Strategy("wrong local", (col("tp"),), (col("tp"),), attrs=None,
                                 local=lambda e, vals, attrs, mesh: e.op("transpose", vals[0], perm=[1, 0]))
     with pytest.raises(ShardingError, match=r"gives %r as f32\[16,8\], its sharding \[R, S\(tp\)\] needs f32\[8,16\]"):
+        spmd(g, plan)
+
+
+def test_pipeline_stages_are_refused():
+    g = two_layer()
+    plan = propagated_plan(g, Mesh.parse("pp=2"), {})
+    plan.stages, plan.pp_axis = [["h"], ["r", "y"]], "pp"
+    with pytest.raises(ShardingError, match=r"2 pipeline stages over 'pp'.*does not rewrite stages"):
         spmd(g, plan)
 
 
