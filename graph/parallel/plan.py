@@ -31,6 +31,7 @@ class Plan:
     stages: list[list[str]] | None = None  # node keys per pipeline stage, in order
     pp_axis: str | None = None  # the mesh axis the stages lie along
     predicted: dict = field(default_factory=dict)
+    microbatches: int = 1  # per step, streamed through the stages (1F1B); the graph is one microbatch's
 
     def strategy(self, node: Node) -> Strategy:
         try:
