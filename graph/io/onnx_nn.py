@@ -396,19 +396,19 @@ def _hardmax(c: Ctx):
     return c.make("one_hot", index, depth=x.shape[axis], axis=axis, dtype=x.dtype)
 
 
-@ONNX_OPS.register_op("SoftmaxCrossEntropyLoss", "cross_entropy, log_softmax (with class weights, an "
-                      "ignore_index or more than 2 dims: ONNX's function body)")
+@ONNX_OPS.register_op("SoftmaxCrossEntropyLoss", "cross_entropy, log_softmax (with class weights or more "
+                      "than 2 dims: ONNX's function body)")
 def _softmax_cross_entropy(c: Ctx):
     """The loss PyTorch exports for `F.cross_entropy` as one akg cross_entropy (a kernel like a
     .mir model's, not the dozen ops of ONNX's function body: gathers of flattened indices,
     masks, a weighted mean)."""
     scores = c.v(0)
-    if c.has(2) or c.get("ignore_index", None) is not None or len(scores.shape) != 2:
+    if c.has(2) or len(scores.shape) != 2:
         raise InlineFunctionBody()
     reduction = c.str_("reduction", "mean")
     if reduction not in ("mean", "sum", "none"):
         raise c.fail(f"reduction must be mean, sum or none, got '{reduction}'")
-    loss = c.make("cross_entropy", scores, c.v(1), reduction=reduction)
+    loss = c.make("cross_entropy", scores, c.v(1), reduction=reduction, ignore_index=c.get("ignore_index", None))
     if c.wants(1):
         return loss, c.make("log_softmax", scores, axis=1, what="log_prob")
     return loss

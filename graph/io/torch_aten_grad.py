@@ -105,3 +105,51 @@ def _max_pool_backward(ctx: FxContext):
     (dx,) = _vjp_max_pool2d(RuleEmitter(ctx, y), g, x, kernel, stride, padding, ceil_mode)
     return dx
 
+
+
+# --- nll_loss (kept whole, not decomposed: one akg nll_loss, as the .mir models' losses) ---------
+
+_NLL_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _nll_args(ctx: FxContext, scores_at: int):
+    scores, target, weight = ctx.args[scores_at], ctx.args[scores_at + 1], ctx.arg(scores_at + 2, "weight")
+    reduction = _NLL_REDUCTIONS.get(ctx.arg(scores_at + 3, "reduction", 1))
+    ignore_index = ctx.arg(scores_at + 4, "ignore_index", -100)
+    if weight is not None:
+        raise ctx.unsupported("class weights")
+    if reduction is None:
+        raise ctx.unsupported(f"reduction {ctx.arg(scores_at + 3, 'reduction')}")
+    if not isinstance(scores, Value) or not isinstance(target, Value) or len(scores.shape) != 2:
+        raise ctx.unsupported("scores other than [N, C] with labels [N]")
+    return scores, target, reduction, int(ignore_index)
+
+
+def _kept_count(ctx: FxContext, target: Value, ignore_index: int, dtype: str) -> Value:
+    ignored = ctx.emit("equal", [target, ctx.const(ignore_index, target.dtype, "ignore_index")], "ignored")
+    kept = ctx.emit("cast", [ctx.emit("logical_not", [ignored], "kept")], "kept", to=dtype)
+    return kept
+
+
+@ATEN_OPS.register_op("aten.nll_loss_forward", "nll_loss (ignore_index; no class weights), total weight")
+def _nll_loss_forward(ctx: FxContext):
+    scores, target, reduction, ignore_index = _nll_args(ctx, 0)
+    loss = ctx.emit("nll_loss", [scores, target], "loss", reduction=reduction, ignore_index=ignore_index)
+    kept = _kept_count(ctx, target, ignore_index, scores.dtype)
+    return loss, ctx.emit("sum", [kept], "total_weight", axes=[0])
+
+
+@ATEN_OPS.register_op("aten.nll_loss_backward", "-one_hot(labels) times each kept row's cotangent")
+def _nll_loss_backward(ctx: FxContext):
+    g = ctx.args[0]
+    scores, target, reduction, ignore_index = _nll_args(ctx, 1)
+    total = ctx.arg(6, "total_weight")
+    n, c = scores.shape
+    kept = _kept_count(ctx, target, ignore_index, scores.dtype)
+    if reduction == "mean":
+        rows = ctx.emit("mul", [kept, ctx.emit("div", [g, total], "share")], "rows")
+    else:
+        rows = ctx.emit("mul", [kept, g], "rows")
+    rows = ctx.emit("reshape", [rows], "rows", shape=[n, 1])
+    hot = ctx.emit("one_hot", [target], "onehot", depth=c, dtype=scores.dtype)
+    return ctx.emit("neg", [ctx.emit("mul", [hot, rows], "picked")])

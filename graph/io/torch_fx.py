@@ -333,7 +333,7 @@ def _encoder_layer(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
 
 
 # ops the core table would decompose that akg maps directly
-ATEN_KEPT = ()
+ATEN_KEPT = ("aten.nll_loss_forward", "aten.nll_loss_backward")  # mapped whole (torch_aten_grad)
 
 
 def to_aten(module: Any, example_inputs: Sequence[Any]) -> Any:

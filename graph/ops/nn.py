@@ -123,10 +123,11 @@ def dropout(x, rate):
 
 # --- losses -----------------------------------------------------------------------------------
 
-_REDUCTION = [Attr("reduction", "str", "mean", choices=("mean", "sum", "none"))]
+_REDUCTION = [Attr("reduction", "str", "mean", choices=("mean", "sum", "none")),
+              Attr("ignore_index", "int", None, optional=True)]
 
 
-def _loss_infer(scores: TensorType, labels: TensorType, reduction: str) -> TensorType:
+def _loss_infer(scores: TensorType, labels: TensorType, reduction: str, ignore_index=None) -> TensorType:
     _float(scores)
     if scores.rank != 2 or labels.rank != 1 or labels.shape[0] != scores.shape[0]:
         raise ShapeError(f"needs scores[N, C] and labels[N], got {scores} and {labels}")
@@ -135,9 +136,12 @@ def _loss_infer(scores: TensorType, labels: TensorType, reduction: str) -> Tenso
     return scores.with_shape((scores.shape[0],) if reduction == "none" else ())
 
 
-def _reduce_loss(per_row: np.ndarray, reduction: str, dtype) -> np.ndarray:
+def _reduce_loss(per_row: np.ndarray, reduction: str, dtype, kept: np.ndarray | None = None) -> np.ndarray:
+    """A mean over the rows `kept` (all when None): with every row ignored, 0/0 = nan as
+    PyTorch gives."""
     if reduction == "mean":
-        per_row = per_row.mean()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_row = per_row.sum() / (per_row.size if kept is None else kept.sum())
     elif reduction == "sum":
         per_row = per_row.sum()
     return np.asarray(per_row).astype(dtype)
@@ -149,19 +153,25 @@ def _labels_bound(scores: TensorType, labels: TensorType, **_) -> dict[int, int]
 
 @defop("nll_loss", kind=COMPOSITE, infer=_loss_infer, attrs=_REDUCTION,
        flops=_scaled_flops(1), index_bounds=_labels_bound)
-def nll_loss(logp, labels, reduction):
-    """-logp[i, labels[i]], reduced by mean, sum or none."""
-    if labels.size and (labels.min() < 0 or labels.max() >= logp.shape[1]):
+def nll_loss(logp, labels, reduction, ignore_index=None):
+    """-logp[i, labels[i]], reduced by mean, sum or none; rows whose label is `ignore_index`
+    give 0 and are left out of the mean (PyTorch's and ONNX's ignore_index)."""
+    kept = None if ignore_index is None else labels != ignore_index
+    valid = labels if kept is None else labels[kept]
+    if valid.size and (valid.min() < 0 or valid.max() >= logp.shape[1]):
         raise IndexError(f"label out of range [0, {logp.shape[1]})")
-    picked = np.take_along_axis(_wide(logp), labels.astype(np.int64)[:, None], axis=1)[:, 0]
-    return _reduce_loss(-picked, reduction, logp.dtype)
+    safe = labels if kept is None else np.where(kept, labels, 0)
+    picked = np.take_along_axis(_wide(logp), safe.astype(np.int64)[:, None], axis=1)[:, 0]
+    if kept is not None:
+        picked = np.where(kept, picked, 0)
+    return _reduce_loss(-picked, reduction, logp.dtype, kept)
 
 
 @defop("cross_entropy", kind=COMPOSITE, infer=_loss_infer, attrs=_REDUCTION,
        flops=_scaled_flops(6), index_bounds=_labels_bound)
-def cross_entropy(logits, labels, reduction):
+def cross_entropy(logits, labels, reduction, ignore_index=None):
     """nll_loss(log_softmax(logits, axis=1), labels)."""
-    return nll_loss(log_softmax(_wide(logits), axis=1), labels, reduction).astype(logits.dtype)
+    return nll_loss(log_softmax(_wide(logits), axis=1), labels, reduction, ignore_index).astype(logits.dtype)
 
 
 # --- expanders ----------------------------------------------------------------------------------
@@ -236,27 +246,40 @@ def _expand_dropout(e, x, rate):
     return e.op("reshape", x, shape=list(x.shape), final=True)
 
 
-def _pick_and_reduce(e, logp, labels, reduction):
+def _kept_rows(e, labels, ignore_index, dtype):
+    """1 for rows whose label is not `ignore_index`, 0 for the others, as `dtype`[N]."""
+    same = e.op("equal", labels, e.const(ignore_index, dtype=labels.dtype), hint="ignored")
+    return e.op("cast", e.op("logical_not", same), to=dtype, hint="kept")
+
+
+def _pick_and_reduce(e, logp, labels, reduction, ignore_index=None):
     n, c = logp.shape
     hot = e.op("one_hot", labels, depth=c, dtype=logp.dtype, hint="onehot")
     picked = e.op("sum", e.op("mul", logp, hot, hint="masked"), axes=[1], hint="picked")
+    kept = None
+    if ignore_index is not None:
+        kept = _kept_rows(e, labels, ignore_index, logp.dtype)
+        picked = e.op("mul", picked, kept, hint="picked")
     if reduction == "none":
         return e.op("neg", picked, final=True)
     total = e.op("sum", picked, axes=[0], hint="total")
     if reduction == "sum":
         return e.op("neg", total, final=True)
-    return e.op("div", total, e.const(-n, like=(logp,)), final=True)
+    if kept is None:
+        return e.op("div", total, e.const(-n, like=(logp,)), final=True)
+    count = e.op("sum", kept, axes=[0], hint="count")
+    return e.op("div", e.op("neg", total, hint="total"), count, final=True)
 
 
 @defexpand("nll_loss")
-def _expand_nll_loss(e, logp, labels, reduction):
-    return _pick_and_reduce(e, logp, labels, reduction)
+def _expand_nll_loss(e, logp, labels, reduction, ignore_index):
+    return _pick_and_reduce(e, logp, labels, reduction, ignore_index)
 
 
 @defexpand("cross_entropy")
-def _expand_cross_entropy(e, logits, labels, reduction):
+def _expand_cross_entropy(e, logits, labels, reduction, ignore_index):
     logp = _expand_log_softmax(_Inner(e, "logp"), logits, axis=1)
-    return _pick_and_reduce(e, logp, labels, reduction)
+    return _pick_and_reduce(e, logp, labels, reduction, ignore_index)
 
 
 class _Inner:
@@ -356,27 +379,36 @@ def _vjp_dropout(e, g, x, rate):
     return (g,)
 
 
-def _row_weights(e, g, n: int, reduction: str):
-    """The cotangent of each row's loss, shaped to broadcast over [N, C]."""
-    if reduction == "none":
-        return e.op("reshape", g, shape=[n, 1], hint="rows")
-    return e.op("div", g, float(n), hint="rows") if reduction == "mean" else g
+def _row_weights(e, g, n: int, reduction: str, labels=None, ignore_index=None, dtype=None):
+    """The cotangent of each row's loss, shaped to broadcast over [N, C]: zero on ignored rows,
+    a mean's divided by the number of rows kept."""
+    if ignore_index is None:
+        if reduction == "none":
+            return e.op("reshape", g, shape=[n, 1], hint="rows")
+        return e.op("div", g, float(n), hint="rows") if reduction == "mean" else g
+    kept = _kept_rows(e, labels, ignore_index, dtype)
+    if reduction == "mean":
+        kept = e.op("div", kept, e.op("sum", kept, axes=[0], hint="count"), hint="share")
+    rows = e.op("mul", kept, g, hint="rows")
+    return e.op("reshape", rows, shape=[n, 1], hint="rows")
 
 
 @defvjp("nll_loss")
-def _vjp_nll_loss(e, g, logp, labels, reduction):
+def _vjp_nll_loss(e, g, logp, labels, reduction, ignore_index):
     n, c = logp.shape
     hot = e.op("one_hot", labels, depth=c, dtype=logp.dtype, hint="onehot")
-    return e.op("neg", e.op("mul", hot, _row_weights(e, g, n, reduction))), None
+    rows = _row_weights(e, g, n, reduction, labels, ignore_index, logp.dtype)
+    return e.op("neg", e.op("mul", hot, rows)), None
 
 
 @defvjp("cross_entropy")
-def _vjp_cross_entropy(e, g, logits, labels, reduction):
+def _vjp_cross_entropy(e, g, logits, labels, reduction, ignore_index):
     """d logits = (softmax(logits) - onehot(labels)) times each row's cotangent."""
     n, c = logits.shape
     hot = e.op("one_hot", labels, depth=c, dtype=logits.dtype, hint="onehot")
     probs = e.op("softmax", logits, axis=1, hint="probs")
-    return e.op("mul", e.op("sub", probs, hot), _row_weights(e, g, n, reduction)), None
+    rows = _row_weights(e, g, n, reduction, labels, ignore_index, logits.dtype)
+    return e.op("mul", e.op("sub", probs, hot), rows), None
 
 
 # --- sharding rules ---------------------------------------------------------------------------
@@ -463,6 +495,8 @@ def _loss_sharding(call, mesh):
     def finish(s, by_role):
         k_rows = group_size(mesh, by_role, "rows")
         classes = by_role.get("classes", ())
+        if call.attrs["ignore_index"] is not None and (classes or (reduction == "mean" and k_rows > 1)):
+            return None  # ignored labels: a mean over the rows kept is no mean of local means
         if classes:
             return with_local(s, lambda b, values, attrs, mesh: _nll_of_classes(b, *values, n, c, classes, mesh,
                                                                                 attrs["reduction"]))

@@ -120,7 +120,8 @@ def torch_function(graph):
         "dense": lambda x, w, *b: F.linear(x, w, b[0] if b else None),
         "sum": lambda x, axes, keepdims: x.sum(tuple(axes) if axes is not None else tuple(range(x.dim())), keepdim=keepdims),
         "mean": lambda x, axes, keepdims: x.mean(tuple(axes) if axes is not None else tuple(range(x.dim())), keepdim=keepdims),
-        "cross_entropy": lambda x, labels, reduction: F.cross_entropy(x, labels.long(), reduction=reduction),
+        "cross_entropy": lambda x, labels, reduction, ignore_index=None: F.cross_entropy(
+            x, labels.long(), reduction=reduction, ignore_index=-100 if ignore_index is None else ignore_index),
         "dropout": lambda x, rate: x,
     }
     missing = sorted({n.op for n in graph.nodes} - set(ops))

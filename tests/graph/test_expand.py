@@ -72,3 +72,15 @@ def test_graphs_without_composites_are_returned_as_they_are():
     b.output(b.relu(b.input("x", (3,))))
     g = b.build()
     assert expand(g) is g
+
+
+@pytest.mark.parametrize("op", ["cross_entropy", "nll_loss"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_expanded_losses_leave_ignored_labels_out(op, reduction):
+    b = GraphBuilder(op)
+    b.output(b.op(op, b.input("x", (4, 5), "float32"), b.input("l", (4,), "int64"),
+                  reduction=reduction, ignore_index=-100))
+    graph = b.build()
+    x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    inputs = {"x": x if op == "cross_entropy" else -np.abs(x), "l": np.array([3, -100, 0, -100], np.int64)}
+    np.testing.assert_allclose(evaluate(expand(graph), inputs)[0], evaluate(graph, inputs)[0], rtol=1e-6)

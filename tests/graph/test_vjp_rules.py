@@ -140,6 +140,9 @@ CASES: list[Case] = [
     Case("dropout", [T((2, 3))], {"rate": 0.1}),
     *[Case(op, [T((4, 3)), T((4,), "int32")], {"reduction": r})
       for op in ("nll_loss", "cross_entropy") for r in ("mean", "sum", "none")],
+    # ignore_index inside [0, C): random labels hit it, those rows pass no gradient
+    *[Case(op, [T((6, 3)), T((6,), "int32")], {"reduction": r, "ignore_index": 1})
+      for op in ("nll_loss", "cross_entropy") for r in ("mean", "none")],
     # indexing
     Case("gather", [T((5, 3)), T((2, 4), "int32")]),
     Case("gather", [T((3, 4)), T((5,), "int64")], {"axis": 1}),
@@ -230,7 +233,7 @@ NON_DIFFERENTIABLE = [
     "greater_equal", "logical_and", "logical_or", "logical_not", "isnan", "isinf", "argmax", "argmin",
     "one_hot", "complex", "real", "imag",
     # collectives of per-rank graphs: the SPMD split runs after autodiff
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "shard_slice", "mark_partial",
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "shard_slice", "mark_partial", "send", "recv",
 ]
 
 

@@ -136,17 +136,31 @@ def test_softmax_cross_entropy_is_one_akg_cross_entropy_in_its_common_form():
     np.testing.assert_allclose(loss, -logp[np.arange(3), labels].mean(), rtol=1e-5)
 
 
-def test_an_op_form_without_a_mapping_is_inlined_from_its_onnx_function_body():
-    # with an ignore_index (PyTorch exports -100) SoftmaxCrossEntropyLoss is ONNX's function
-    # body: a label equal to it drops out of the loss and of the mean's count
+def test_pytorch_s_ignore_index_is_kept_on_the_akg_cross_entropy():
+    # PyTorch exports ignore_index=-100: a label equal to it drops out of the loss and the mean's count
     scores = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
     labels = np.array([1, -100, 0], np.int64)
     model = _cross_entropy_model(ignore_index=-100)
-    ops = [n.op for n in load_model(model).nodes]
-    assert "cross_entropy" not in ops and "gather" in ops, ops
+    assert [n.op for n in load_model(model).nodes] == ["cross_entropy"]
     (loss,) = akg.run(model, [scores, labels])
     logp = scores - np.log(np.exp(scores).sum(1, keepdims=True))
     np.testing.assert_allclose(loss, -(logp[0, 1] + logp[2, 0]) / 2, rtol=1e-5)
+
+
+def test_an_op_form_without_a_mapping_is_inlined_from_its_onnx_function_body():
+    # with class weights SoftmaxCrossEntropyLoss is ONNX's function body: a weighted mean
+    scores = np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)
+    labels = np.array([1, 4, 0], np.int64)
+    weights = np.array([1, 2, 3, 4, 5], np.float32)
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["s", "l", "w"], ["loss"], reduction="mean")
+    model = make_model([node], [tensor("s", F32, [3, 5]), tensor("l", I64, [3]), tensor("w", F32, [5])],
+                       [tensor("loss", F32, [])])
+    ops = [n.op for n in load_model(model).nodes]
+    assert "cross_entropy" not in ops, ops
+    (loss,) = akg.run(model, [scores, labels, weights])
+    logp = scores - np.log(np.exp(scores).sum(1, keepdims=True))
+    w = weights[labels]
+    np.testing.assert_allclose(loss, -(w * logp[np.arange(3), labels]).sum() / w.sum(), rtol=1e-5)
 
 
 # --- typed errors ---------------------------------------------------------------------------------

@@ -274,6 +274,18 @@ def test_nll_loss_values():
     np.testing.assert_allclose(ref("nll_loss", LOGP, np.array([0, 2], np.uint8), reduction="none"), [1, 2.5])
 
 
+def test_ignored_labels_drop_out_of_the_loss_and_the_mean():
+    labels = np.array([2, -100], np.int64)  # PyTorch's default ignore_index
+    np.testing.assert_allclose(ref("nll_loss", LOGP, labels, ignore_index=-100), 3)
+    np.testing.assert_allclose(ref("nll_loss", LOGP, labels, reduction="none", ignore_index=-100), [3, 0])
+    np.testing.assert_allclose(ref("nll_loss", LOGP, np.array([2, 0], np.int32), ignore_index=0), 3)
+    assert np.isnan(ref("nll_loss", LOGP, np.array([-100, -100], np.int64), ignore_index=-100))  # as PyTorch
+    with pytest.raises(IndexError, match="label out of range"):
+        ref("nll_loss", LOGP, np.array([2, -1], np.int64), ignore_index=-100)
+    logits = f32([[0, LN2, LN3], [5, 5, 5]])
+    np.testing.assert_allclose(ref("cross_entropy", logits, labels, ignore_index=-100), LN2, rtol=1e-6)
+
+
 def test_cross_entropy_values():
     logits = f32([[0, LN2, LN3], [5, 5, 5]])
     labels = np.array([2, 1], np.int32)
