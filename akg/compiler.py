@@ -75,7 +75,10 @@ class Pipeline:
         config = self.resolve(config)
         t0 = time.perf_counter()
         mapped = self.recipe.apply(config, self.model, self.schedule, self.bands, self.dtype)
-        func, records = lower_to_tir(self.model, mapped, promote=self.recipe.promote(config),
+        model = self.model
+        if isinstance(mapped, tuple):  # the recipe rewrote the statements (see Recipe.apply)
+            model, mapped = mapped
+        func, records = lower_to_tir(model, mapped, promote=self.recipe.promote(config),
                                      name=self.program.name, hooks=self.target.lowering(config) or LoweringHooks())
         self.stats.codegen_s = time.perf_counter() - t0
         return func, records

@@ -86,6 +86,9 @@ class LoweringHooks:
     serial_block: int = 0
     prefetch: Callable[[tirx.BufferLoad], tirx.Stmt] | None = None
     line_bytes: int = 64  # cache line: one prefetch per line
+    # an intermediate kept in a scratchpad: tensor name -> (storage scope, trailing dims kept:
+    # the others are implied by where the code runs, 0 keeps one element); None: a plain buffer
+    scratch: Callable[[str], tuple[str, int] | None] | None = None
 
 
 @dataclass
@@ -110,6 +113,7 @@ class TirLowering:
         self.promoter = promoter
         self.name = name
         self.buffers: dict[int, tirx.Buffer] = {}
+        self.kept: dict[int, int] = {}  # scratch tensors: trailing dims their buffer keeps
         self.shadows: dict[int, tirx.Buffer] = {}  # argmax/argmin running values
         self.params: list[tirx.Buffer] = []
         self.allocs: list[tirx.Buffer] = []
@@ -137,7 +141,15 @@ class TirLowering:
             self.params.append(buf)
         for op in program.ops():
             t = op.output
-            if id(t) not in self.buffers and id(t) not in local_only:
+            scratch = self.hooks.scratch(t.name) if self.hooks.scratch is not None else None
+            if scratch is not None and id(t) not in self.buffers:
+                scope, keep = scratch
+                self.kept[id(t)] = keep
+                buf = tirx.decl_buffer(t.shape[len(t.shape) - keep:] if keep else (1,), bits_dtype(t.dtype),
+                                       _ident(t.name), scope=scope)
+                self.buffers[id(t)] = buf
+                self.allocs.append(buf)
+            elif id(t) not in self.buffers and id(t) not in local_only:
                 buf = tirx.decl_buffer(t.shape, bits_dtype(t.dtype), _ident(t.name))
                 self.buffers[id(t)] = buf
                 self.allocs.append(buf)
@@ -165,13 +177,19 @@ class TirLowering:
         local = [self.analyzer.simplify(i - o) for i, o in zip(indices, offsets)]
         return local_index(local, layout)
 
+    def _kept_index(self, t: Tensor, indices: list) -> list:
+        keep = self.kept.get(id(t))
+        if keep is None:
+            return indices
+        return list(indices[len(indices) - keep:]) if keep else [tirx.const(0, "int32")]
+
     def _load(self, t: Tensor, indices: list, shadow: bool = False) -> tirx.PrimExpr:
         buf, offsets, layout = self._buffer(t, shadow)
-        return tirx.BufferLoad(buf, self._local_index(indices, offsets, layout))
+        return tirx.BufferLoad(buf, self._local_index(self._kept_index(t, indices), offsets, layout))
 
     def _store(self, t: Tensor, value, indices: list, shadow: bool = False) -> tirx.Stmt:
         buf, offsets, layout = self._buffer(t, shadow)
-        return tirx.BufferStore(buf, value, self._local_index(indices, offsets, layout))
+        return tirx.BufferStore(buf, value, self._local_index(self._kept_index(t, indices), offsets, layout))
 
     # --- entry ----------------------------------------------------------------------------------
 

@@ -10,10 +10,12 @@ member, 0: not mapped; the innermost mapped member is x, then y, z) and `tile(re
 The mapped loops are marked `blockIdx.<axis>.<blocks>` and `threadIdx.<axis>.<threads>` in
 the tree; astgen keeps these marks in the TIR (`LoweringHooks.keep_marks`) and the CUDA
 backend turns the marked loops into thread bindings (`akg/backends/cuda/bind.py`). A band
-with no parallel member is not mapped: it runs in one block of one thread; reductions with
-few outputs over many terms are first split into partials that do map (`prepare`,
-`cuda_split.py`). Cross-thread reductions, shared-memory and register promotion are not
-done yet."""
+whose parallel points cannot fill the GPU and whose points reduce many terms (a few long
+rows, a full reduction) has its reductions spread over the threads of a block instead
+(`reduce(threads)`: per-thread partials and a shared-memory tree with barriers,
+`cuda_reduce.py`); reductions with few outputs over very many terms are first split into
+partials (`prepare`, `cuda_split.py`). Shared-memory and register promotion of reused tiles
+are not done yet."""
 
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ from akg.schedules.space import Config, Space, Step, check_steps
 log = logging.getLogger(__name__)
 
 MARK_BLOCK, MARK_THREAD = "blockIdx", "threadIdx"
-MAPPED_MARKS = (MARK_BLOCK + ".", MARK_THREAD + ".")
+BARRIER = "barrier"  # __syncthreads() after the subtree below (a reduction tree's passes)
+MAPPED_MARKS = (MARK_BLOCK + ".", MARK_THREAD + ".", BARRIER)
 AXES = "xyz"
 THREAD_LEVEL = "threads"  # map(threads): threads per member
 WORK_LEVEL = "registers"  # tile(registers): points per thread per member
@@ -51,10 +54,12 @@ class BandMapping:
     order: tuple[int, ...]
     threads: tuple[int, ...]
     work: tuple[int, ...]
+    reduce: int = 0  # threads of a block over which the band's reductions spread (0: none)
 
     def __post_init__(self):
         for name in ("order", "threads", "work"):
             object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
+        object.__setattr__(self, "reduce", int(self.reduce))
 
     @property
     def mapped(self) -> list[int]:
@@ -65,6 +70,8 @@ class BandMapping:
         return AXES[self.mapped.index(position)]
 
     def steps(self, band: int) -> tuple[Step, ...]:
+        if self.reduce:
+            return (Step("reduce", band, THREAD_LEVEL, self.reduce),)
         steps = [Step("order", band, None, self.order), Step("map", band, THREAD_LEVEL, self.threads)]
         if any(w > 1 for w in self.work):
             steps.append(Step("tile", band, WORK_LEVEL, self.work))
@@ -76,15 +83,20 @@ class BandMapping:
         return tuple(math.ceil(ext[p] / (self.threads[p] * max(1, self.work[p]))) for p in self.mapped)
 
     def block(self) -> tuple[int, ...]:
+        if self.reduce:
+            return (self.reduce,)
         return tuple(self.threads[p] for p in self.mapped)
 
 
 def race_role(name: str) -> tuple[str, int] | None:
     """What a mark of this recipe means to the race checker (`akg.polyhedral.races`, its
     `roles`): `blockIdx.<axis>.<n>` is block coordinate x=0, y=1, z=2 of the single-member
-    band below, `threadIdx.<axis>.<n>` thread coordinate; other marks mean nothing to it."""
-    from akg.polyhedral.races import MARK_BLOCKS, MARK_THREADS
+    band below, `threadIdx.<axis>.<n>` thread coordinate, `barrier` a `__syncthreads()`
+    after the subtree below; other marks mean nothing to it."""
+    from akg.polyhedral.races import MARK_BARRIER, MARK_BLOCKS, MARK_THREADS
 
+    if name == BARRIER:
+        return MARK_BARRIER, 2
     head, _, rest = name.partition(".")
     axis = rest.partition(".")[0]
     if head in (MARK_BLOCK, MARK_THREAD) and axis in AXES:
@@ -102,9 +114,11 @@ def _mapping_of(config: Config, k: int, info: BandInfo) -> BandMapping:
             threads = s.arg
         elif s.op == "tile" and s.level == WORK_LEVEL:
             work = tuple(max(1, w) for w in s.arg)
+        elif s.op == "reduce" and s.level == THREAD_LEVEL and isinstance(s.arg, int):
+            return BandMapping(order, (0,) * n, (1,) * n, s.arg)
         else:
             raise ScheduleError(f"band {k}: step '{s}' does not apply to a band on CUDA "
-                                f"(order, map({THREAD_LEVEL}), tile({WORK_LEVEL}))")
+                                f"(order, map({THREAD_LEVEL}), tile({WORK_LEVEL}), reduce({THREAD_LEVEL}))")
     if not isinstance(order, tuple) or not isinstance(threads, tuple) or not isinstance(work, tuple):
         raise ScheduleError(f"band {k}: order, threads and work are per-member lists")
     return BandMapping(order, threads, work)
@@ -118,13 +132,34 @@ def mappable(info: BandInfo) -> list[int]:
     return [m for m in range(info.members) if info.coincident[m]]
 
 
-def default_mapping(info: BandInfo, spec) -> BandMapping:
-    """The heuristic: the coincident member streaming most contiguous data innermost (x, so
+def reduce_threads_for(info: BandInfo, spec, reducers: tuple[str, ...]) -> int:
+    """Threads per block over which the band's reductions spread (0: none): when the band's
+    parallel loops cannot fill the GPU (fewer points than its SMs hold warps) and each point
+    reduces many terms; a power of two, a warp to 256, about a quarter of the terms."""
+    from akg.schedules.cuda_reduce import TREE_REDUCERS
+
+    if not reducers or any(r not in TREE_REDUCERS for r in reducers):
+        return 0
+    parallel = math.prod(info.extents[m] for m in mappable(info))
+    slots = spec.sms * (spec.max_threads_per_sm // spec.warp_size)
+    terms = info.work // max(1, parallel)
+    if parallel >= slots or terms < 2 * spec.warp_size:
+        return 0
+    n = 1 << max(0, (terms // 4).bit_length() - 1)
+    return max(spec.warp_size, min(DEFAULT_THREADS, n, spec.max_threads_per_block))
+
+
+def default_mapping(info: BandInfo, spec, reducers: tuple[str, ...] = ()) -> BandMapping:
+    """The heuristic (a band whose reductions should spread over the threads of a block, see
+    `reduce_threads_for`, gets `reduce`; otherwise): the coincident member streaming most contiguous data innermost (x, so
     that a warp reads consecutive elements), the next coincident members as y and z; 256
     threads per block as far as the loops allow, x first (a member left without threads is
     still mapped to blocks, one block per point: a conv's channels when its rows fill the
     threads); one point per thread unless a grid dimension would exceed the GPU's limit."""
     n = info.members
+    lanes = reduce_threads_for(info, spec, reducers)
+    if lanes:
+        return BandMapping(tuple(range(n)), (0,) * n, (1,) * n, lanes)
     candidates = mappable(info)
     order = list(range(n))
     if info.permutable and n > 1 and candidates:
@@ -147,6 +182,12 @@ def default_mapping(info: BandInfo, spec) -> BandMapping:
 
 def validate_mapping(k: int, m: BandMapping, info: BandInfo, spec) -> None:
     n = info.members
+    if m.reduce:
+        t = m.reduce
+        if t < 2 or t & (t - 1) or t > spec.max_threads_per_block:
+            raise ScheduleError(f"band {k}: reduce over {t} threads: a power of two from 2 to "
+                                f"{spec.max_threads_per_block}")
+        return
     if sorted(m.order) != list(range(n)):
         raise ScheduleError(f"band {k}: order {list(m.order)} is not a permutation of {n} loops")
     if not info.permutable and n > 1 and m.order != tuple(range(n)):
@@ -191,10 +232,14 @@ def _thread_choices(extent: int, limit: int) -> list[int]:
     return sorted(out)
 
 
+REDUCE_CHOICES = (32, 64, 128, 256, 512, 1024)
+
+
 @dataclass(frozen=True)
 class CudaBandSpace:
     info: BandInfo
     spec: object
+    reducers: tuple[str, ...] = ()  # of the reductions below the band
 
     def orders(self) -> list[tuple[int, ...]]:
         n = self.info.members
@@ -205,6 +250,11 @@ class CudaBandSpace:
     def sample(self, rng: random.Random) -> BandMapping:
         info, spec = self.info, self.spec
         n = info.members
+        from akg.schedules.cuda_reduce import TREE_REDUCERS
+
+        if self.reducers and all(r in TREE_REDUCERS for r in self.reducers) and rng.random() < 0.3:
+            lanes = [t for t in REDUCE_CHOICES if t <= spec.max_threads_per_block]
+            return BandMapping(tuple(range(n)), (0,) * n, (1,) * n, rng.choice(lanes))
         order = rng.choice(self.orders())
         allowed = mappable(info)
         positions = [p for p in reversed(range(n)) if order[p] in allowed]
@@ -229,7 +279,7 @@ class CudaBandSpace:
     def size(self) -> int:
         limit = self.spec.max_threads_per_block
         per_dim = [len(_thread_choices(e, limit)) * len(WORK_CHOICES) for e in self.info.extents]
-        return len(self.orders()) * max(1, math.prod(per_dim))
+        return len(self.orders()) * max(1, math.prod(per_dim)) + (len(REDUCE_CHOICES) if self.reducers else 0)
 
 
 @dataclass(frozen=True)
@@ -250,14 +300,15 @@ class CudaSpace(Space):
 
     def _mappings(self, config: Config) -> list[BandMapping]:
         return [_mapping_of(config, k, b.info) if k in config.bands_given() else
-                default_mapping(b.info, b.spec) for k, b in enumerate(self.bands)]
+                default_mapping(b.info, b.spec, b.reducers) for k, b in enumerate(self.bands)]
 
     def _legal(self, k: int, m: BandMapping) -> BandMapping:
+        b = self.bands[k]
         try:
-            validate_mapping(k, m, self.bands[k].info, self.bands[k].spec)
+            validate_mapping(k, m, b.info, b.spec)
             return m
         except ScheduleError:
-            return default_mapping(self.bands[k].info, self.bands[k].spec)
+            return default_mapping(b.info, b.spec, b.reducers)
 
     def size(self) -> int:
         return 2 * math.prod(b.size() for b in self.bands)
@@ -268,7 +319,7 @@ class CudaSpace(Space):
     def __iter__(self) -> Iterator[Config]:
         rng = random.Random(0)
         seen = set()
-        yield self._config([default_mapping(b.info, b.spec) for b in self.bands], True)
+        yield self._config([default_mapping(b.info, b.spec, b.reducers) for b in self.bands], True)
         for _ in range(100 * max(1, len(self.bands))):
             config = self.sample(rng)
             if config not in seen:
@@ -308,18 +359,35 @@ class CudaRecipe(Recipe):
         about one per warp slot of the GPU's SMs, so that they spread over threads."""
         from akg.schedules.cuda_split import split_for_threads
 
-        return split_for_threads(program, self.spec.sms * self.spec.warp_size)
+        program = split_for_threads(program, self.spec.sms * self.spec.warp_size)
+        self._ops = program.ops()
+        return program
+
+    def reducers(self, info: BandInfo) -> tuple[str, ...]:
+        """The reducers of the reductions below a band of the prepared program (statements
+        `S<k>` and `S<k>_init` are op k's; none known before `prepare`)."""
+        ops = getattr(self, "_ops", None)
+        if ops is None:
+            return ()
+        found = {}
+        for name in info.statements:
+            k = name[1:].removesuffix("_init")
+            if name.startswith("S") and k.isdigit() and int(k) < len(ops) and ops[int(k)].reduce is not None:
+                found[int(k)] = ops[int(k)].reduce.reducer
+        return tuple(found[k] for k in sorted(found))
 
     def default_config(self, bands, dtype, fusion="smart") -> Config:
-        steps = [s for k, info in enumerate(bands) for s in default_mapping(info, self.spec).steps(k)]
+        steps = [s for k, info in enumerate(bands)
+                 for s in default_mapping(info, self.spec, self.reducers(info)).steps(k)]
         return Config(fusion, tuple(steps) + (Step("unroll"),))
 
     def space(self, bands, fusion="smart") -> CudaSpace:
-        return CudaSpace(fusion, bands=tuple(CudaBandSpace(i, self.spec) for i in bands), target=self.target)
+        return CudaSpace(fusion, bands=tuple(CudaBandSpace(i, self.spec, self.reducers(i)) for i in bands),
+                         target=self.target)
 
     def mappings(self, config: Config, bands: list[BandInfo]) -> list[BandMapping]:
         given = config.bands_given()
-        return [_mapping_of(config, k, info) if k in given else default_mapping(info, self.spec)
+        return [_mapping_of(config, k, info) if k in given else default_mapping(info, self.spec, self.reducers(info))
                 for k, info in enumerate(bands)]
 
     def validate(self, config, bands) -> None:
@@ -337,10 +405,33 @@ class CudaRecipe(Recipe):
                                 f"the config maps {len(bands)}")
         mappings = self.mappings(config, bands)
         unroll = config.has("unroll")
-        mapped = tree.map_outer_bands(model, schedule,
-                                      lambda node, k: _apply_band(node, mappings[k], bands[k], unroll))
-        check_mapping(model, mapped)
-        return mapped
+
+        def apply_band(node, k):
+            return _apply_band(node, mappings[k], bands[k], unroll)
+
+        trees = {k: m.reduce for k, m in enumerate(mappings) if m.reduce}
+        if not trees:
+            mapped = tree.map_outer_bands(model, schedule, apply_band)
+            check_mapping(model, mapped)
+            return mapped
+        from akg.schedules.cuda_reduce import map_trees
+
+        if not hasattr(self, "_trees"):
+            self._trees = {}
+        try:
+            done = map_trees(model, schedule, bands, trees, self.spec, apply_band, cache=self._trees)
+        except ScheduleError as e:
+            defaults = [default_mapping(info, self.spec, self.reducers(info)) for info in bands]
+            if any(mappings[k] != defaults[k] for k in trees):
+                raise
+            # the heuristic proposed it from the band's shape alone: map the band as before
+            log.debug("%s: reductions not spread over threads: %s", model.program.name, e)
+            plain = [default_mapping(info, self.spec) if m.reduce else m for m, info in zip(mappings, bands)]
+            mapped = tree.map_outer_bands(model, schedule, lambda node, k: _apply_band(node, plain[k], bands[k], unroll))
+            check_mapping(model, mapped)
+            return mapped
+        check_mapping(done.model, done.schedule, shared=done.shared, private=done.private)
+        return done.model, done.schedule
 
     def promote(self, config: Config) -> bool:
         return False  # shared-memory and register promotion: not yet
@@ -350,10 +441,10 @@ class CudaRecipe(Recipe):
             return [0.0] * 4
         m = self.mappings(config, bands)[0]
         return [math.log2(max(1, math.prod(m.block()))), math.log2(max(1, math.prod(m.work))),
-                float(len(m.mapped)), float(config.has("unroll"))]
+                float(len(m.mapped) if not m.reduce else -1), float(config.has("unroll"))]
 
 
-def check_mapping(model, mapped) -> None:
+def check_mapping(model, mapped, shared=(), private=()) -> None:
     """RaceError when the race checker finds threads or blocks of the mapped schedule in
     conflict (a second line behind mapping coincident members only); a mapping it cannot
     prove within its quota is kept, with a debug note, since coincidence already makes it
@@ -362,7 +453,7 @@ def check_mapping(model, mapped) -> None:
     from akg.polyhedral.races import check_schedule
 
     try:
-        check_schedule(model, mapped, roles=race_role)
+        check_schedule(model, mapped, roles=race_role, shared=shared, private=private)
     except UnprovenRaceError as e:
         log.debug("%s: race check not proven, the mapping is kept (coincident members only): %s",
                   model.program.name, e)

@@ -36,7 +36,8 @@ class Recipe(abc.ABC):
     @abc.abstractmethod
     def apply(self, config: Config, model, schedule, bands: list[BandInfo], dtype: str):
         """The schedule mapped by `config` (validated first), with the marks the TIR generator
-        reads (parallel, vector, unroll, promotion points)."""
+        reads (parallel, vector, unroll, promotion points); or a pair (model, schedule) when
+        the mapping rewrote the statements (a reduction spread over cooperating threads)."""
 
     def promote(self, config: Config) -> bool:
         """Does the config promote reused tiles into local buffers?"""

@@ -26,6 +26,7 @@ STEP_KINDS: dict[str, tuple[int, str | None]] = {
     "sink": (2, None),  # the band's innermost tile loops move below its inner (reduction) loops
     "pack": (3, PACK),  # operands reused across the other tiles copied into a blocked layout
     "map": (4, None),  # level: "cores" (parallel outer loops), "blocks" / "threads"
+    "reduce": (4, THREADS),  # level "threads"; arg: threads of a block the band's reductions spread over
     "vectorize": (5, VECTOR),
     "unroll": (6, UNROLL),
     "promote": (7, None),  # level: where reused tiles are kept (local buffers)

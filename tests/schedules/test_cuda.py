@@ -49,13 +49,26 @@ def test_a_matmul_maps_its_output_and_keeps_the_reduction_serial_in_each_thread(
     assert tir.index("threadIdx.x.130") < tir.index("in range(96)")  # k inside the thread
 
 
-def test_a_band_without_parallel_members_is_not_mapped():
+def test_a_band_without_parallel_members_spreads_its_reduction_over_one_block():
+    """A full sum too short to split: one block whose threads each sum a strided partial,
+    combined by a tree in shared memory (schedules/cuda_reduce.py)."""
     small_sum = lambda b: b.output(b.sum(b.input("x", (10, 20)), axes=[0, 1]))  # noqa: E731
     p = _pipeline(small_sum)
-    assert all(s.arg == (0,) * len(s.arg) for s in p.default_config().steps if s.op == "map")
-    assert "threadIdx" not in p.build().tir()
+    assert p.default_config().band_steps(0) == (Step("reduce", 0, "threads", 32),)
+    tir = p.build().tir()
+    assert "blockIdx.x.1" in tir and "threadIdx.x.32" in tir and "barrier" in tir
     x = np.random.default_rng(1).standard_normal((10, 20)).astype(np.float32)
     np.testing.assert_allclose(p.build()(x)[0], x.sum(), rtol=1e-5)
+
+
+def test_a_band_without_parallel_members_is_not_mapped_without_the_tree():
+    small_sum = lambda b: b.output(b.sum(b.input("x", (10, 20)), axes=[0, 1]))  # noqa: E731
+    p = _pipeline(small_sum)
+    config = Config("smart", (Step("order", 0, None, (0,)), Step("map", 0, "threads", (0,))))
+    kernel = p.build(config)
+    assert "threadIdx" not in kernel.tir()
+    x = np.random.default_rng(1).standard_normal((10, 20)).astype(np.float32)
+    np.testing.assert_allclose(kernel(x)[0], x.sum(), rtol=1e-5)
 
 
 def test_a_long_full_reduction_is_split_into_partials_that_map_to_threads():
@@ -142,8 +155,10 @@ def test_the_race_checker_finds_no_race_in_default_mappings(body):
     from akg.schedules.cuda import race_role
 
     p = _pipeline(body)
-    mapped = p.recipe.apply(p.default_config(), p.model, p.schedule, p.bands, p.dtype)
-    check_schedule(p.model, mapped, roles=race_role)
+    mapped, model = p.recipe.apply(p.default_config(), p.model, p.schedule, p.bands, p.dtype), p.model
+    if isinstance(mapped, tuple):  # reductions spread over threads: a rewritten model
+        model, mapped = mapped
+    check_schedule(model, mapped, roles=race_role)
 
 
 def test_the_race_checker_catches_a_reduction_mapped_to_threads():

@@ -21,6 +21,8 @@ from akg.errors import LoweringError
 
 _MARK = re.compile(r"^(blockIdx|threadIdx)\.([xyz])\.(\d+)$")
 _AXES = "xyz"
+BARRIER = "barrier"
+_SCRATCH_SCOPES = ("shared", "local")
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,32 @@ def _rebuild(s, children: list):
     return s
 
 
+def _is_barrier(stmt) -> bool:
+    return isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "akg.mark" and str(stmt.node) == BARRIER
+
+
+def sync_threads() -> tirx.Stmt:
+    """`__syncthreads()`."""
+    return tirx.Evaluate(tirx.op.tvm_storage_sync("shared"))
+
+
+def is_sync(stmt) -> bool:
+    return (isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call)
+            and getattr(stmt.value.op, "name", "") == "tirx.tvm_storage_sync")
+
+
+def _scope(buf) -> str:
+    return str(buf.scope())
+
+
+def _inside_blocks(body, allocs: list):
+    """The kernel body with the allocations placed below its block launches."""
+    if isinstance(body, tirx.AttrStmt) and body.attr_key == "thread_extent" \
+            and str(body.node.thread_tag).startswith("blockIdx"):
+        return tirx.AttrStmt(body.node, body.attr_key, body.value, _inside_blocks(body.body, allocs))
+    return tirx.SeqStmt([*(tirx.AllocBuffer(b) for b in allocs), body])
+
+
 def _launch_attr(tag: str, var, extent: int, body):
     iv = tirx.IterVar(tvm.ir.Range(0, extent), var, tirx.IterVar.ThreadIndex, tag)
     return tirx.AttrStmt(iv, "thread_extent", tirx.const(extent, "int32"), body)
@@ -91,14 +119,20 @@ class _Binder:
         self.name = name
         self.launches: list[Launch] = []
         self._dims: dict[str, int] | None = None
+        self.scratch: list = []  # shared/local buffers, allocated in the kernels that use them
 
     def top(self, s):
-        """Host-level code: allocations stay, sequences and host loops are walked, and each
-        region with mapped loops, or without any, becomes a kernel."""
+        """Host-level code: allocations stay (those of a block's or a thread's memory move into
+        the kernels using them), sequences and host loops are walked, and each region with
+        mapped loops, or without any, becomes a kernel."""
+        if isinstance(s, tirx.AllocBuffer) and _scope(s.buffer) in _SCRATCH_SCOPES:
+            self.scratch.append(s.buffer)
+            return None
         if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.LetStmt)):
             return s
         if isinstance(s, tirx.SeqStmt):
-            return tirx.SeqStmt([self.top(c) for c in s.seq])
+            kept = [x for x in (self.top(c) for c in s.seq) if x is not None]
+            return kept[0] if len(kept) == 1 else tirx.SeqStmt(kept)
         if not _has_marks(s):
             return self._kernel(s, single=True)
         if _is_gpu_mark(s):
@@ -121,20 +155,28 @@ class _Binder:
         grid = tuple(dims.get(f"blockIdx.{a}", 1) for a in _AXES)
         block = tuple(dims.get(f"threadIdx.{a}", 1) for a in _AXES)
         self.launches.append(Launch(grid, block))
-        return body
+        free = tirx.analysis.undefined_vars(body) if self.scratch else []
+        mine = [b for b in self.scratch if any(v.same_as(b) for v in free)]
+        return _inside_blocks(body, mine) if mine else body
 
     def device(self, s):
+        if _is_barrier(s):  # every thread of the block waits after the code below
+            return tirx.SeqStmt([self.device(s.body), sync_threads()])
         match = _is_gpu_mark(s)
         if match is None:
             kids = _children(s)
             return _rebuild(s, [self.device(c) for c in kids]) if kids else s
         kind, axis, count = match.group(1), match.group(2), int(match.group(3))
         inner = s.body
-        if not isinstance(inner, tirx.For):  # a loop of one iteration: isl left no loop
-            return self.device(inner)
         tag = f"{kind}.{axis}"
-        if tag in self._dims:
-            raise LoweringError(f"{self.name}: {tag} is mapped twice in one kernel")
+        if self._dims.get(tag, count) != count:
+            raise LoweringError(f"{self.name}: {tag} is mapped with {self._dims[tag]} and {count} in one kernel")
+        if not isinstance(inner, tirx.For):  # a loop of one iteration: isl left no loop
+            if kind == "blockIdx" or count == 1:
+                return self.device(inner)
+            var = tirx.Var(f"{kind[0]}{axis}_0", "int32")  # the point at thread 0 only
+            self._dims[tag] = count
+            return _launch_attr(tag, var, count, tirx.IfThenElse(tirx.EQ(var, 0), self.device(inner), None))
         extent = inner.extent
         if not isinstance(extent, tirx.IntImm) or int(extent.value) != count:
             if isinstance(extent, tirx.IntImm) and int(extent.value) > count:
@@ -157,12 +199,23 @@ def bind_threads(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, list[Launch]]:
 
 def unbind(stmt):
     """Launches back into serial loops (blocks around threads, as they were nested): the
-    emulation's kernel. A barrier, once shared memory comes, will split the thread loop."""
+    emulation's kernel. A barrier between two thread loops is where one serial thread loop
+    ends and the next begins (the mapping closes a thread loop at each barrier), so it is
+    dropped; one inside a thread loop cannot be emulated so and is refused."""
+    if is_sync(stmt):
+        return tirx.Evaluate(tirx.const(0, "int32"))
     if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
         iv = stmt.node
+        if str(iv.thread_tag).startswith("threadIdx") and _has_sync(stmt.body):
+            raise LoweringError("a barrier inside a thread loop: the emulation runs threads as serial loops "
+                                "and needs each barrier between two thread loops")
         return tirx.For(iv.var, 0, stmt.value, tirx.ForKind.SERIAL, unbind(stmt.body))
     kids = _children(stmt)
     return _rebuild(stmt, [unbind(c) for c in kids]) if kids else stmt
+
+
+def _has_sync(stmt) -> bool:
+    return is_sync(stmt) or any(_has_sync(c) for c in _children(stmt))
 
 
 def unbind_func(func: tirx.PrimFunc) -> tirx.PrimFunc:

@@ -3,10 +3,13 @@ guards included (`bind.bind_threads`), with every launch turned back into serial
 (`bind.unbind`: blocks outside, threads inside, as nested) and compiled by LLVM for the host.
 It runs and is checked against the NumPy reference on any machine (target `cuda-emu`).
 
-Serial threads are exact while threads of a block share nothing: the mapping binds only
-coincident loops. Once shared memory comes, each `__syncthreads()` will close the thread loop
-and open a new one over the same threads (loop fission at the barrier), with per-thread
-values that cross it kept in arrays indexed by the thread."""
+Serial threads are exact while threads of a block share nothing between barriers: the
+mapping binds only coincident loops, and a reduction spread over threads (`reduce`) closes a
+pass's thread loop at each `__syncthreads()` and opens a new one over the same threads for
+the next pass (the fission is made in the schedule tree; `bind.unbind` drops the barriers
+between the serial loops and refuses one inside a loop). Per-thread values that cross a
+barrier (a thread's partial) are arrays indexed by the thread here (the emulation target's
+`scratch` scopes), one register on the GPU."""
 
 from __future__ import annotations
 

@@ -63,13 +63,22 @@ class CudaTarget(Target):
 
         return get_backend(ARTIFACT_KIND)
 
+    # the reduction trees' intermediates (`schedules/cuda_reduce.py`): memory -> (scope, trailing
+    # dims kept): a thread's partial in a register, a tree level as one [threads] array per block
+    scratch_scopes = {"local": ("local", 0), "shared": ("shared", 1)}
+
     def lowering(self, config):
         from akg.polyhedral.astgen import LoweringHooks
 
         from akg.schedules.cuda import MAPPED_MARKS
+        from akg.schedules.cuda_reduce import scratch_memory
+
+        def scratch(name: str):
+            memory = scratch_memory(name)
+            return self.scratch_scopes[memory] if memory else None
 
         # CUDA's own expf/erff/tanhf, not the CPU's vectorisable expansions
-        return LoweringHooks(keep_marks=MAPPED_MARKS, fast_math=False)
+        return LoweringHooks(keep_marks=MAPPED_MARKS, fast_math=False, scratch=scratch)
 
     def tvm_target(self):
         import tvm
@@ -82,6 +91,9 @@ class CudaEmuTarget(CudaTarget):
     """The CUDA target with kernels run on the host: same mapping, emulated launch."""
 
     kind: str = EMU_KIND
+    # on the host: a thread's partials stay one per thread (indexed by the thread, so that
+    # they survive the end of the serial thread loop at a barrier); a tree level one per block
+    scratch_scopes = {"local": ("global", 1), "shared": ("global", 1)}
 
     def backend(self):
         from akg.target import get_backend

@@ -1,0 +1,174 @@
+"""Schedule-tree edits for spreading the statements of one outer band over the lanes of a
+group of cooperating workers (a target's threads sharing a scratchpad): `pull_back` carries a
+schedule over to a rewritten program's statements, and `lanes_in_program_order` replaces an
+outer band by a band over its leading (row) dimensions whose rows run their statements in
+program order, pass by pass, each pass with one member spread over the lanes and a mark
+(a barrier) between passes. The target's recipe decides the marks; this module knows only
+the tree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from akg.errors import ScheduleError
+from akg.polyhedral.model import PolyModel
+from akg.polyhedral.tree import insert_marks_on_members
+
+
+@dataclass(frozen=True)
+class LaneStatement:
+    """A statement of a pass: `iters` iterators, of which the first `rows` index the row;
+    `lane` is the iterator spread over the lanes (its value mod the lane count; None: the
+    statement runs in lane 0 only)."""
+
+    name: str
+    iters: int
+    lane: int | None
+
+
+@dataclass(frozen=True)
+class LanePass:
+    """Statements that run one after another in each lane, between two barriers."""
+
+    statements: tuple[LaneStatement, ...]
+
+
+def leading_rows(node: isl.ScheduleNode) -> int:
+    """The largest m such that the first m iterators of every statement below an outer band
+    are each equal to some coincident member of the band (in any order): a band over those
+    iterators carries no dependence, so the rows may run apart (0: none)."""
+    n = node.band_n_member()
+    mupa = node.band_get_partial_schedule()
+    found = set()
+    for d in range(n):
+        if not node.band_member_get_coincident(d):
+            continue
+        which: set[int | None] = set()
+
+        def check(pa: isl.PwAff) -> None:
+            dom = pa.domain()
+            for k in range(dom.dim(isl.dim_type.set)):
+                ident = isl.PwAff.var_on_domain(isl.LocalSpace.from_space(dom.get_space()), isl.dim_type.set, k)
+                if pa.is_equal(ident.intersect_domain(dom)):
+                    which.add(k)
+                    return
+            which.add(None)
+
+        upa = mupa.get_at(d)
+        upa.foreach_pw_aff(check)
+        if len(which) == 1 and None not in which:
+            found |= which
+    rows = 0
+    while rows in found:
+        rows += 1
+    return rows
+
+
+def pull_back(schedule: isl.Schedule, model: PolyModel, targets: dict[str, tuple[str, int, int]]) -> isl.Schedule:
+    """The schedule over `model`'s statements: statement S (of `model`) runs where statement
+    `targets[S] = (T, k, z)` of the schedule ran at the instance given by S's first k
+    iterators followed by z zeros (a renamed statement: its own iterators; a new one: the
+    first instance of the row it belongs to)."""
+    ctx = schedule.get_ctx()
+    maps = isl.UnionMap.empty(isl.Space.params_alloc(ctx, 0))
+    for s in model.statements:
+        if s.name not in targets:
+            raise ScheduleError(f"statement {s.name} has no place in the schedule it replaces")
+        old, k, zeros = targets[s.name]
+        names = [f"i{d}" for d in range(len(s.iters))]
+        at = ", ".join(names[:k] + ["0"] * zeros)
+        m = isl.Map(f"{{ {s.name}[{', '.join(names)}] -> {old}[{at}] }}", context=ctx)
+        maps = maps.union(isl.UnionMap.from_map(m.intersect_domain(s.domain)))
+    return schedule.pullback_union_pw_multi_aff(isl.UnionPwMultiAff.from_union_map(maps))
+
+
+def _mupa(ctx, columns: list[dict[str, str]], stmts: dict[str, LaneStatement]) -> isl.MultiUnionPwAff:
+    """A band from per-statement column expressions over the iterators i0, i1, ..."""
+    parts = []
+    for col in columns:
+        pieces = []
+        for name, expr in col.items():
+            names = ", ".join(f"i{d}" for d in range(stmts[name].iters))
+            pieces.append(f"{name}[{names}] -> [({expr})]")
+        parts.append("{ " + "; ".join(pieces) + " }")
+    return isl.MultiUnionPwAff(f"[{', '.join(parts)}]", context=ctx)
+
+
+def lanes_in_program_order(node: isl.ScheduleNode, rows: int, row_marks: list[str | None],
+                           passes: list[LanePass], lanes: int, lane_mark: str,
+                           between: str | None) -> isl.ScheduleNode:
+    """Replace the outer band `node` (and all below it) by: a band over the first `rows`
+    iterators of every statement (one constant member when rows is 0), with `row_marks` on
+    its members; below it the passes in sequence, each under a `between` mark (the last
+    excepted) and with its lane member (lane iterator mod `lanes`, 0 for a statement without
+    one) under `lane_mark`; in a pass, the statements in sequence, each with a band over its
+    other iterators in order (the lane iterator divided by `lanes` in its place). Legal when
+    the band's first `rows` members carry no dependence and the passes are in program order.
+    Returns the new row band."""
+    ctx = node.get_ctx()
+    stmts = {s.name: s for p in passes for s in p.statements}
+    node = node.cut()
+    node = node.delete() if node.get_type() == isl.schedule_node_type.band else node
+    if rows:
+        columns = [{n: f"i{d}" for n in stmts} for d in range(rows)]
+    else:
+        columns = [{n: "0" for n in stmts}]
+    band = node.insert_partial_schedule(_mupa(ctx, columns, stmts))
+    depth = band.get_tree_depth()
+    filters = isl.UnionSetList.alloc(ctx, len(passes))
+    for p in passes:
+        filters = filters.add(_filter(ctx, p.statements))
+    seq = band.child(0).insert_sequence(filters) if len(passes) > 1 else band.child(0)
+    for k, p in enumerate(passes):
+        leaf = seq.child(k).child(0) if len(passes) > 1 else seq
+        leaf = _pass_tree(ctx, leaf, p, stmts, rows, lanes, lane_mark, between if k < len(passes) - 1 else None)
+        seq = leaf.ancestor(leaf.get_tree_depth() - (depth + 1))
+    band = seq.ancestor(seq.get_tree_depth() - depth)
+    return insert_marks_on_members(band, row_marks if rows else row_marks[:1])
+
+
+def _filter(ctx, statements) -> isl.UnionSet:
+    out = isl.UnionSet.empty(isl.Space.params_alloc(ctx, 0))
+    for s in statements:
+        names = ", ".join(f"i{d}" for d in range(s.iters))
+        out = out.union(isl.UnionSet(f"{{ {s.name}[{names}] }}", context=ctx))
+    return out
+
+
+def _rest(s: LaneStatement, rows: int, lanes: int) -> list[str]:
+    out = []
+    for d in range(rows, s.iters):
+        if d == s.lane:
+            out.append(f"floor(i{d} / {lanes})")
+        else:
+            out.append(f"i{d}")
+    return out
+
+
+def _pass_tree(ctx, leaf: isl.ScheduleNode, p: LanePass, stmts, rows: int, lanes: int, lane_mark: str,
+               after: str | None) -> isl.ScheduleNode:
+    """Build one pass at `leaf`; returns a node inside it."""
+    if len(p.statements) > 1:
+        filters = isl.UnionSetList.alloc(ctx, len(p.statements))
+        for s in p.statements:
+            filters = filters.add(_filter(ctx, [s]))
+        top = leaf.insert_sequence(filters)
+        for k, s in enumerate(p.statements):
+            rest = _rest(s, rows, lanes)
+            inner = top.child(k).child(0)
+            if rest:
+                inner = inner.insert_partial_schedule(_mupa(ctx, [{s.name: e} for e in rest], stmts))
+            top = inner.ancestor(inner.get_tree_depth() - top.get_tree_depth())
+    else:
+        (s,) = p.statements
+        rest = _rest(s, rows, lanes)
+        top = leaf.insert_partial_schedule(_mupa(ctx, [{s.name: e} for e in rest], stmts)) if rest else leaf
+    lane = {s.name: (f"i{s.lane} mod {lanes}" if s.lane is not None else "0") for s in p.statements}
+    band = top.insert_partial_schedule(_mupa(ctx, [lane], stmts))
+    band = band.insert_mark(isl.Id(lane_mark, context=ctx))
+    if after:
+        band = band.insert_mark(isl.Id(after, context=ctx))
+    return band
+
