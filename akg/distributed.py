@@ -26,6 +26,7 @@ import shutil
 import tempfile
 import time
 import traceback
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -39,10 +40,12 @@ from akg.graph.ops.collective import exchange, group_axes
 from akg.graph.ops.registry import COLLECTIVE
 from akg.graph.parallel.mesh import Mesh
 from akg.graph.parallel.plan import Plan
-from akg.graph.parallel.sharding import Sharding
-from akg.graph.parallel.spmd import fed_back, output_sharding, replicas_agree, shard_inputs, spmd
+from akg.graph.parallel.spmd import fed_back, shard_inputs, spmd, spmd_stages
+from akg.graph.parallel.stages import stage_of_rank, unshard_stage_outputs
 
 log = logging.getLogger(__name__)
+
+P2P = ("send", "recv")
 
 
 # --- segments ----------------------------------------------------------------------------------
@@ -64,7 +67,8 @@ class Segment:
 
     def __str__(self) -> str:
         if self.node is not None:
-            return f"{self.node.op}(%{self.inputs[0]}) -> %{self.outputs[0]} over {self.node.attrs['axes']}"
+            ins = ", ".join("%" + n for n in self.inputs)
+            return f"{self.node.op}({ins}) -> %{self.outputs[0]} over {self.node.attrs['axes']}"
         return f"kernels ({len(self.graph.nodes)} nodes) -> {', '.join('%' + n for n in self.outputs)}"
 
 
@@ -89,8 +93,15 @@ def segments(per_rank: Graph) -> list[Segment]:
             taken = set(map(id, wave))
             remaining = [n for n in remaining if id(n) not in taken]
             ready = avail
-        colls = [n for n in remaining if n.opdef.kind == COLLECTIVE and all(v in ready for v in n.inputs)]
-        for n in colls:
+        colls, blocked = [], False  # sends and receives keep their program order (no deadlock)
+        for n in remaining:
+            if n.opdef.kind != COLLECTIVE:
+                continue
+            p2p = n.op in P2P
+            if (p2p and blocked) or not all(v in ready for v in n.inputs):
+                blocked = blocked or p2p
+                continue
+            colls.append(n)
             waves.append(n)
             ready.update(n.outputs)
         taken = set(map(id, colls))
@@ -98,7 +109,7 @@ def segments(per_rank: Graph) -> list[Segment]:
     out = []
     for i, w in enumerate(waves):
         if isinstance(w, Node):
-            out.append(Segment((w.inputs[0].name,), (w.output.name,), node=w))
+            out.append(Segment(tuple(v.name for v in w.inputs), (w.output.name,), node=w))
             continue
         inside = {v for n in w for v in n.outputs}
         members = set(map(id, w))
@@ -129,7 +140,7 @@ class _Job:
     target: str
     store: str  # a file for torch.distributed's FileStore rendezvous
     timeout_s: float
-    out_shardings: list[Sharding]
+    group_axes: list[tuple[str, ...]]  # of every rank's collectives: each rank makes every group
     threads: int
     fault: tuple[str, int] | None = None  # tests: ("raise" | "exit" | "hang", rank)
 
@@ -138,26 +149,46 @@ class _Collectives:
     """The collective ops of one rank through torch.distributed, one process group per mesh
     group (every rank creates every group, in the same order, as torch requires)."""
 
-    def __init__(self, mesh: Mesh, rank: int, per_rank: Graph, timeout_s: float):
+    def __init__(self, mesh: Mesh, rank: int, axes_sets: list[tuple[str, ...]], timeout_s: float):
         import torch.distributed as dist
 
         self.dist, self.mesh, self.rank = dist, mesh, rank
         self.groups: dict[tuple[int, ...], object] = {}
         self.counts: Counter = Counter()
-        for axes in dict.fromkeys(group_axes(n.attrs["axes"]) for n in per_rank.nodes
-                                  if n.opdef.kind == COLLECTIVE):
+        self.pending: list = []  # sends not yet known to be received
+        for axes in axes_sets:
             for g in mesh.groups(axes):
                 key = tuple(sorted(g))
                 if len(key) > 1 and key not in self.groups:
                     self.groups[key] = dist.new_group(list(key), timeout=timedelta(seconds=timeout_s))
 
-    def run(self, node: Node, x: np.ndarray) -> np.ndarray:
+    def finish(self) -> None:
+        """Wait for this step's sends."""
+        for work in self.pending:
+            work.wait()
+        self.pending.clear()
+
+    def run(self, node: Node, x: np.ndarray | None) -> np.ndarray:
         import torch
 
         op, attrs = node.op, node.attrs
         if Mesh.parse(attrs["mesh"], self.mesh.devices_per_node).axes != self.mesh.axes:
             raise ShardingError(f"'{op}' producing %{node.output.name} runs on mesh {attrs['mesh']}, "
                                 f"the processes form {self.mesh}")
+        if op in P2P:
+            from akg.graph.parallel.stages import peer
+
+            other, tag = peer(self.mesh, self.rank, attrs["axes"], attrs["shift"]), zlib.crc32(attrs["tag"].encode()) >> 1
+            self.counts[op] += 1
+            if op == "send":
+                wire = x.view(np.uint8) if x.dtype == np.bool_ else x
+                self.pending.append(self.dist.isend(torch.from_numpy(np.require(wire, requirements="C").copy()),
+                                                    dst=other, tag=tag))
+                return x
+            dtype = np.dtype(attrs["dtype"])
+            buf = np.empty(tuple(attrs["shape"]), np.uint8 if dtype == np.bool_ else dtype)
+            self.dist.recv(torch.from_numpy(buf), src=other, tag=tag)
+            return buf.view(dtype)
         order = self.mesh.group(self.rank, group_axes(attrs["axes"]))
         k, i = len(order), order.index(self.rank)
         if k == 1:
@@ -216,7 +247,7 @@ def _steps(job: _Job, results) -> None:
 
     if job.fault and job.fault[1] == job.rank:
         _fault(job.fault[0])
-    coll = _Collectives(job.mesh, job.rank, job.per_rank, job.timeout_s)
+    coll = _Collectives(job.mesh, job.rank, job.group_axes, job.timeout_s)
     t0 = time.perf_counter()
     plan = [(s, None if s.is_collective else compile_model(s.graph, job.target)) for s in segments(job.per_rank)]
     for seg, compiled in plan:  # first calls link and load: not part of a step's time
@@ -225,6 +256,8 @@ def _steps(job: _Job, results) -> None:
     compile_s = time.perf_counter() - t0
     feed = fed_back(job.per_rank)
     out_names = [v.name for v in job.per_rank.outputs]
+    tokens = {i for i, v in enumerate(job.per_rank.outputs) if job.per_rank.producer(v) is not None
+              and job.per_rank.producer(v).op == "send"}
     constants = {v.name: np.asarray(a) for v, a in job.per_rank.constants.items()}
     state = dict(job.inputs)
     history, step_s = [], []
@@ -235,17 +268,17 @@ def _steps(job: _Job, results) -> None:
         t = time.perf_counter()
         for seg, compiled in plan:
             if compiled is None:
-                env[seg.outputs[0]] = coll.run(seg.node, env[seg.inputs[0]])
+                env[seg.outputs[0]] = coll.run(seg.node, env[seg.inputs[0]] if seg.inputs else None)
             else:
                 env.update(zip(seg.outputs, compiled(**{n: env[n] for n in seg.inputs})))
+        coll.finish()
         step_s.append(time.perf_counter() - t)
         outs = [np.asarray(env[n]) for n in out_names]
         last = step == job.steps - 1
-        kept = [i for i in range(len(outs)) if last or i not in feed]
+        kept = {out_names[i]: outs[i] for i in range(len(outs)) if (last or i not in feed) and i not in tokens}
         gathered = [None] * job.mesh.size if job.rank == 0 else None
-        dist.gather_object([outs[i] for i in kept], gathered, dst=0)
-        if job.rank == 0:
-            history.append({i: _whole(job, i, [g[j] for g in gathered]) for j, i in enumerate(kept)})
+        dist.gather_object(kept, gathered, dst=0)
+        history.append(gathered)
         state.update({name: outs[i] for i, name in feed.items()})
     times = [None] * job.mesh.size if job.rank == 0 else None
     dist.gather_object((step_s, compile_s, dict(coll.counts)), times, dst=0)
@@ -253,15 +286,6 @@ def _steps(job: _Job, results) -> None:
         results.put(("done", 0, history, times))
     else:
         results.put(("done", job.rank, None, None))
-
-
-def _whole(job: _Job, i: int, pieces: list[np.ndarray]) -> np.ndarray:
-    s = job.out_shardings[i]
-    bad = replicas_agree(s, pieces, job.mesh)
-    if bad is not None:
-        raise ShardingError(f"output %{job.per_rank.outputs[i].name} ({s}): ranks {bad[0]} and {bad[1]} hold "
-                            f"different data for the same piece")
-    return s.unshard(pieces, job.mesh).astype(pieces[0].dtype, copy=False)
 
 
 def _fault(kind: str) -> None:
@@ -280,7 +304,7 @@ def _fault(kind: str) -> None:
 class DistributedRun:
     """A finished multi-process run. `outputs`: the last step's whole outputs, in graph-output
     order; `history`: per step the whole outputs that are not fed back (a training step's
-    loss), by output name; `step_s`: per step the slowest rank's wall time; `compile_s`: the
+    loss), by output name (the last step: every output); `step_s`: per step the slowest rank's wall time; `compile_s`: the
     slowest rank's compile time (and first calls); `collectives`: the data-moving
     collectives rank 0 ran in the last step, by op."""
 
@@ -291,31 +315,36 @@ class DistributedRun:
     compile_s: float
     collectives: Counter
     processes: int
-    per_rank: Graph = field(repr=False)
+    programs: list[Graph] = field(repr=False)  # the per-rank graph (one per pipeline stage)
 
 
 def run_distributed(graph: Graph, plan: Plan, inputs: Mapping[str, np.ndarray], *, steps: int = 1,
-                    target: str = "cpu", timeout_s: float = 300.0, per_rank: Graph | None = None,
-                    fault: tuple[str, int] | None = None) -> DistributedRun:
+                    target: str = "cpu", timeout_s: float = 300.0, fault: tuple[str, int] | None = None) -> DistributedRun:
     """Run `graph` under `plan` on one local process per mesh device, `steps` times (a training
     step's `new.X` outputs feed its inputs `X` between steps, on the ranks); `inputs` are the
-    whole values. `fault` (tests only): make a rank fail ("raise", "exit" or "hang")."""
+    whole values. A plan with pipeline stages runs each stage's graph (`spmd_stages`) on the
+    ranks of its position along the pipeline axis. `fault` (tests only): make a rank fail
+    ("raise", "exit" or "hang")."""
     import multiprocessing as mp
 
     if steps < 1:
         raise InputDataError(f"steps must be at least 1, got {steps}")
     mesh = plan.mesh
-    per_rank = spmd(graph, plan) if per_rank is None else per_rank
-    pieces = shard_inputs(graph, plan, inputs)
-    out_shardings = [output_sharding(graph, plan, v) for v in graph.outputs]
+    staged = plan.stages is not None and len(plan.stages) > 1
+    programs = spmd_stages(graph, plan) if staged else [spmd(graph, plan)]
+    program_of = [programs[stage_of_rank(plan, r) if staged else 0] for r in range(mesh.size)]
+    pieces = [{v.name: ins[v.name] for v in program_of[r].inputs}
+              for r, ins in enumerate(shard_inputs(graph, plan, inputs))]
+    axes_sets = list(dict.fromkeys(group_axes(n.attrs["axes"]) for g in programs for n in g.nodes
+                                   if n.opdef.kind == COLLECTIVE and n.op not in P2P))
     n = mesh.size
     threads = max(1, (os.cpu_count() or 1) // n)
     tmp = tempfile.mkdtemp(prefix="akg-dist-")
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     procs = [ctx.Process(target=_run_rank, name=f"akg-rank{r}", daemon=True,
-                         args=(_Job(r, mesh, per_rank, pieces[r], steps, str(target), os.path.join(tmp, "store"),
-                                    timeout_s, out_shardings, threads, fault), results))
+                         args=(_Job(r, mesh, program_of[r], pieces[r], steps, str(target), os.path.join(tmp, "store"),
+                                    timeout_s, axes_sets, threads, fault), results))
              for r in range(n)]
     try:
         for p in procs:
@@ -325,13 +354,14 @@ def run_distributed(graph: Graph, plan: Plan, inputs: Mapping[str, np.ndarray], 
         _stop(procs)
         results.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    hist = [unshard_stage_outputs(graph, plan, ranks, names=[k for d in ranks for k in d]) for ranks in history]
     names = [v.name for v in graph.outputs]
-    last = history[-1]
-    outputs = [last[i] for i in range(len(names))]
-    hist = [{names[i]: a for i, a in h.items()} for h in history]
+    outputs = [hist[-1][name] for name in names]
+    fed = {v.name for v in graph.outputs if v.name.startswith("new.")} if steps > 1 else set()
+    hist = [{k: a for k, a in h.items() if k not in fed} for h in hist]
     step_s = [max(t[0][s] for t in times) for s in range(steps)]
     counts: Counter = Counter(times[0][2])
-    return DistributedRun(names, outputs, hist, step_s, max(t[1] for t in times), counts, n, per_rank)
+    return DistributedRun(names, outputs, hist, step_s, max(t[1] for t in times), counts, n, programs)
 
 
 def _wait(procs, results, deadline_s: float):

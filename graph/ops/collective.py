@@ -3,6 +3,8 @@ between the ranks of a mesh, or (shard_slice, mark_partial) a rank's own piece c
 position. Every one names the mesh (`mesh="dp=2,tp=4"`) and the mesh axes it runs over
 (`axes="tp"` or `"dp,tp"`), so a per-rank graph says by itself who talks to whom.
 
+`send`/`recv` move one value between pipeline stages (graph/parallel/stages.py).
+
 They are not kernels: the reference interpreter runs them over simulated ranks
 (`akg.graph.parallel.simulate`), the multi-process runner through torch.distributed. On a
 group of one device each is the identity (or its shape change), so a graph on a 1-device
@@ -119,6 +121,38 @@ def mark_partial(x, mesh, axes):
     """A replicated value as a partial sum over the group: kept by its first rank, zeros on
     the others (no data moves)."""
     return _alone("mark_partial", x, mesh, axes)
+
+
+# --- point to point: pipeline stages ---------------------------------------------------------
+# A value crossing from one pipeline stage to another: `send` on the ranks of the producing
+# stage, `recv` on those of the consuming one, `shift` positions away along `axes` (the pipeline
+# axis), matched by `tag` (the value's name). A send's result is its input, a token that keeps
+# it in the graph (per-stage graphs return their sends' tokens).
+
+_P2P = [*_GROUP, Attr("shift", "int"), Attr("tag", "str")]
+
+
+def _recv_type(mesh, axes, shift, tag, shape, dtype) -> TensorType:
+    group_size(mesh, axes)
+    return TensorType(tuple(shape), dtype)
+
+
+@defop("send", kind=COLLECTIVE, infer=_same, attrs=_P2P, differentiable=False, flops=lambda ins, outs, attrs: 0)
+def send(x, mesh, axes, shift, tag):
+    """Send `x` to the rank `shift` positions further along `axes`; returns `x`."""
+    if shift % group_size(mesh, axes) == 0:
+        return x
+    raise ShardingError(f"'send' of %{tag} to another stage: run the stage graphs with "
+                        f"akg.graph.parallel.stages.simulate_stages (or on processes)")
+
+
+@defop("recv", kind=COLLECTIVE, infer=_recv_type, arity=0,
+       attrs=[*_P2P, Attr("shape", "ints"), Attr("dtype", "dtype")], differentiable=False,
+       flops=lambda ins, outs, attrs: 0)
+def recv(mesh, axes, shift, tag, shape, dtype):
+    """The value tagged `tag` sent by the rank `shift` positions away along `axes`."""
+    raise ShardingError(f"'recv' of %{tag} from another stage: run the stage graphs with "
+                        f"akg.graph.parallel.stages.simulate_stages (or on processes)")
 
 
 def exchange(op: str, attrs, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -111,3 +111,55 @@ def data_parallel_plan(graph: Graph, mesh: Mesh, axes: Sequence[str] | None = No
         s.check(v.shape, mesh, f"data input %{v.name} (batch split over {','.join(axes)})")
         pins[v.name] = s
     return propagated_plan(graph, mesh, pins)
+
+
+def with_stages(plan: Plan, mesh: Mesh, pp_axis: str, stages: Sequence[Sequence[str]]) -> Plan:
+    """`plan` (made on `mesh` less its pipeline axis) on `mesh`, its nodes cut into `stages`
+    (node keys per stage, in order) along `pp_axis`."""
+    if any(pp_axis in s.axes for st in plan.choice.values() for s in (*st.inputs, *st.outputs)):
+        raise ShardingError(f"the plan already splits over the pipeline axis '{pp_axis}'")
+    return Plan(mesh, dict(plan.choice), dict(plan.inputs), dict(plan.outputs),
+                stages=[list(s) for s in stages], pp_axis=pp_axis)
+
+
+def pipeline_stages(graph: Graph, cuts: Sequence[str]) -> list[list[str]]:
+    """Node keys per stage of a forward graph or a training step (`akg.graph.train`), cut after
+    the forward values `cuts`, in order (len(cuts) + 1 stages): the forward nodes up to the first
+    cut form stage 0, and so on. In a training step the cotangent `grad.V` goes with V's first
+    user (whose VJP makes it), the rest of V's own VJP (`grad.V.<hint>`) with V, a parameter's
+    update (`update.P...`, `new.P`) with P's first user: each stage differentiates and updates
+    its own layers, and only boundary activations and their cotangents cross."""
+    keys = [node_key(n) for n in graph.nodes]
+    missing = [c for c in cuts if c not in keys]
+    if missing:
+        raise ShardingError(f"graph '{graph.name}' has no node %{missing[0]} to cut after")
+    backward = ("grad.", "update.", NEW)
+    stage: dict[str, int] = {}
+    k = 0
+    for key in keys:
+        if not key.startswith(backward):
+            stage[key] = k
+            if k < len(cuts) and key == cuts[k]:
+                k += 1
+    first_user: dict[str, int] = {}  # value name -> the stage of its first forward user
+    for node in graph.nodes:
+        if node_key(node) in stage:
+            for v in node.inputs:
+                first_user.setdefault(v.name, stage[node_key(node)])
+    names = set(first_user) | set(stage)
+    for key in keys:
+        if key in stage:
+            continue
+        parts = key.split(".")[1:]
+        for i in range(len(parts), 0, -1):
+            v = ".".join(parts[:i])
+            if v in names:  # grad.V (V's cotangent, made by V's users) or grad.V.hint (V's own VJP)
+                exact = i == len(parts) or key.startswith(("update.", NEW))
+                stage[key] = first_user.get(v, stage.get(v)) if exact else stage.get(v, first_user.get(v))
+                break
+        else:
+            stage[key] = len(cuts)
+    out: list[list[str]] = [[] for _ in range(len(cuts) + 1)]
+    for key in keys:
+        out[stage[key]].append(key)
+    return out

@@ -96,44 +96,113 @@ def output_sharding(graph: Graph, plan: Plan, v: Value) -> Sharding:
 def spmd(graph: Graph, plan: Plan) -> Graph:
     """The per-rank graph of `graph` under `plan` (see the module docstring). ShardingError
     when the plan misses a node, a strategy does not fit its node, a sharding does not
-    divide its value, or the plan has pipeline stages (not rewritten yet)."""
-    mesh = plan.mesh
+    divide its value, or the plan has pipeline stages (`spmd_stages` writes those)."""
     if plan.stages is not None and len(plan.stages) > 1:
         raise ShardingError(f"the plan cuts '{graph.name}' into {len(plan.stages)} pipeline stages over "
-                            f"'{plan.pp_axis}': the SPMD rewrite makes one program for every rank and does not "
-                            f"rewrite stages (send/recv) yet; plan without a pipeline axis")
-    b = GraphBuilder.rewriting(graph)
-    hints: dict[Value, str] = {}
-    names: dict[Value, str] = {}
-    held: dict[Value, tuple[Value, Sharding]] = {}  # original value -> (its local piece, how it lies)
-    copies: dict[tuple[Value, Sharding], Value] = {}
+                            f"'{plan.pp_axis}': one program per stage, see spmd_stages")
+    return _rewrite(graph, plan, {}, 1, None)[0]
 
-    def to(v: Value, want: Sharding, what: str) -> Value:
-        local, have = held[v]
+
+def spmd_stages(graph: Graph, plan: Plan) -> list[Graph]:
+    """One per-rank graph per pipeline stage of `plan` (`plan.stages`, along `plan.pp_axis`):
+    stage k's graph runs on the ranks at position k of that axis. A value one stage makes and
+    another uses is sent once (`send` in the producer's graph, its token among that graph's
+    outputs; `recv` in the consumer's, under the value's name), as the producer holds it; the
+    consumer reshards it if it must. Each stage takes the inputs its nodes use; an output is
+    delivered by the stage that makes it, a training step's `new.X` by every stage that takes
+    `X` (so that it feeds back there). Strategies split over the other mesh axes only."""
+    mesh, pp = plan.mesh, plan.pp_axis
+    if not plan.stages or pp is None:
+        raise ShardingError("the plan has no pipeline stages (plan.stages and plan.pp_axis): use spmd")
+    if len(plan.stages) != mesh.axis_size(pp):
+        raise ShardingError(f"the plan has {len(plan.stages)} stages, its pipeline axis '{pp}' {mesh.axis_size(pp)} "
+                            f"positions")
+    stage_of: dict[str, int] = {}
+    for k, keys in enumerate(plan.stages):
+        for key in keys:
+            if key in stage_of:
+                raise ShardingError(f"%{key} is in stages {stage_of[key]} and {k}")
+            stage_of[key] = k
+    missing = [node_key(n) for n in graph.nodes if node_key(n) not in stage_of]
+    if missing:
+        raise ShardingError(f"the plan's stages leave out {len(missing)} node(s), e.g. %{missing[0]}")
+    return _rewrite(graph, plan, stage_of, len(plan.stages), pp)
+
+
+class _Program:
+    """One per-rank program being written (the whole graph's, or one stage's)."""
+
+    def __init__(self, graph: Graph, plan: Plan, inputs: Sequence[Value]):
+        self.mesh = plan.mesh
+        self.b = GraphBuilder.rewriting(graph)
+        self.hints: dict[Value, str] = {}
+        self.names: dict[Value, str] = {}
+        self.held: dict[Value, tuple[Value, Sharding]] = {}  # original value -> (local piece, how it lies)
+        self.copies: dict[tuple[Value, Sharding], Value] = {}
+        self.tokens: list[Value] = []
+        for v in inputs:
+            s = input_sharding(graph, plan, v)
+            s.check(v.shape, self.mesh, f"input %{v.name}")
+            self.b.release(v.name)
+            self.held[v] = (self.b.input(v.name, s.local_shape(v.shape, self.mesh), v.dtype), s)
+        for v, a in graph.constants.items():
+            self.b.release(v.name)
+            self.held[v] = (self.b.const(a, name=v.name), Sharding.replicated(v.type.rank))
+            if v.name in plan.inputs:  # stored split: sliced once, up front
+                s = plan.inputs[v.name]
+                s.check(v.shape, self.mesh, f"constant %{v.name}")
+                self.held[v] = (self.to(v, s), s)
+
+    def emitter(self, base: str) -> _LocalEmitter:
+        return _LocalEmitter(self.b, self.hints, base)
+
+    def to(self, v: Value, want: Sharding) -> Value:
+        """The local piece of `v` laid out as `want` (resharded once per target)."""
+        local, have = self.held[v]
         if have == want:
             return local
-        if (v, want) not in copies:
+        if (v, want) not in self.copies:
             cur = local
-            for step in reshard(have, want, v.shape, mesh):
-                e = _LocalEmitter(b, hints, v.name)
-                cur = e.op(step.op, cur, name=f"{v.name}.{step.op}_{step.axis}", **step.attrs(mesh))
-            copies[v, want] = cur
-        return copies[v, want]
+            for step in reshard(have, want, v.shape, self.mesh):
+                cur = self.emitter(v.name).op(step.op, cur, name=f"{v.name}.{step.op}_{step.axis}",
+                                              **step.attrs(self.mesh))
+            self.copies[v, want] = cur
+        return self.copies[v, want]
 
-    for v in graph.inputs:
-        s = input_sharding(graph, plan, v)
-        s.check(v.shape, mesh, f"input %{v.name}")
-        b.release(v.name)
-        held[v] = (b.input(v.name, s.local_shape(v.shape, mesh), v.dtype), s)
-    for v, a in graph.constants.items():
-        b.release(v.name)
-        held[v] = (b.const(a, name=v.name), Sharding.replicated(v.type.rank))
-        if v.name in plan.inputs:  # stored split: sliced once, up front
-            s = plan.inputs[v.name]
-            s.check(v.shape, mesh, f"constant %{v.name}")
-            held[v] = (to(v, s, f"constant %{v.name}"), s)
+    def build(self, outputs: Sequence[Value]) -> Graph:
+        self.b.output(*outputs, *self.tokens)
+        return rebuilt(self.b.build(), self.names, self.hints)
+
+
+def _rewrite(graph: Graph, plan: Plan, stage_of: Mapping[str, int], n: int, pp: str | None) -> list[Graph]:
+    mesh = plan.mesh
+    uses: list[set[Value]] = [set() for _ in range(n)]
+    for node in graph.nodes:
+        uses[stage_of.get(node_key(node), 0)].update(node.inputs)
+    if n == 1:
+        uses[0] = set(graph.inputs)
+    programs = [_Program(graph, plan, [v for v in graph.inputs if v in uses[k]]) for k in range(n)]
+    home: dict[Value, int] = {}
+
+    def fetch(k: int, v: Value) -> None:
+        """Make `v` held in stage k: received from the stage that made it."""
+        if v in programs[k].held:
+            return
+        if v not in home:
+            raise ShardingError(f"stage {k} needs input %{v.name}, which no node of it takes")
+        j = home[v]
+        local, s = programs[j].held[v]
+        common = dict(mesh=str(mesh), axes=pp, tag=v.name)
+        programs[j].tokens.append(programs[j].emitter(v.name).op("send", local, name=f"{v.name}.send{k}",
+                                                               shift=k - j, **common))
+        got = programs[k].emitter(v.name).op("recv", shift=j - k, shape=list(local.shape), dtype=local.dtype,
+                                             **common)
+        programs[k].names[got] = v.name
+        programs[k].held[v] = (got, s)
 
     for node in graph.nodes:
+        k = stage_of.get(node_key(node), 0)
+        prog = programs[k]
         st = plan.strategy(node)
         where = f"'{node.op}' producing %{node_key(node)} (strategy {st})"
         if len(st.inputs) != len(node.inputs) or len(st.outputs) != len(node.outputs):
@@ -141,8 +210,12 @@ def spmd(graph: Graph, plan: Plan) -> Graph:
                                 f"outputs, the node {len(node.inputs)} and {len(node.outputs)}")
         for s, v in zip((*st.inputs, *st.outputs), (*node.inputs, *node.outputs)):
             s.check(v.shape, mesh, f"{where}, %{v.name}")
-        args = [to(v, s, where) for v, s in zip(node.inputs, st.inputs)]
-        outs = emit_local(_LocalEmitter(b, hints, node_key(node)), OpCall.of(node), st, args, mesh)
+            if pp is not None and pp in s.axes:
+                raise ShardingError(f"{where}: splits %{v.name} over the pipeline axis '{pp}'")
+        for v in node.inputs:
+            fetch(k, v)
+        args = [prog.to(v, s) for v, s in zip(node.inputs, st.inputs)]
+        outs = emit_local(prog.emitter(node_key(node)), OpCall.of(node), st, args, mesh)
         if len(outs) != len(node.outputs):
             raise ShardingError(f"{where}: the local computation gives {len(outs)} outputs, not {len(node.outputs)}")
         for o, lo, s in zip(node.outputs, outs, st.outputs):
@@ -150,22 +223,28 @@ def spmd(graph: Graph, plan: Plan) -> Graph:
             if lo.type != want:
                 raise ShardingError(f"{where}: the local computation gives %{o.name} as {lo.type}, "
                                     f"its sharding {s} needs {want}")
-            if lo in hints:  # a value the strategy made, not one of its inputs passed through
-                names[lo] = o.name
-            held[o] = (lo, s)
+            if lo in prog.hints:  # a value the strategy made, not one of its inputs passed through
+                prog.names[lo] = o.name
+            prog.held[o] = (lo, s)
+            home[o] = k
 
-    outputs = []
+    delivered: list[list[Value]] = [[] for _ in range(n)]
+    inputs = {v.name: v for v in graph.inputs}
     for v in graph.outputs:
+        fed = inputs.get(v.name[len(NEW):]) if v.name.startswith(NEW) else None
+        where = [k for k in range(n) if fed is not None and fed in uses[k]] or [home.get(v, 0)]
         s = output_sharding(graph, plan, v)
         s.check(v.shape, mesh, f"output %{v.name}")
-        local = held[v][0]
-        out = to(v, s, f"output %{v.name}")
-        if out is not local and names.get(local) == v.name:
-            names[local] = b.unique(f"{v.name}.local")
-            names[out] = v.name
-        outputs.append(out)
-    b.output(*outputs)
-    return rebuilt(b.build(), names, hints)
+        for k in where:
+            prog = programs[k]
+            fetch(k, v)
+            local = prog.held[v][0]
+            out = prog.to(v, s)
+            if out is not local and prog.names.get(local) == v.name:
+                prog.names[local] = prog.b.unique(f"{v.name}.local")
+                prog.names[out] = v.name
+            delivered[k].append(out)
+    return [prog.build(outs) for prog, outs in zip(programs, delivered)]
 
 
 # --- ranks' data --------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from akg.graph.train import initial_state
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graph" / "parallel"))
 from test_spmd import (TOL, agreement, block_step, data, megatron_block, megatron_mlp, mlp_step,  # noqa: E402
                        run_steps_one_device, two_layer)
+from test_stages import staged  # noqa: E402
 
 
 
@@ -68,6 +69,26 @@ def test_mlp_step_megatron_dp2_tp2_4_processes():
     mesh = Mesh.parse("dp=2,tp=2")
     run, _, _ = check_run(model, step, propagated_plan(step, mesh, megatron_mlp("dp", "tp")))
     assert run.collectives["all_reduce"] >= 2 and run.processes == 4
+
+
+def test_mlp_step_pipeline_2_processes():
+    """Two stages: the boundary activation goes forward, its cotangent back."""
+    model, step = mlp_step()
+    run, _, _ = check_run(model, step, staged(step, "pp=2", ["relu1"]))
+    assert run.collectives == {"send": 1, "recv": 1} and len(run.programs) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh,pins", [("dp=2,pp=2", None), ("dp=2,pp=2,tp=2", megatron_mlp("dp", "tp"))])
+def test_mlp_step_pipeline_mixed_processes(mesh, pins):
+    model, step = mlp_step()
+    check_run(model, step, staged(step, mesh, ["relu1"], pins))
+
+
+@pytest.mark.slow
+def test_transformer_block_pipeline_processes():
+    model, step = block_step()
+    check_run(model, step, staged(step, "pp=2", ["attn_norm"]))
 
 
 def test_a_failing_rank_is_named_and_nothing_hangs():

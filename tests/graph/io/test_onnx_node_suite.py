@@ -347,7 +347,8 @@ ONNX_NAME_OF = {
 }
 NOT_IN_ONNX = {  # registry ops ONNX has no op for
     **{op: "a collective of per-rank SPMD graphs (akg.graph.parallel); ONNX models are single-device"
-       for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "shard_slice", "mark_partial")},
+       for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "shard_slice", "mark_partial",
+                  "send", "recv")},
     "complex": "complex numbers: ONNX has no complex tensor ops (only the DFT family's real pairs)",
     "real": "complex numbers: ONNX has no complex tensor ops", "imag": "complex numbers: ONNX has no complex tensor ops",
     "dilate": "inserting zeros between elements is part of ConvTranspose in ONNX, not an op of its own",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from akg.errors import AttrError, InvalidGraphError, ShapeError, UnknownOpError
+from akg.errors import AttrError, InvalidGraphError, ShapeError, ShardingError, UnknownOpError
 from akg.graph import GraphBuilder, evaluate
 from akg.graph.interpreter import random_array
 from akg.graph.ops import KINDS, OPS, Attr, OpDef, get_op
@@ -291,6 +291,8 @@ SAMPLES: dict[str, tuple[list[TensorType], dict]] = {
     **{op: ([T((2, 3))], {"mesh": "dp=1", "axes": "dp", "dim": 1})
        for op in ("all_gather", "reduce_scatter", "shard_slice")},
     "all_to_all": ([T((2, 3))], {"mesh": "dp=1", "axes": "dp", "split_dim": 0, "concat_dim": 1}),
+    "send": ([T((2, 3))], {"mesh": "pp=1", "axes": "pp", "shift": 0, "tag": "x"}),
+    "recv": ([], {"mesh": "pp=2", "axes": "pp", "shift": -1, "tag": "x", "shape": [2, 3], "dtype": "float32"}),
     "complex": ([T((2, 3)), T((3,))], {}),
     "real": ([T((2, 3), "complex64")], {}),
     "imag": ([T((2, 3), "complex64")], {}),
@@ -340,6 +342,9 @@ SAMPLES: dict[str, tuple[list[TensorType], dict]] = {
 }
 
 
+NEEDS_PEERS = {"recv"}  # pipeline stages: evaluable only with the sending stage (graph/parallel/stages.py)
+
+
 def test_samples_cover_every_op():
     assert sorted(set(OPS) - set(SAMPLES)) == [], "add a sample for every new op"
     assert sorted(set(SAMPLES) - set(OPS)) == []
@@ -366,6 +371,10 @@ def test_reference_matches_inferred_types(op):
     out_types = opdef.infer_types(types, attrs)
     rng = np.random.default_rng(0)
     arrays = _sample_arrays(opdef, types, attrs, rng)
+    if op in NEEDS_PEERS:  # a value from another rank: no reference alone, a clear error
+        with pytest.raises(ShardingError, match="another stage"):
+            opdef.evaluate(arrays, attrs)
+        return
     with np.errstate(all="ignore"):
         outs = opdef.evaluate(arrays, attrs)
     assert len(outs) == len(out_types)
@@ -386,6 +395,10 @@ def test_every_op_runs_through_builder_and_interpreter(op):
     b.output(*outs)
     graph = b.build()
     arrays = _sample_arrays(opdef, types, opdef.check_attrs(given), np.random.default_rng(1))
+    if op in NEEDS_PEERS:
+        with pytest.raises(ShardingError, match="another stage"):
+            evaluate(graph, arrays)
+        return
     got = evaluate(graph, arrays)
     with np.errstate(all="ignore"):
         want = opdef.evaluate(arrays, opdef.check_attrs(given))

@@ -281,11 +281,11 @@ def test_strategy_that_does_not_fit_its_node():
         spmd(g, plan)
 
 
-def test_pipeline_stages_are_refused():
+def test_pipeline_stages_need_spmd_stages():
     g = two_layer()
     plan = propagated_plan(g, Mesh.parse("pp=2"), {})
     plan.stages, plan.pp_axis = [["h"], ["r", "y"]], "pp"
-    with pytest.raises(ShardingError, match=r"2 pipeline stages over 'pp'.*does not rewrite stages"):
+    with pytest.raises(ShardingError, match=r"2 pipeline stages over 'pp': one program per stage, see spmd_stages"):
         spmd(g, plan)
 
 

@@ -1,0 +1,144 @@
+"""Pipeline stages on simulated ranks (graph stage `parallel`): the per-stage graphs of
+`spmd_stages` run together, every rank the graph of its position on the pipeline axis.
+
+Each stage's ranks run their graph in lockstep (its collectives stay inside the stage); a
+`send` posts its value to the peer's mailbox and goes on, a `recv` waits until the value is
+there, so the stages advance in turns. A stage graph whose recv never gets its value is a
+ShardingError naming it (a plan whose stages wait on each other), not a hang.
+
+    outs = simulate_stages(stage_graphs, plan, inputs_per_rank)   # outs[rank]: {name: array}
+    whole = unshard_stage_outputs(graph, plan, outs)                # {name: whole array}
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from akg.errors import ShardingError
+from akg.graph.interpreter import bind_inputs
+from akg.graph.ir import Graph, Value
+from akg.graph.ops.collective import exchange, group_axes
+from akg.graph.ops.registry import COLLECTIVE
+from akg.graph.parallel.mesh import Mesh
+from akg.graph.parallel.plan import Plan
+from akg.graph.parallel.spmd import output_sharding, replicas_agree, shard_inputs, spmd_stages
+
+
+def peer(mesh: Mesh, rank: int, axis: str, shift: int) -> int:
+    """The rank `shift` positions from `rank` along `axis`."""
+    c = mesh.coords(rank)
+    c[axis] += shift
+    if not 0 <= c[axis] < mesh.axis_size(axis):
+        raise ShardingError(f"rank {rank} has no peer {shift:+d} along '{axis}' on mesh {mesh}")
+    return mesh.rank(c)
+
+
+def stage_of_rank(plan: Plan, rank: int) -> int:
+    return plan.mesh.coords(rank)[plan.pp_axis]
+
+
+def stage_inputs(stage_graphs: Sequence[Graph], plan: Plan, per_rank: Sequence[Mapping[str, np.ndarray]]
+                 ) -> list[dict[str, np.ndarray]]:
+    """Per rank, the pieces its stage's graph takes (of every input's pieces)."""
+    out = []
+    for r, ins in enumerate(per_rank):
+        g = stage_graphs[stage_of_rank(plan, r)]
+        out.append({v.name: ins[v.name] for v in g.inputs})
+    return out
+
+
+def simulate_stages(stage_graphs: Sequence[Graph], plan: Plan, inputs: Sequence[Mapping[str, np.ndarray]]
+                    ) -> list[dict[str, np.ndarray]]:
+    """Every rank's outputs (by name, send tokens left out) of the stage graphs run together;
+    `inputs[rank]` holds (at least) what that rank's stage graph takes."""
+    mesh, pp = plan.mesh, plan.pp_axis
+    ranks = [[r for r in range(mesh.size) if stage_of_rank(plan, r) == k] for k in range(len(stage_graphs))]
+    envs: list[dict[Value, np.ndarray]] = []
+    for r in range(mesh.size):
+        g = stage_graphs[stage_of_rank(plan, r)]
+        env = dict(g.constants)
+        env.update(bind_inputs(g, {v.name: inputs[r][v.name] for v in g.inputs}))
+        envs.append(env)
+    mailbox: dict[tuple[int, int, str], np.ndarray] = {}
+    cursor = [0] * len(stage_graphs)
+    while any(c < len(g.nodes) for c, g in zip(cursor, stage_graphs)):
+        moved = False
+        for k, g in enumerate(stage_graphs):
+            while cursor[k] < len(g.nodes):
+                node = g.nodes[cursor[k]]
+                if node.op == "recv":
+                    keys = [(peer(mesh, r, pp, node.attrs["shift"]), r, node.attrs["tag"]) for r in ranks[k]]
+                    if not all(key in mailbox for key in keys):
+                        break
+                    for r, key in zip(ranks[k], keys):
+                        envs[r][node.output] = mailbox.pop(key)
+                elif node.op == "send":
+                    for r in ranks[k]:
+                        x = envs[r][node.inputs[0]]
+                        mailbox[r, peer(mesh, r, pp, node.attrs["shift"]), node.attrs["tag"]] = x
+                        envs[r][node.output] = x
+                elif node.opdef.kind == COLLECTIVE:
+                    (x,), (out,) = node.inputs, node.outputs
+                    axes = group_axes(node.attrs["axes"])
+                    if pp in axes:
+                        raise ShardingError(f"'{node.op}' producing %{out.name} runs over the pipeline axis '{pp}'")
+                    for group in mesh.groups(axes):
+                        if group[0] in ranks[k]:
+                            for r, a in zip(group, exchange(node.op, node.attrs, [envs[r][x] for r in group])):
+                                envs[r][out] = np.asarray(a).astype(out.dtype, copy=False)
+                else:
+                    for r in ranks[k]:
+                        with np.errstate(all="ignore"):
+                            results = node.opdef.evaluate([envs[r][v] for v in node.inputs], node.attrs)
+                        for v, a in zip(node.outputs, results):
+                            envs[r][v] = np.asarray(a).astype(v.dtype, copy=False)
+                cursor[k] += 1
+                moved = True
+        if not moved:
+            waiting = [f"stage {k} at recv %{g.nodes[cursor[k]].output.name}" for k, g in enumerate(stage_graphs)
+                       if cursor[k] < len(g.nodes)]
+            raise ShardingError(f"the stages wait on each other: {', '.join(waiting)}")
+    return [{v.name: envs[r][v] for v in stage_graphs[stage_of_rank(plan, r)].outputs
+             if not _is_token(stage_graphs[stage_of_rank(plan, r)], v)} for r in range(mesh.size)]
+
+
+def _is_token(g: Graph, v: Value) -> bool:
+    p = g.producer(v)
+    return p is not None and p.op == "send"
+
+
+def unshard_stage_outputs(graph: Graph, plan: Plan, per_rank: Sequence[Mapping[str, np.ndarray]],
+                          names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """`graph`'s whole outputs (those in `names`, default all) from every rank's outputs by
+    name: a rank without one (its stage does not deliver it) takes the piece of its peer
+    along the pipeline axis that has it. ShardingError where ranks holding one piece disagree."""
+    mesh, pp = plan.mesh, plan.pp_axis
+    whole = {}
+    for v in graph.outputs:
+        if names is not None and v.name not in names:
+            continue
+        s = output_sharding(graph, plan, v)
+        pieces = []
+        for r in range(mesh.size):
+            holders = [r] if pp is None else \
+                [r, *(peer(mesh, r, pp, k - stage_of_rank(plan, r)) for k in range(mesh.axis_size(pp)))]
+            holders = [h for h in holders if v.name in per_rank[h]]
+            if not holders:
+                raise ShardingError(f"no rank delivers output %{v.name} (rank {r} and its pipeline peers)")
+            pieces.append(np.asarray(per_rank[holders[0]][v.name]))
+        bad = replicas_agree(s, pieces, mesh)
+        if bad is not None:
+            raise ShardingError(f"output %{v.name} ({s}): ranks {bad[0]} and {bad[1]} hold different data "
+                                f"for the same piece")
+        whole[v.name] = s.unshard(pieces, mesh).astype(v.dtype, copy=False)
+    return whole
+
+
+def simulate_stages_plan(graph: Graph, plan: Plan, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """`graph`'s whole outputs computed by its stage graphs on simulated ranks."""
+    stage_graphs = spmd_stages(graph, plan)
+    ranks = stage_inputs(stage_graphs, plan, shard_inputs(graph, plan, inputs))
+    whole = unshard_stage_outputs(graph, plan, simulate_stages(stage_graphs, plan, ranks))
+    return [whole[v.name] for v in graph.outputs]

@@ -1,0 +1,141 @@
+"""Pipeline stages (graph/parallel/spmd.spmd_stages, graph/parallel/stages.py): per-stage graphs
+with send/recv, run together on simulated ranks, equal one device over training steps."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from akg.errors import ShardingError
+from akg.graph.builder import GraphBuilder
+from akg.graph.interpreter import evaluate, random_inputs
+from akg.graph.io import load_model
+from akg.graph.io.mir import parse_mir
+from akg.graph.parallel.manual import data_parallel_plan, pipeline_stages, propagated_plan, with_stages
+from akg.graph.parallel.mesh import Mesh
+from akg.graph.parallel.plan import Plan
+from akg.graph.parallel.spmd import fed_back, shard_inputs, spmd_stages
+from akg.graph.parallel.stages import (simulate_stages, simulate_stages_plan, stage_inputs, stage_of_rank,
+                                       unshard_stage_outputs)
+from akg.graph.train import initial_state
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_spmd import (TOL, block_step, data, megatron_block, megatron_mlp, mlp_step,  # noqa: E402
+                       run_steps_one_device)
+
+
+def staged(step, mesh: str, cuts, pins=None):
+    """A plan on `mesh` (its `pp` axis the pipeline): the rest of the mesh data parallel, or
+    propagated from `pins`, the nodes cut after `cuts`."""
+    full = Mesh.parse(mesh)
+    sub = Mesh(tuple((n, s) for n, s in full.axes if n != "pp"))
+    base = propagated_plan(step, sub, pins) if pins is not None else data_parallel_plan(step, sub)
+    return with_stages(base, full, "pp", pipeline_stages(step, cuts))
+
+
+def run_steps_staged(model, step, plan, batch, steps=3):
+    """`steps` training steps of the stage graphs on simulated ranks, every stage keeping its
+    state; the losses and the whole final outputs by name."""
+    graphs = spmd_stages(step, plan)
+    ranks = stage_inputs(graphs, plan, shard_inputs(step, plan, {**batch, **initial_state(model, step)}))
+    losses = []
+    for _ in range(steps):
+        outs = simulate_stages(graphs, plan, ranks)
+        whole = unshard_stage_outputs(step, plan, outs)
+        losses.append(whole["loss"])
+        for r, rank_outs in enumerate(outs):
+            g = graphs[stage_of_rank(plan, r)]
+            ranks[r].update({name: rank_outs[g.outputs[i].name] for i, name in fed_back(g).items()})
+    return losses, whole, graphs
+
+
+def check(model, step, plan, steps=3):
+    batch = data(step)
+    ref_losses, ref_state = run_steps_one_device(model, step, batch, steps)
+    losses, whole, graphs = run_steps_staged(model, step, plan, batch, steps)
+    np.testing.assert_allclose(losses, ref_losses, **TOL)
+    for name, want in ref_state.items():
+        np.testing.assert_allclose(whole["new." + name], want, err_msg=name, **TOL)
+    return graphs
+
+
+def p2p(g):
+    return [(n.op, n.attrs["tag"], n.attrs["shift"]) for n in g.nodes if n.op in ("send", "recv")]
+
+
+def test_mlp_step_two_stages():
+    model, step = mlp_step()
+    plan = staged(step, "pp=2", ["relu1"])
+    first, second = check(model, step, plan)
+    # the boundary activation goes forward, its cotangent back: nothing else crosses
+    assert p2p(first) == [("send", "relu1", 1), ("recv", "grad.relu1", 1)]
+    assert p2p(second) == [("recv", "relu1", -1), ("send", "grad.relu1", -1)]
+    assert {v.name for v in first.inputs} == {"x", "fc1.weight", "fc1.bias"}
+    assert [v.name for v in first.outputs] == ["new.fc1.weight", "new.fc1.bias", "relu1.send1"]
+    assert [v.name for v in second.outputs][0] == "loss"
+    for g in (first, second):
+        assert parse_mir(str(g)) == g  # ordinary graphs
+
+
+@pytest.mark.parametrize("mesh,pins", [("dp=2,pp=2", None), ("pp=2,tp=2", megatron_mlp(None, "tp")),
+                                       ("dp=2,pp=2,tp=2", megatron_mlp("dp", "tp"))])
+def test_mlp_step_stages_with_data_and_tensor_parallel(mesh, pins):
+    model, step = mlp_step()
+    check(model, step, staged(step, mesh, ["relu1"], pins))
+
+
+def test_transformer_block_two_stages():
+    model, step = block_step()
+    first, second = check(model, step, staged(step, "pp=2", ["attn_norm"]), steps=1)
+    assert p2p(first)[0] == ("send", "attn_norm", 1)
+    assert ("recv", "grad.attn_norm", 1) in p2p(first)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh,pins", [("dp=2,pp=2", None), ("pp=2,tp=2", megatron_block(None, "tp"))])
+def test_transformer_block_stages_mixed(mesh, pins):
+    model, step = block_step()
+    check(model, step, staged(step, mesh, ["attn_norm"], pins))
+
+
+def test_forward_model_three_stages():
+    g = load_model("examples/mlp.mir")
+    plan = with_stages(propagated_plan(g, Mesh(()), {}), Mesh.parse("pp=3"), "pp", pipeline_stages(g, ["relu1", "relu2"]))
+    ins = random_inputs(g, 0)
+    got = simulate_stages_plan(g, plan, ins)
+    for a, b in zip(got, evaluate(g, ins)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def test_stage_plans_are_checked():
+    model, step = mlp_step()
+    plan = staged(step, "pp=2", ["relu1"])
+    bad = Plan(plan.mesh, plan.choice, plan.inputs, stages=plan.stages[:1], pp_axis="pp")
+    with pytest.raises(ShardingError, match=r"1 stages, its pipeline axis 'pp' 2 positions"):
+        spmd_stages(step, bad)
+    bad = Plan(plan.mesh, plan.choice, plan.inputs, stages=[plan.stages[0], plan.stages[1][1:]], pp_axis="pp")
+    with pytest.raises(ShardingError, match=r"leave out 1 node\(s\), e.g. %1"):
+        spmd_stages(step, bad)
+    with pytest.raises(ShardingError, match=r"already splits over the pipeline axis 'pp'"):
+        with_stages(data_parallel_plan(step, Mesh.parse("pp=2")), Mesh.parse("pp=2"), "pp", plan.stages)
+    with pytest.raises(ShardingError, match=r"no node %nonesuch to cut after"):
+        pipeline_stages(step, ["nonesuch"])
+
+
+def test_stages_waiting_on_each_other_are_reported():
+    graphs = []
+    for k in range(2):
+        b = GraphBuilder(f"s{k}")
+        got = b.op("recv", mesh="pp=2", axes="pp", shift=1 - 2 * k, tag=f"v{1 - k}", shape=[2], dtype="float32",
+                   name=f"v{1 - k}")
+        b.output(b.op("send", got, mesh="pp=2", axes="pp", shift=1 - 2 * k, tag=f"v{k}"))
+        graphs.append(b.build())
+    plan = Plan(Mesh.parse("pp=2"), {}, {}, stages=[[], []], pp_axis="pp")
+    with pytest.raises(ShardingError, match=r"the stages wait on each other: stage 0 at recv %v1, stage 1 at recv %v0"):
+        simulate_stages(graphs, plan, [{}, {}])
