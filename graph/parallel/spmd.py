@@ -114,6 +114,9 @@ def spmd_stages(graph: Graph, plan: Plan) -> list[Graph]:
     mesh, pp = plan.mesh, plan.pp_axis
     if not plan.stages or pp is None:
         raise ShardingError("the plan has no pipeline stages (plan.stages and plan.pp_axis): use spmd")
+    if getattr(plan, "microbatches", 1) > 1:
+        raise ShardingError(f"the plan streams {plan.microbatches} microbatches through its stages (1F1B): the "
+                            f"stage graphs run one batch per step; plan with one microbatch")
     if len(plan.stages) != mesh.axis_size(pp):
         raise ShardingError(f"the plan has {len(plan.stages)} stages, its pipeline axis '{pp}' {mesh.axis_size(pp)} "
                             f"positions")
