@@ -165,4 +165,53 @@ def build(name_or_spec: str | GptSpec, batch: int, *, layers: int | None = None,
     return train_graph(s, batch, optimizer)
 
 
-__all__ = ["GptSpec", "SPECS", "spec", "forward", "train_graph", "step_of_inputs", "build", "GraphBuilder"]
+__all__ = ["GptSpec", "SPECS", "spec", "forward", "train_graph", "step_of_inputs", "build", "megatron_pins",
+           "data_parallel_pins"]
+
+
+# --- Megatron-LM's layout, the baseline of the benchmark ---------------------------------------
+
+COLUMN = ("q", "k", "v", "fc1")  # weights [in, out] split by columns, with their biases
+ROW = ("proj", "fc2")  # weights split by rows (their outputs are partial sums), biases whole
+
+
+def megatron_pins(graph: Graph, mesh, dp: str = "dp", tp: str = "tp") -> dict:
+    """Megatron-LM's shardings for `graph` (a `train_graph`) on `mesh`: the batch over `dp`,
+    column-parallel q/k/v/fc1 and row-parallel proj/fc2 over `tp`, the vocabulary-parallel
+    embedding, norms and positions replicated; every optimizer state as its parameter; all
+    parameters replicated over `dp`. With tp of size 1 (or absent) this is pure data
+    parallelism. Axes of size 1 are left out."""
+    from akg.graph.parallel.sharding import Sharding
+
+    names = {n for n, size in mesh.axes if size > 1}
+    d = (dp,) if dp in names else ()
+    t = (tp,) if tp in names else ()
+    pins: dict[str, Sharding] = {}
+    for v in graph.inputs:
+        name = v.name
+        base = name.split(".", 2)[2] if name.startswith(STATE) and name.count(".") >= 2 else name
+        if name == f"{STATE}step":
+            continue
+        if base in ("tokens", "labels"):
+            pins[name] = Sharding((d,))
+            continue
+        parts = base.split(".")
+        if base == "wte":
+            s = Sharding((t, ()))
+        elif len(parts) == 3 and parts[1] in COLUMN:
+            s = Sharding(((), t)) if parts[2] == "weight" else Sharding((t,))
+        elif len(parts) == 3 and parts[1] in ROW and parts[2] == "weight":
+            s = Sharding((t, ()))
+        else:
+            s = Sharding.replicated(v.type.rank)
+        pins[name] = s
+    return pins
+
+
+def data_parallel_pins(graph: Graph, mesh, dp: str = "dp") -> dict:
+    """Pure data parallelism: the batch split over `dp`, every other input replicated."""
+    from akg.graph.parallel.sharding import Sharding
+
+    d = (dp,) if dict(mesh.axes).get(dp, 1) > 1 else ()
+    return {v.name: (Sharding((d,)) if v.name in ("tokens", "labels") else Sharding.replicated(v.type.rank))
+            for v in graph.inputs if v.name != f"{STATE}step"}

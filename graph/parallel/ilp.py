@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 # ops that choose their layout in the program; the others follow their largest input (a
 # batched matmul too: attention's scores and context follow the layout of the queries)
 ANCHOR_OPS = ("matmul", "dense", "conv2d", "gather", "scatter_add", "one_hot")
-TIME_SCALE = 1e3  # objective in milliseconds
+TIME_SCALE = 1e3
+TIE = 1e-9  # seconds: costs this close are equal to a follower  # objective in milliseconds
 MEMORY_SCALE = 1 / (1 << 30)  # memory row in GiB
 
 
@@ -154,9 +155,10 @@ class Problem:
 
     def _follow(self) -> None:
         """Light ops follow the layout of their largest input (Alpa's following): their
-        choice is the cheapest strategy reading that input as its producer leaves it (else
-        the cheapest with the resharding), so only the heavy ops (matmuls, convolutions,
-        lookups) and the graph inputs are choices of the program."""
+        choice is the cheapest strategy given the layout that input's producer leaves it in
+        (its compute plus resharding that input; near-ties to a strategy reading it as it
+        is), so only the heavy ops (matmuls, convolutions, lookups), ops whose output is
+        larger than any input (broadcasts) and the graph inputs are choices of the program."""
         producer = {v: (n, i) for n in self.graph.nodes for i, v in enumerate(n.outputs)}
         for ci, k in enumerate(self.classes):
             k.root, k.follow = ci, list(range(len(k.choices)))
@@ -165,8 +167,8 @@ class Problem:
             node = k.rep
             lead = max(range(len(node.inputs)), key=lambda i: (node.inputs[i].type.size, -i))
             v = node.inputs[lead]
-            if v.type.rank == 0:
-                continue
+            if v.type.size < max(o.type.size for o in node.outputs):
+                continue  # a broadcast (or a scalar's use) chooses its own layout
             if v in producer:
                 p, out = producer[v]
                 leader = self.classes[self.of_unit[id(p)]]
@@ -179,8 +181,10 @@ class Problem:
             for j in leader.follow:
                 u = self._out_layout(leader, out, j)
                 if u not in best:
-                    best[u] = min(range(len(k.choices)), key=lambda c: (
-                        k.cost[c] + self._rt(u, k.choices[c].inputs[lead], v.type), c))
+                    price = [k.cost[c] + self._rt(u, k.choices[c].inputs[lead], v.type) for c in range(len(k.choices))]
+                    low = min(price)  # near-ties (within a nanosecond) go to a strategy reading u as it is
+                    best[u] = min((c for c in range(len(k.choices)) if price[c] <= low + TIE),
+                                  key=lambda c: (k.choices[c].inputs[lead] != u, c))
                 follow.append(best[u])
             k.root, k.follow = leader.root, follow
 
