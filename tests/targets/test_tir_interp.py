@@ -111,7 +111,9 @@ def interpreting_check_kernel():
 
 
 SUITE_TESTS = {f"test_suite_{name[5:]}": fn for name, fn in kernel_suite.suite_tests().items()}
-globals().update(SUITE_TESTS)
+# the suite's longest interpretations run with -m slow (the compiled kernels run in test_build)
+SLOW_SUITE = ("test_suite_layout_chain", "test_suite_matmul_bias_activation", "test_suite_conv_bn_relu")
+globals().update({name: pytest.mark.slow(fn) if name in SLOW_SUITE else fn for name, fn in SUITE_TESTS.items()})
 
 
 def test_the_suite_is_collected():
@@ -124,7 +126,7 @@ UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "relu6", "erf", "sin", 
          "round", "sign", "reciprocal", "log", "sqrt", "rsqrt", "gelu"]
 
 
-@pytest.mark.parametrize("fast_math", [True, False])
+@pytest.mark.parametrize("fast_math", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_unary_family(fast_math):
     def body(b):
         x = b.input("x", (7, 33))
@@ -210,9 +212,9 @@ def test_matmul_default_schedule():
 
 
 @pytest.mark.parametrize("m, k, n, tile, register", [
-    (64, 48, 96, (16, 32), (8, 16)),  # tiles divide: blocked packed panel, register tile
+    pytest.param(64, 48, 96, (16, 32), (8, 16), marks=pytest.mark.slow),  # tiles divide: packed panel, register tile
     (37, 29, 53, (16, 32), (4, 16)),  # partial tiles: guarded copies, full/partial tile separation
-    (8, 16, 40, (8, 16), (0, 0)),     # no register tile: plain packed layout
+    pytest.param(8, 16, 40, (8, 16), (0, 0), marks=pytest.mark.slow),  # no register tile: plain packed layout
 ])
 def test_matmul_tiles_register_tiles_and_packing(m, k, n, tile, register):
     g = graph(lambda b: b.output(b.relu(b.matmul(b.input("a", (m, k)), b.input("w", (k, n))))))
@@ -222,7 +224,8 @@ def test_matmul_tiles_register_tiles_and_packing(m, k, n, tile, register):
 
 
 @pytest.mark.parametrize("switches", [
-    {"vectorize": False, "unroll": False, "parallel": False, "promote": False, "fast_math": False},
+    pytest.param({"vectorize": False, "unroll": False, "parallel": False, "promote": False, "fast_math": False},
+                 marks=pytest.mark.slow),
     {"promote": False}, {"vectorize": False}, {"unroll": False}], ids=["all-off", "no-promote", "no-vector",
                                                                         "no-unroll"])
 def test_switches(switches):
