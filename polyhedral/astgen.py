@@ -87,8 +87,10 @@ class LoweringHooks:
     prefetch: Callable[[tirx.BufferLoad], tirx.Stmt] | None = None
     line_bytes: int = 64  # cache line: one prefetch per line
     # an intermediate kept in a scratchpad: tensor name -> (storage scope, trailing dims kept:
-    # the others are implied by where the code runs, 0 keeps one element); None: a plain buffer
-    scratch: Callable[[str], tuple[str, int] | None] | None = None
+    # the others are implied by where the code runs, 0 keeps one element[, exchange]); None: a
+    # plain buffer. With `exchange(value, delta)`, the tensor's last index is the lane that holds
+    # the element: a statement reads its own lane's value, or lane + delta's by the exchange
+    scratch: Callable[[str], tuple | None] | None = None
 
 
 @dataclass
@@ -114,6 +116,8 @@ class TirLowering:
         self.name = name
         self.buffers: dict[int, tirx.Buffer] = {}
         self.kept: dict[int, int] = {}  # scratch tensors: trailing dims their buffer keeps
+        self.exchange: dict[int, Callable] = {}  # scratch tensors held one element per lane
+        self._lane = None  # the lane of the statement being lowered (an exchange tensor's writer)
         self.shadows: dict[int, tirx.Buffer] = {}  # argmax/argmin running values
         self.params: list[tirx.Buffer] = []
         self.allocs: list[tirx.Buffer] = []
@@ -143,8 +147,10 @@ class TirLowering:
             t = op.output
             scratch = self.hooks.scratch(t.name) if self.hooks.scratch is not None else None
             if scratch is not None and id(t) not in self.buffers:
-                scope, keep = scratch
+                scope, keep = scratch[:2]
                 self.kept[id(t)] = keep
+                if len(scratch) > 2 and scratch[2] is not None:
+                    self.exchange[id(t)] = scratch[2]
                 buf = tirx.decl_buffer(t.shape[len(t.shape) - keep:] if keep else (1,), bits_dtype(t.dtype),
                                        _ident(t.name), scope=scope)
                 self.buffers[id(t)] = buf
@@ -185,7 +191,13 @@ class TirLowering:
 
     def _load(self, t: Tensor, indices: list, shadow: bool = False) -> tirx.PrimExpr:
         buf, offsets, layout = self._buffer(t, shadow)
-        return tirx.BufferLoad(buf, self._local_index(self._kept_index(t, indices), offsets, layout))
+        load = tirx.BufferLoad(buf, self._local_index(self._kept_index(t, indices), offsets, layout))
+        if id(t) not in self.exchange:
+            return load
+        delta = self.analyzer.simplify(indices[-1] - (self._lane if self._lane is not None else 0))
+        if not isinstance(delta, tirx.IntImm):
+            raise LoweringError(f"{t.name}: a lane reads lane {indices[-1]}, not its own plus a constant")
+        return load if int(delta.value) == 0 else self.exchange[id(t)](load, int(delta.value))
 
     def _store(self, t: Tensor, value, indices: list, shadow: bool = False) -> tirx.Stmt:
         buf, offsets, layout = self._buffer(t, shadow)
@@ -705,6 +717,7 @@ class TirLowering:
         op = stmt.op
         t = op.output
         out_index = [env[v] for v in op.axes]
+        self._lane = out_index[-1] if id(t) in self.exchange else None
         red = op.reduce
         if stmt.role == "assign":
             return self._store(t, self.value(op.body, env), out_index)

@@ -30,9 +30,11 @@ class LaneStatement:
 
 @dataclass(frozen=True)
 class LanePass:
-    """Statements that run one after another in each lane, between two barriers."""
+    """Statements that run one after another in each lane, between two barriers; `after`,
+    when given, is the mark that closes this pass instead of the usual one."""
 
     statements: tuple[LaneStatement, ...]
+    after: str | None = None
 
 
 def leading_rows(node: isl.ScheduleNode) -> int:
@@ -123,7 +125,8 @@ def lanes_in_program_order(node: isl.ScheduleNode, rows: int, row_marks: list[st
     seq = band.child(0).insert_sequence(filters) if len(passes) > 1 else band.child(0)
     for k, p in enumerate(passes):
         leaf = seq.child(k).child(0) if len(passes) > 1 else seq
-        leaf = _pass_tree(ctx, leaf, p, stmts, rows, lanes, lane_mark, between if k < len(passes) - 1 else None)
+        after = (p.after or between) if k < len(passes) - 1 else None
+        leaf = _pass_tree(ctx, leaf, p, stmts, rows, lanes, lane_mark, after)
         seq = leaf.ancestor(leaf.get_tree_depth() - (depth + 1))
     band = seq.ancestor(seq.get_tree_depth() - depth)
     return insert_marks_on_members(band, row_marks if rows else row_marks[:1])

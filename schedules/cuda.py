@@ -36,10 +36,12 @@ log = logging.getLogger(__name__)
 
 MARK_BLOCK, MARK_THREAD = "blockIdx", "threadIdx"
 BARRIER = "barrier"  # __syncthreads() after the subtree below (a reduction tree's passes)
+WARP_BARRIER = "barrier.warp"  # after a pass of warp shuffles (nothing to emit: they synchronise)
 MAPPED_MARKS = (MARK_BLOCK + ".", MARK_THREAD + ".", BARRIER)
 AXES = "xyz"
 THREAD_LEVEL = "threads"  # map(threads): threads per member
 WORK_LEVEL = "registers"  # tile(registers): points per thread per member
+WARP_LEVEL = "warps"  # reduce(warps): a reduction tree whose last 32 values are combined by shuffles
 DEFAULT_THREADS = 256
 MAX_UNROLL = 8
 WORK_CHOICES = (1, 2, 4, 8)
@@ -55,11 +57,13 @@ class BandMapping:
     threads: tuple[int, ...]
     work: tuple[int, ...]
     reduce: int = 0  # threads of a block over which the band's reductions spread (0: none)
+    shuffle: bool = False  # ... the last 32 values of each tree combined by warp shuffles
 
     def __post_init__(self):
         for name in ("order", "threads", "work"):
             object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
         object.__setattr__(self, "reduce", int(self.reduce))
+        object.__setattr__(self, "shuffle", bool(self.shuffle))
 
     @property
     def mapped(self) -> list[int]:
@@ -71,7 +75,7 @@ class BandMapping:
 
     def steps(self, band: int) -> tuple[Step, ...]:
         if self.reduce:
-            return (Step("reduce", band, THREAD_LEVEL, self.reduce),)
+            return (Step("reduce", band, WARP_LEVEL if self.shuffle else THREAD_LEVEL, self.reduce),)
         steps = [Step("order", band, None, self.order), Step("map", band, THREAD_LEVEL, self.threads)]
         if any(w > 1 for w in self.work):
             steps.append(Step("tile", band, WORK_LEVEL, self.work))
@@ -95,7 +99,7 @@ def race_role(name: str) -> tuple[str, int] | None:
     after the subtree below; other marks mean nothing to it."""
     from akg.polyhedral.races import MARK_BARRIER, MARK_BLOCKS, MARK_THREADS
 
-    if name == BARRIER:
+    if name in (BARRIER, WARP_BARRIER):  # a warp's shuffles synchronise the lanes they exchange between
         return MARK_BARRIER, 2
     head, _, rest = name.partition(".")
     axis = rest.partition(".")[0]
@@ -114,11 +118,11 @@ def _mapping_of(config: Config, k: int, info: BandInfo) -> BandMapping:
             threads = s.arg
         elif s.op == "tile" and s.level == WORK_LEVEL:
             work = tuple(max(1, w) for w in s.arg)
-        elif s.op == "reduce" and s.level == THREAD_LEVEL and isinstance(s.arg, int):
-            return BandMapping(order, (0,) * n, (1,) * n, s.arg)
+        elif s.op == "reduce" and s.level in (THREAD_LEVEL, WARP_LEVEL) and isinstance(s.arg, int):
+            return BandMapping(order, (0,) * n, (1,) * n, s.arg, s.level == WARP_LEVEL)
         else:
             raise ScheduleError(f"band {k}: step '{s}' does not apply to a band on CUDA "
-                                f"(order, map({THREAD_LEVEL}), tile({WORK_LEVEL}), reduce({THREAD_LEVEL}))")
+                                f"(order, map({THREAD_LEVEL}), tile({WORK_LEVEL}), reduce({THREAD_LEVEL} | {WARP_LEVEL}))")
     if not isinstance(order, tuple) or not isinstance(threads, tuple) or not isinstance(work, tuple):
         raise ScheduleError(f"band {k}: order, threads and work are per-member lists")
     return BandMapping(order, threads, work)
@@ -187,6 +191,8 @@ def validate_mapping(k: int, m: BandMapping, info: BandInfo, spec) -> None:
         if t < 2 or t & (t - 1) or t > spec.max_threads_per_block:
             raise ScheduleError(f"band {k}: reduce over {t} threads: a power of two from 2 to "
                                 f"{spec.max_threads_per_block}")
+        if m.shuffle and t < spec.warp_size:
+            raise ScheduleError(f"band {k}: warp shuffles need a warp of threads at least ({spec.warp_size}), not {t}")
         return
     if sorted(m.order) != list(range(n)):
         raise ScheduleError(f"band {k}: order {list(m.order)} is not a permutation of {n} loops")
@@ -254,7 +260,7 @@ class CudaBandSpace:
 
         if self.reducers and all(r in TREE_REDUCERS for r in self.reducers) and rng.random() < 0.3:
             lanes = [t for t in REDUCE_CHOICES if t <= spec.max_threads_per_block]
-            return BandMapping(tuple(range(n)), (0,) * n, (1,) * n, rng.choice(lanes))
+            return BandMapping(tuple(range(n)), (0,) * n, (1,) * n, rng.choice(lanes), rng.random() < 0.5)
         order = rng.choice(self.orders())
         allowed = mappable(info)
         positions = [p for p in reversed(range(n)) if order[p] in allowed]
@@ -279,7 +285,7 @@ class CudaBandSpace:
     def size(self) -> int:
         limit = self.spec.max_threads_per_block
         per_dim = [len(_thread_choices(e, limit)) * len(WORK_CHOICES) for e in self.info.extents]
-        return len(self.orders()) * max(1, math.prod(per_dim)) + (len(REDUCE_CHOICES) if self.reducers else 0)
+        return len(self.orders()) * max(1, math.prod(per_dim)) + (2 * len(REDUCE_CHOICES) if self.reducers else 0)
 
 
 @dataclass(frozen=True)
@@ -419,7 +425,8 @@ class CudaRecipe(Recipe):
         if not hasattr(self, "_trees"):
             self._trees = {}
         try:
-            done = map_trees(model, schedule, bands, trees, self.spec, apply_band, cache=self._trees)
+            warps = frozenset(k for k in trees if mappings[k].shuffle)
+            done = map_trees(model, schedule, bands, trees, self.spec, apply_band, cache=self._trees, warps=warps)
         except ScheduleError as e:
             defaults = [default_mapping(info, self.spec, self.reducers(info)) for info in bands]
             if any(mappings[k] != defaults[k] for k in trees):

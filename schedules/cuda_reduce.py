@@ -31,7 +31,11 @@ from akg.graph.compute.lower import Program
 TREE_REDUCERS = ("sum", "prod", "max", "min")
 LOCAL_TAG = ".rlocal"  # per-thread partials
 SHARED_TAG = ".rshared"  # + the tree level: one copy per block
-BARRIER = "barrier"
+WARP_TAG = ".rwarp"  # + the level: registers of warp 0, read across lanes by shuffles
+BARRIER = "barrier"  # __syncthreads() after the subtree below
+WARP_BARRIER = "barrier.warp"  # the lanes of a warp exchange values (shuffles synchronise them)
+WARP = 32
+LEVELS = ("threads", "warps")  # reduce(k, <level>, n): a shared-memory tree; its last 32 by shuffles
 
 
 def combine(reducer: str, a, b):
@@ -56,11 +60,13 @@ def identity(reducer: str, dtype: str):
     return const(int(info.min if lowest else info.max), dtype)
 
 
-def shared_bytes(lanes: int, dtype: str) -> int:
-    """Shared memory of one tree: levels of n, n/2, ..., 2 values."""
+def shared_bytes(lanes: int, dtype: str, warps: bool = False) -> int:
+    """Shared memory of one tree: levels of n, n/2, ..., 2 values (down to 32 when the last
+    32 are combined by shuffles)."""
     import numpy as np
 
-    return (2 * lanes - 2) * np.dtype(dtype if dtype != "bfloat16" else "float16").itemsize
+    values = 2 * lanes - (WARP if warps else 2)
+    return values * np.dtype(dtype if dtype != "bfloat16" else "float16").itemsize
 
 
 @dataclass(frozen=True)
@@ -75,9 +81,22 @@ class Spread:
     aux: frozenset  # ids of the ops the rewrite added (partials, tree levels, final value)
 
 
-def spread_reductions(program: Program, chosen: dict[int, int]) -> Spread:
+def _warp_level(shape, fn, name: str):
+    """A tree level held in the registers of warp 0: computed by its 32 lanes, stored as a
+    tensor of 64 so that a lane's read of lane + h (a shuffle down on the GPU) stays inside
+    it (the lanes past 32 - h compute values nothing uses)."""
+    from akg.graph.compute.expr import Tensor
+
+    t = compute([*shape, WARP], fn, name)
+    op = t.op
+    op.output = Tensor(name, [*shape, 2 * WARP], t.dtype, op)
+    return op.output
+
+
+def spread_reductions(program: Program, chosen: dict[int, tuple[int, bool]]) -> Spread:
     """`program` with each reduction op whose id is a key of `chosen` spread over that many
-    threads (see the module), and the provenance of every op."""
+    threads, the last 32 values combined by warp shuffles when the flag says so (see the
+    module), and the provenance of every op."""
     remap: dict[int, object] = {}
     origin: dict[int, ComputeOp] = {}
     lane: dict[int, int | None] = {}
@@ -98,9 +117,11 @@ def spread_reductions(program: Program, chosen: dict[int, int]) -> Spread:
             continue
         if red is None or red.reducer not in TREE_REDUCERS:
             raise ScheduleError(f"{op.name}: only sum/prod/max/min reductions spread over threads")
-        lanes = chosen[id(op)]
+        lanes, warps = chosen[id(op)]
         if lanes < 2 or lanes & (lanes - 1):
             raise ScheduleError(f"a reduction over threads needs a power of two of at least 2 threads, not {lanes}")
+        if warps and lanes < WARP:
+            raise ScheduleError(f"a reduction ending in warp shuffles needs at least {WARP} threads, not {lanes}")
         shape = list(op.output.shape)
         dtype = op.output.dtype
         src = rewrite(red.source)
@@ -125,15 +146,26 @@ def spread_reductions(program: Program, chosen: dict[int, int]) -> Spread:
         level = compute([*shape, lanes], lambda *i, acc=acc: acc[i], f"{op.name}{SHARED_TAG}0")
         made = [acc, level]
         width, j = lanes // 2, 1
-        while width >= 2:
+        while width >= (WARP if warps else 2):
             level = compute([*shape, width],
                             lambda *i, prev=level, w=width, r=red.reducer:
                             combine(r, prev[i], prev[(*i[:-1], i[-1] + w)]),
                             f"{op.name}{SHARED_TAG}{j}")
             made.append(level)
             width, j = width // 2, j + 1
-        final = compute(shape, lambda *i, last=level, r=red.reducer: combine(r, last[(*i, 0)], last[(*i, 1)]),
-                        op.name)
+        if warps:  # the last 32 values: a warp's registers, exchanged by shuffles
+            level = _warp_level(shape, lambda *i, prev=level: prev[i], f"{op.name}{WARP_TAG}0")
+            made.append(level)
+            h, j = WARP // 2, 1
+            while h >= 1:
+                level = _warp_level(shape, lambda *i, prev=level, h=h, r=red.reducer:
+                                    combine(r, prev[i], prev[(*i[:-1], i[-1] + h)]), f"{op.name}{WARP_TAG}{j}")
+                made.append(level)
+                h, j = h // 2, j + 1
+            final = compute(shape, lambda *i, last=level: last[(*i, 0)], op.name)
+        else:
+            final = compute(shape, lambda *i, last=level, r=red.reducer: combine(r, last[(*i, 0)], last[(*i, 1)]),
+                            op.name)
         for t in made:
             origin[id(t.op)] = op
             lane[id(t.op)] = len(shape)
@@ -148,16 +180,25 @@ def spread_reductions(program: Program, chosen: dict[int, int]) -> Spread:
 
 
 def scratch_memory(name: str) -> str | None:
-    """'local' or 'shared' for a tensor the rewrite made (by its name), else None."""
+    """'local', 'shared' or 'warp' for a tensor the rewrite made (by its name), else None."""
     if name.endswith(LOCAL_TAG):
         return "local"
-    head, tag, level = name.rpartition(SHARED_TAG)
-    if tag and head and level.isdigit():
-        return "shared"
+    for tag, memory in ((SHARED_TAG, "shared"), (WARP_TAG, "warp")):
+        head, found, level = name.rpartition(tag)
+        if found and head and level.isdigit():
+            return memory
     return None
 
 
 # --- the mapping -------------------------------------------------------------------------------
+
+
+def _pass(statements, stmts, barrier):
+    """A pass of lane statements; after a warp level the lanes sync by their shuffles."""
+    from akg.polyhedral import lanes as lanes_mod
+
+    warp = any(scratch_memory(stmts[s.name].op.output.name) == "warp" for s in statements)
+    return lanes_mod.LanePass(tuple(statements), WARP_BARRIER if warp and barrier else None)
 
 
 @dataclass
@@ -172,9 +213,10 @@ class TreeMapping:
 
 
 def map_trees(model, schedule, bands, lanes_per_band: dict[int, int], spec, apply_band,
-              cache: dict | None = None, barrier: str | None = BARRIER) -> TreeMapping:
+              cache: dict | None = None, barrier: str | None = BARRIER, warps: frozenset = frozenset()) -> TreeMapping:
     """Spread the reductions of the outer bands in `lanes_per_band` (band -> threads) over
-    the threads of a block (see the module); every other band is mapped by
+    the threads of a block (see the module), those of the bands in `warps` ending in warp
+    shuffles; every other band is mapped by
     `apply_band(node, k)`. ScheduleError where a band cannot be mapped so (an arg-reduction,
     a grid or shared memory beyond the spec). `barrier` is the mark between passes (None
     plants the missing barriers the race checker must find)."""
@@ -191,8 +233,8 @@ def map_trees(model, schedule, bands, lanes_per_band: dict[int, int], spec, appl
             raise ScheduleError(f"band {k}: reduce(threads) needs a reduction below the band")
         total = 0
         for op in {id(o): o for o in reductions}.values():
-            chosen[id(op)] = n
-            total += shared_bytes(n, op.output.dtype)
+            chosen[id(op)] = (n, k in warps)
+            total += shared_bytes(n, op.output.dtype, k in warps)
         if total > spec.shared_per_block:
             raise ScheduleError(f"band {k}: the reduction trees need {total} bytes of shared memory, "
                                 f"the GPU allows {spec.shared_per_block} per block")
@@ -229,8 +271,7 @@ def map_trees(model, schedule, bands, lanes_per_band: dict[int, int], spec, appl
         passes, current, last_key = [], [], None
         for st in members:
             key = id(st.op)
-            if id(st.op) in spread.aux and scratch_memory(st.op.name) in ("local", "shared") \
-                    and st.op.name.endswith((LOCAL_TAG, SHARED_TAG + "0")):
+            if id(st.op) in spread.aux and st.op.name.endswith((LOCAL_TAG, SHARED_TAG + "0")):
                 key = ("partial", id(spread.origin[id(st.op)]))  # a thread stores its own partial: no barrier
 
             if id(st.op) in spread.aux:
@@ -240,11 +281,11 @@ def map_trees(model, schedule, bands, lanes_per_band: dict[int, int], spec, appl
             else:
                 lane = len(st.iters) - 1 if len(st.iters) > rows else None
             if key != last_key and current:
-                passes.append(lanes_mod.LanePass(tuple(current)))
+                passes.append(_pass(current, stmts, barrier))
                 current = []
             current.append(lanes_mod.LaneStatement(st.name, len(st.iters), lane))
             last_key = key
-        passes.append(lanes_mod.LanePass(tuple(current)))
+        passes.append(_pass(current, stmts, barrier))
         ops = [spread.origin[id(st.op)] for st in members if id(st.op) in spread.aux]
         extents = tuple(ops[0].axes[d].extent for d in range(rows))
         for op in ops:
@@ -265,11 +306,12 @@ def map_trees(model, schedule, bands, lanes_per_band: dict[int, int], spec, appl
         return lanes_mod.lanes_in_program_order(node, rows, marks, passes, n, f"threadIdx.x.{n}", barrier)
 
     mapped = tree.map_outer_bands(new_model, pulled, apply)
+    warp = set()
     shared, private = set(), set()
     for t, tid in new_model.tensor_ids.items():
         memory = scratch_memory(t.name)
         if memory == "shared":
             shared.add(tid)
-        elif memory == "local":
-            private.add(tid)
-    return TreeMapping(new_model, mapped, frozenset(shared), frozenset(private))
+        elif memory in ("local", "warp"):
+            private.add(tid) if memory == "local" else warp.add(tid)
+    return TreeMapping(new_model, mapped, frozenset(shared | warp), frozenset(private))

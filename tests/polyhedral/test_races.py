@@ -304,3 +304,38 @@ def test_trees_the_checker_does_not_analyse_are_refused_not_passed():
     not_a_band = """{ domain: "{ W[i] : 0 <= i < 4 }", child: { mark: "threads", child: { filter: "{ W[i] }" } } }"""
     with pytest.raises(UnprovenRaceError, match="other than a band"):
         mapping_of(isl.Schedule.read_from_str(ctx, not_a_band))
+
+
+def test_a_reduction_tree_with_one_barrier_removed_is_a_missing_barrier_between_its_levels():
+    """The CUDA recipe's tree over the threads of a block (schedules/cuda_reduce.py) is proven
+    race-free with its barrier marks; deleting the one after tree level 1 makes level 2's
+    reads of level 1 a missing barrier, and nothing else."""
+    from akg.compiler import pipeline_for
+    from akg.schedules.cuda import race_role
+    from akg.schedules.cuda_reduce import map_trees
+
+    b = GraphBuilder("g")
+    b.output(b.sum(b.input("x", (3, 1000)), axes=[1]))
+    pipeline = pipeline_for(b.build(), "cuda-emu")
+    done = map_trees(pipeline.model, pipeline.schedule, pipeline.bands, {0: 16}, pipeline.target.spec,
+                     lambda node, k: node)
+    check_schedule(done.model, done.schedule, roles=race_role, shared=done.shared, private=done.private)
+
+    level1 = next(tid for t, tid in done.model.tensor_ids.items() if t.name.endswith(".rshared1"))
+    writer = next(s.name for s in done.model.statements if s.write.relation.get_tuple_name(isl.dim_type.out) == level1)
+
+    def drop(node):
+        if node.get_type() == isl.schedule_node_type.mark and node.mark_get_id().get_name() == "barrier":
+            names = []
+            node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
+            if names == [writer]:
+                return node.delete()
+        for k in range(node.n_children()):
+            node = drop(node.child(k)).parent()
+        return node
+
+    bad = drop(done.schedule.get_root()).get_schedule()
+    with pytest.raises(RaceError) as err:
+        check_schedule(done.model, bad, roles=race_role, shared=done.shared, private=done.private)
+    (race,) = err.value.races
+    assert race.kind == MISSING_BARRIER and race.tensor.endswith(f"({level1})") and writer in race.statements[0]

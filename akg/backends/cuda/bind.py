@@ -22,6 +22,7 @@ from akg.errors import LoweringError
 _MARK = re.compile(r"^(blockIdx|threadIdx)\.([xyz])\.(\d+)$")
 _AXES = "xyz"
 BARRIER = "barrier"
+WARP_BARRIER = "barrier.warp"  # after warp shuffles: they synchronise the lanes themselves
 _SCRATCH_SCOPES = ("shared", "local")
 
 
@@ -85,6 +86,10 @@ def _rebuild(s, children: list):
 
 def _is_barrier(stmt) -> bool:
     return isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "akg.mark" and str(stmt.node) == BARRIER
+
+
+def _is_warp_barrier(stmt) -> bool:
+    return isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "akg.mark" and str(stmt.node) == WARP_BARRIER
 
 
 def sync_threads() -> tirx.Stmt:
@@ -162,6 +167,8 @@ class _Binder:
     def device(self, s):
         if _is_barrier(s):  # every thread of the block waits after the code below
             return tirx.SeqStmt([self.device(s.body), sync_threads()])
+        if _is_warp_barrier(s):
+            return self.device(s.body)
         match = _is_gpu_mark(s)
         if match is None:
             kids = _children(s)
@@ -199,19 +206,61 @@ def bind_threads(func: tirx.PrimFunc) -> tuple[tirx.PrimFunc, list[Launch]]:
 
 def unbind(stmt):
     """Launches back into serial loops (blocks around threads, as they were nested): the
-    emulation's kernel. A barrier between two thread loops is where one serial thread loop
-    ends and the next begins (the mapping closes a thread loop at each barrier), so it is
-    dropped; one inside a thread loop cannot be emulated so and is refused."""
+    emulation's kernel. A barrier between two thread loops is dropped (the serial loops run
+    one after the other); one inside the threads' loops splits them there (fission): each
+    barrier closes the serial loops over the block's threads and opens new ones over the same
+    threads, so every thread finishes the code before the barrier before any starts the code
+    after it (`_fission`)."""
     if is_sync(stmt):
         return tirx.Evaluate(tirx.const(0, "int32"))
     if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
         iv = stmt.node
         if str(iv.thread_tag).startswith("threadIdx") and _has_sync(stmt.body):
-            raise LoweringError("a barrier inside a thread loop: the emulation runs threads as serial loops "
-                                "and needs each barrier between two thread loops")
+            return _fission(stmt)
         return tirx.For(iv.var, 0, stmt.value, tirx.ForKind.SERIAL, unbind(stmt.body))
     kids = _children(stmt)
     return _rebuild(stmt, [unbind(c) for c in kids]) if kids else stmt
+
+
+def _fission(stmt):
+    """The nest of thread launches `stmt` (threadIdx z, y, x as nested) whose body holds
+    barriers at its top level, as a sequence of serial nests over the same threads, one per
+    stretch between barriers (the loop variables are reused: each nest binds them afresh).
+    Values crossing a barrier must live in memory indexed by the thread (the mapping's
+    per-thread arrays); a buffer allocated inside the nest, a barrier under a condition or in
+    a loop of the thread are refused."""
+    nest = []
+    body = stmt
+    while isinstance(body, tirx.AttrStmt) and body.attr_key == "thread_extent" \
+            and str(body.node.thread_tag).startswith("threadIdx"):
+        nest.append(body)
+        body = body.body
+    items = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    stretches, current = [], []
+    for item in items:
+        if is_sync(item):
+            stretches.append(current)
+            current = []
+            continue
+        if _has_sync(item):
+            raise LoweringError("a barrier under a condition or in a loop of a thread: the emulation splits "
+                                "the threads' loops only at barriers at their top level")
+        if isinstance(item, (tirx.AllocBuffer, tirx.DeclBuffer)) and any(_has_sync(x) for x in items):
+            raise LoweringError("a buffer allocated in the threads' loops lives across a barrier; "
+                                "the emulation keeps per-thread values only in arrays indexed by the thread")
+        current.append(item)
+    stretches.append(current)
+    loops = []
+    for part in stretches:
+        if not part:
+            continue
+        inner = unbind(part[0] if len(part) == 1 else tirx.SeqStmt(part))
+        for attr in reversed(nest):
+            inner = tirx.For(attr.node.var, 0, attr.value, tirx.ForKind.SERIAL, inner)
+        loops.append(inner)
+    if not loops:
+        return tirx.Evaluate(tirx.const(0, "int32"))
+    return loops[0] if len(loops) == 1 else tirx.SeqStmt(loops)
 
 
 def _has_sync(stmt) -> bool:

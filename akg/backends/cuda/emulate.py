@@ -6,8 +6,8 @@ It runs and is checked against the NumPy reference on any machine (target `cuda-
 Serial threads are exact while threads of a block share nothing between barriers: the
 mapping binds only coincident loops, and a reduction spread over threads (`reduce`) closes a
 pass's thread loop at each `__syncthreads()` and opens a new one over the same threads for
-the next pass (the fission is made in the schedule tree; `bind.unbind` drops the barriers
-between the serial loops and refuses one inside a loop). Per-thread values that cross a
+the next pass; `bind.unbind` drops a barrier between two serial thread loops and splits the
+threads' loops at one inside them (fission at the barrier). Per-thread values that cross a
 barrier (a thread's partial) are arrays indexed by the thread here (the emulation target's
 `scratch` scopes), one register on the GPU."""
 

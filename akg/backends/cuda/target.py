@@ -64,8 +64,9 @@ class CudaTarget(Target):
         return get_backend(ARTIFACT_KIND)
 
     # the reduction trees' intermediates (`schedules/cuda_reduce.py`): memory -> (scope, trailing
-    # dims kept): a thread's partial in a register, a tree level as one [threads] array per block
-    scratch_scopes = {"local": ("local", 0), "shared": ("shared", 1)}
+    # dims kept[, exchange]): a thread's partial in a register, a tree level as one [threads]
+    # array per block, a warp level in a register read across lanes by `__shfl_down_sync`
+    scratch_scopes = {"local": ("local", 0), "shared": ("shared", 1), "warp": ("local", 0, "shuffle")}
 
     def lowering(self, config):
         from akg.polyhedral.astgen import LoweringHooks
@@ -75,7 +76,10 @@ class CudaTarget(Target):
 
         def scratch(name: str):
             memory = scratch_memory(name)
-            return self.scratch_scopes[memory] if memory else None
+            if not memory:
+                return None
+            scope = self.scratch_scopes[memory]
+            return scope[:2] + (_shuffle_down,) if scope[2:] == ("shuffle",) else scope
 
         # CUDA's own expf/erff/tanhf, not the CPU's vectorisable expansions
         return LoweringHooks(keep_marks=MAPPED_MARKS, fast_math=False, scratch=scratch)
@@ -93,12 +97,19 @@ class CudaEmuTarget(CudaTarget):
     kind: str = EMU_KIND
     # on the host: a thread's partials stay one per thread (indexed by the thread, so that
     # they survive the end of the serial thread loop at a barrier); a tree level one per block
-    scratch_scopes = {"local": ("global", 1), "shared": ("global", 1)}
+    scratch_scopes = {"local": ("global", 1), "shared": ("global", 1), "warp": ("global", 1)}
 
     def backend(self):
         from akg.target import get_backend
 
         return get_backend(EMU_ARTIFACT_KIND)
+
+
+def _shuffle_down(value, delta: int):
+    """Lane + delta's value of a register, every lane of the warp taking part."""
+    from tvm import tirx
+
+    return tirx.op.tvm_warp_shuffle_down(tirx.const(0xFFFFFFFF, "uint32"), value, delta, 32, 32)
 
 
 def cuda_target(spec_name: str = SPEC_DEFAULT) -> CudaTarget:

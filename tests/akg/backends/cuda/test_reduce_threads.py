@@ -134,19 +134,33 @@ def test_the_space_samples_tree_configs_that_build_and_match():
         _check(graph, pipeline.build(config))
 
 
-def test_a_barrier_inside_a_thread_loop_is_refused_by_the_emulation():
+def test_a_barrier_inside_the_threads_loop_splits_it_in_the_emulation():
+    """Thread t writes a[t], all wait, thread t reads a[t + 1]: on the host the serial loop over
+    the threads is split at the barrier, so every read sees its neighbour's write (without the
+    split, thread t would read a[t + 1] before thread t + 1 wrote it)."""
     import tvm
     from tvm import tirx
 
     from akg.backends.cuda.bind import _launch_attr, sync_threads, unbind
 
-    a = tirx.decl_buffer((4,), "float32", "a")
+    n = 8
+    a, out = tirx.decl_buffer((n + 1,), "float32", "a"), tirx.decl_buffer((n,), "float32", "out")
     t = tirx.Var("t", "int32")
-    body = _launch_attr("threadIdx.x", t, 4, tirx.SeqStmt([tirx.BufferStore(a, tirx.const(1.0, "float32"), [t]),
-                                                            sync_threads()]))
-    with pytest.raises(LoweringError, match="barrier inside a thread loop"):
-        unbind(body)
-    del tvm
+    body = _launch_attr("threadIdx.x", t, n, tirx.SeqStmt([
+        tirx.BufferStore(a, tirx.Cast("float32", t) * 10.0, [t]),
+        sync_threads(),
+        tirx.BufferStore(out, tirx.BufferLoad(a, [t + 1]), [t])]))
+    host = tirx.PrimFunc([a, out], unbind(body)).with_attr("global_symbol", "k")
+    run = tvm.compile(tvm.IRModule({"k": host}), target=tvm.target.Target({"kind": "llvm"}))["k"]
+    x, y = np.full(n + 1, -1.0, "float32"), np.zeros(n, "float32")
+    xs, ys = tvm.runtime.tensor(x), tvm.runtime.tensor(y)
+    run(xs, ys)
+    np.testing.assert_array_equal(ys.numpy(), [10.0 * (k + 1) for k in range(n - 1)] + [-1.0])
+
+    divergent = _launch_attr("threadIdx.x", t, n, tirx.IfThenElse(tirx.LT(t, 4), tirx.SeqStmt([
+        tirx.BufferStore(a, tirx.const(1.0, "float32"), [t]), sync_threads()]), None))
+    with pytest.raises(LoweringError, match="under a condition"):
+        unbind(divergent)
 
 
 def test_nvcc_builds_the_tree_with_shared_memory_and_barriers():
@@ -160,3 +174,47 @@ def test_nvcc_builds_the_tree_with_shared_memory_and_barriers():
     (res,) = kernel.executable.resources.values()
     assert res.shared_bytes >= 256 * 4 and res.barriers >= 1  # TVM folds the levels into two arrays
     assert "__syncthreads()" in source and "__shared__" in source and "threadIdx.x) == 0" in source
+
+
+# --- the last 32 values by warp shuffles: reduce(k, warps, n) -----------------------------------
+
+
+@pytest.mark.parametrize("case,n", [("row_sum_3_rows", 32), ("row_max", 64), ("softmax_rows", 256),
+                                    ("layer_norm_rows", 128), ("full_sum_not_split", 1024)])
+def test_warp_shuffle_trees_match_in_emulation(case, n):
+    """On the host a warp level is an array per lane (a lane's read of lane + h is what
+    `__shfl_down_sync` gives it); the tree still matches the reference."""
+    graph = _graph(CASES[case])
+    kernel = pipeline_for(graph, "cuda-emu").build(Config("smart", (Step("reduce", 0, "warps", n),)))
+    assert "_rwarp5" in kernel.tir() and "barrier.warp" in kernel.tir()
+    _check(graph, kernel)
+
+
+def test_warp_shuffles_in_the_cuda_source_and_race_proofs():
+    from akg.backends.cuda.nvcc import nvcc_path
+    from akg.polyhedral.races import check_schedule
+    from akg.schedules.cuda import race_role
+    from akg.schedules.cuda_reduce import map_trees
+
+    graph = _graph(CASES["softmax_rows"])
+    pipeline = pipeline_for(graph, "cuda-emu")
+    for barrier, ok in (("barrier", True), (None, False)):
+        done = map_trees(pipeline.model, pipeline.schedule, pipeline.bands, {0: 128}, pipeline.target.spec,
+                         lambda node, k: node, barrier=barrier, warps=frozenset({0}))
+        check = lambda: check_schedule(done.model, done.schedule, roles=race_role,  # noqa: E731
+                                       shared=done.shared, private=done.private)
+        if ok:
+            check()
+        else:
+            with pytest.raises(RaceError) as err:
+                check()
+            assert any("rwarp" in r.tensor for r in err.value.races)  # a lane reads lane + h unsynchronised
+    with pytest.raises(ScheduleError, match="warp"):
+        pipeline.lower(Config("smart", (Step("reduce", 0, "warps", 16),)))
+    if nvcc_path() is None:
+        pytest.skip("nvcc is not installed")
+    kernel = pipeline_for(graph, "cuda").build(Config("smart", (Step("reduce", 0, "warps", 128),)))
+    body = kernel.executable.source.split("__global__")[-1]  # the kernel, past TVM's header
+    assert body.count("__shfl_down_sync(") == 10 and body.count("__syncthreads()") >= 5  # 5 per tree
+    (res,) = kernel.executable.resources.values()
+    assert 0 < res.shared_bytes <= 2 * 128 * 4 + 64 * 4
