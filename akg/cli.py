@@ -281,6 +281,11 @@ def _run_processes(model: Path, inputs_paths, output_path, seed: int, target: st
     inputs = _inputs(inputs_paths, [v.name for v in graph.inputs], lambda: random_inputs(graph, seed), seed)
     get_target(target)  # an unknown target stops here, not in every process
     plan, how = plan_for(graph, mesh)
+    if plan.stages is not None and len(plan.stages) > 1:
+        how += f", {len(plan.stages)} stages"
+        if getattr(plan, "microbatches", 1) > 1:
+            click.echo(f"note: the plan streams {plan.microbatches} microbatches per step through its stages "
+                       f"(1F1B); the inputs are one batch, run as one microbatch")
     result = run_distributed(graph, plan, inputs, target=target)
     moved = ", ".join(f"{op} x{n}" for op, n in sorted(result.collectives.items())) or "no collectives"
     _print_outputs(graph.name, [(v.name, v.shape, v.dtype) for v in graph.outputs], result.outputs,

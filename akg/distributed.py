@@ -41,7 +41,8 @@ from akg.graph.ops.registry import COLLECTIVE
 from akg.graph.parallel.mesh import Mesh
 from akg.graph.parallel.plan import Plan
 from akg.graph.parallel.spmd import fed_back, shard_inputs, spmd, spmd_stages
-from akg.graph.parallel.stages import stage_of_rank, unshard_stage_outputs
+from akg.graph.train import NEW
+from akg.graph.parallel.stages import Phases, microbatch_phases, one_f_one_b, stage_of_rank, unshard_stage_outputs
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,9 @@ class _Job:
     group_axes: list[tuple[str, ...]]  # of every rank's collectives: each rank makes every group
     threads: int
     fault: tuple[str, int] | None = None  # tests: ("raise" | "exit" | "hang", rank)
+    micro: list[dict[str, np.ndarray]] | None = None  # per microbatch its data (then `inputs`: the state)
+    stage: int = 0
+    stages: int = 1
 
 
 class _Collectives:
@@ -168,7 +172,7 @@ class _Collectives:
             work.wait()
         self.pending.clear()
 
-    def run(self, node: Node, x: np.ndarray | None) -> np.ndarray:
+    def run(self, node: Node, x: np.ndarray | None, mb: int = 0) -> np.ndarray:
         import torch
 
         op, attrs = node.op, node.attrs
@@ -178,7 +182,8 @@ class _Collectives:
         if op in P2P:
             from akg.graph.parallel.stages import peer
 
-            other, tag = peer(self.mesh, self.rank, attrs["axes"], attrs["shift"]), zlib.crc32(attrs["tag"].encode()) >> 1
+            other = peer(self.mesh, self.rank, attrs["axes"], attrs["shift"])
+            tag = zlib.crc32(f"{attrs['tag']}/{mb}".encode()) >> 1  # one message per value and microbatch
             self.counts[op] += 1
             if op == "send":
                 wire = x.view(np.uint8) if x.dtype == np.bool_ else x
@@ -240,19 +245,67 @@ def _run_rank(job: _Job, results) -> None:
         raise SystemExit(1)
 
 
+def _compiled(g: Graph | None, target: str) -> list:
+    """`g`'s segments, each compiled (collectives: None), first calls made (they link and load:
+    not part of a step's time)."""
+    from akg.compiler import compile_model
+
+    if g is None:
+        return []
+    plan = [(seg, None if seg.is_collective else compile_model(seg.graph, target)) for seg in segments(g)]
+    for seg, compiled in plan:
+        if compiled is not None:
+            compiled(**{v.name: np.zeros(v.shape, v.dtype) for v in seg.graph.inputs})
+    return plan
+
+
+def _execute(plan: list, env: dict, coll: _Collectives, mb: int = 0) -> None:
+    for seg, compiled in plan:
+        if compiled is None:
+            env[seg.outputs[0]] = coll.run(seg.node, env[seg.inputs[0]] if seg.inputs else None, mb)
+        else:
+            env.update(zip(seg.outputs, compiled(**{n: env[n] for n in seg.inputs})))
+
+
+def _microbatches(job: _Job, phases: Phases, parts: dict, coll: _Collectives, fixed: dict) -> dict:
+    """One step of streamed microbatches on this rank (1F1B): forward and backward per
+    microbatch, the update once on the mean of the accumulated gradients. The environment
+    after the update, per-microbatch outputs (the loss) averaged."""
+    m = len(job.micro)
+    envs: list[dict | None] = [{**fixed, **job.micro[i]} for i in range(m)]
+    done_after = "B" if parts["backward"] else "F"
+    acc: dict[str, np.ndarray] = {}
+    per_mb: dict[str, list[np.ndarray]] = {}
+    outs = [v.name for v in job.per_rank.outputs]
+    for phase, i in one_f_one_b(job.stage, job.stages, m):
+        _execute(parts["forward" if phase == "F" else "backward"], envs[i], coll, i)
+        if phase == done_after:
+            for name in phases.accumulated:
+                acc[name] = envs[i][name] if name not in acc else acc[name] + envs[i][name]
+            for name in outs:
+                if name in envs[i]:
+                    per_mb.setdefault(name, []).append(np.asarray(envs[i][name]))
+            envs[i] = None
+    env = {**fixed, **{n: (a / np.asarray(m, a.dtype)).astype(a.dtype) for n, a in acc.items()}}
+    _execute(parts["update"], env, coll)
+    for name, values in per_mb.items():
+        if name not in env:
+            env[name] = np.mean(np.stack(values), axis=0).astype(values[0].dtype)
+    return env
+
+
 def _steps(job: _Job, results) -> None:
     import torch.distributed as dist
-
-    from akg.compiler import compile_model
 
     if job.fault and job.fault[1] == job.rank:
         _fault(job.fault[0])
     coll = _Collectives(job.mesh, job.rank, job.group_axes, job.timeout_s)
     t0 = time.perf_counter()
-    plan = [(s, None if s.is_collective else compile_model(s.graph, job.target)) for s in segments(job.per_rank)]
-    for seg, compiled in plan:  # first calls link and load: not part of a step's time
-        if compiled is not None:
-            compiled(**{v.name: np.zeros(v.shape, v.dtype) for v in seg.graph.inputs})
+    if job.micro is None:
+        plan = _compiled(job.per_rank, job.target)
+    else:
+        phases = microbatch_phases(job.per_rank)
+        parts = {name: _compiled(getattr(phases, name), job.target) for name in ("forward", "backward", "update")}
     compile_s = time.perf_counter() - t0
     feed = fed_back(job.per_rank)
     out_names = [v.name for v in job.per_rank.outputs]
@@ -262,18 +315,17 @@ def _steps(job: _Job, results) -> None:
     state = dict(job.inputs)
     history, step_s = [], []
     for step in range(job.steps):
-        env = {**constants, **state}
         dist.barrier()
         coll.counts.clear()
         t = time.perf_counter()
-        for seg, compiled in plan:
-            if compiled is None:
-                env[seg.outputs[0]] = coll.run(seg.node, env[seg.inputs[0]] if seg.inputs else None)
-            else:
-                env.update(zip(seg.outputs, compiled(**{n: env[n] for n in seg.inputs})))
+        if job.micro is None:
+            env = {**constants, **state}
+            _execute(plan, env, coll)
+        else:
+            env = _microbatches(job, phases, parts, coll, {**constants, **state})
         coll.finish()
         step_s.append(time.perf_counter() - t)
-        outs = [np.asarray(env[n]) for n in out_names]
+        outs = [np.asarray(env[n]) if i not in tokens else None for i, n in enumerate(out_names)]
         last = step == job.steps - 1
         kept = {out_names[i]: outs[i] for i in range(len(outs)) if (last or i not in feed) and i not in tokens}
         gathered = [None] * job.mesh.size if job.rank == 0 else None
@@ -319,22 +371,37 @@ class DistributedRun:
 
 
 def run_distributed(graph: Graph, plan: Plan, inputs: Mapping[str, np.ndarray], *, steps: int = 1,
-                    target: str = "cpu", timeout_s: float = 300.0, fault: tuple[str, int] | None = None) -> DistributedRun:
+                    microbatches: int = 1, target: str = "cpu", timeout_s: float = 300.0,
+                    fault: tuple[str, int] | None = None) -> DistributedRun:
     """Run `graph` under `plan` on one local process per mesh device, `steps` times (a training
     step's `new.X` outputs feed its inputs `X` between steps, on the ranks); `inputs` are the
     whole values. A plan with pipeline stages runs each stage's graph (`spmd_stages`) on the
-    ranks of its position along the pipeline axis. `fault` (tests only): make a rank fail
-    ("raise", "exit" or "hang")."""
+    ranks of its position along the pipeline axis.
+
+    `microbatches` > 1 (a training step, the graph one microbatch's): every data input holds
+    the step's microbatches one after another along dim 0; each rank streams them through its
+    forward and backward phases in 1F1B order (`microbatch_phases`, `one_f_one_b`) and updates
+    once with the mean of their gradients; per-microbatch outputs (the loss) are averaged.
+    `fault` (tests only): make a rank fail ("raise", "exit" or "hang")."""
     import multiprocessing as mp
 
-    if steps < 1:
-        raise InputDataError(f"steps must be at least 1, got {steps}")
+    if steps < 1 or microbatches < 1:
+        raise InputDataError(f"steps and microbatches must be at least 1, got {steps} and {microbatches}")
     mesh = plan.mesh
     staged = plan.stages is not None and len(plan.stages) > 1
     programs = spmd_stages(graph, plan) if staged else [spmd(graph, plan)]
     program_of = [programs[stage_of_rank(plan, r) if staged else 0] for r in range(mesh.size)]
-    pieces = [{v.name: ins[v.name] for v in program_of[r].inputs}
-              for r, ins in enumerate(shard_inputs(graph, plan, inputs))]
+    micro: list[list[dict] | None] = [None] * mesh.size
+    if microbatches == 1:
+        pieces = [{v.name: ins[v.name] for v in program_of[r].inputs}
+                  for r, ins in enumerate(shard_inputs(graph, plan, inputs))]
+    else:
+        state, batches = _split_microbatches(graph, inputs, microbatches)
+        per_mb = [shard_inputs(graph, plan, {**state, **b}) for b in batches]
+        pieces = [{v.name: per_mb[0][r][v.name] for v in program_of[r].inputs if v.name in state}
+                  for r in range(mesh.size)]
+        micro = [[{v.name: mb[r][v.name] for v in program_of[r].inputs if v.name not in state} for mb in per_mb]
+                 for r in range(mesh.size)]
     axes_sets = list(dict.fromkeys(group_axes(n.attrs["axes"]) for g in programs for n in g.nodes
                                    if n.opdef.kind == COLLECTIVE and n.op not in P2P))
     n = mesh.size
@@ -344,7 +411,8 @@ def run_distributed(graph: Graph, plan: Plan, inputs: Mapping[str, np.ndarray], 
     results = ctx.Queue()
     procs = [ctx.Process(target=_run_rank, name=f"akg-rank{r}", daemon=True,
                          args=(_Job(r, mesh, program_of[r], pieces[r], steps, str(target), os.path.join(tmp, "store"),
-                                    timeout_s, axes_sets, threads, fault), results))
+                                    timeout_s, axes_sets, threads, fault, micro[r],
+                                    stage_of_rank(plan, r) if staged else 0, len(programs)), results))
              for r in range(n)]
     try:
         for p in procs:
@@ -362,6 +430,28 @@ def run_distributed(graph: Graph, plan: Plan, inputs: Mapping[str, np.ndarray], 
     step_s = [max(t[0][s] for t in times) for s in range(steps)]
     counts: Counter = Counter(times[0][2])
     return DistributedRun(names, outputs, hist, step_s, max(t[1] for t in times), counts, n, programs)
+
+
+def _split_microbatches(graph: Graph, inputs: Mapping[str, np.ndarray], m: int) -> tuple[dict, list[dict]]:
+    """A training step's state inputs, and its data inputs cut into `m` microbatches along dim 0."""
+    outs = {v.name for v in graph.outputs}
+    state = {v.name: np.asarray(inputs[v.name]) for v in graph.inputs if NEW + v.name in outs and v.name in inputs}
+    if not state:
+        raise InputDataError(f"microbatches stream a training step (outputs new.X for inputs X); "
+                             f"'{graph.name}' is none")
+    batches: list[dict] = [{} for _ in range(m)]
+    for v in graph.inputs:
+        if v.name in state:
+            continue
+        if v.name not in inputs:
+            raise InputDataError(f"missing input {v.name}")
+        a = np.asarray(inputs[v.name])
+        if v.type.rank == 0 or a.shape != (m * v.shape[0], *v.shape[1:]):
+            raise InputDataError(f"input {v.name}: {m} microbatches of {v.type} need shape "
+                                 f"{(m * v.shape[0], *v.shape[1:]) if v.type.rank else '(m, ...)'}, got {a.shape}")
+        for i, part in enumerate(np.split(a, m)):
+            batches[i][v.name] = part
+    return state, batches
 
 
 def _wait(procs, results, deadline_s: float):

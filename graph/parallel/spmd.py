@@ -110,13 +110,12 @@ def spmd_stages(graph: Graph, plan: Plan) -> list[Graph]:
     outputs; `recv` in the consumer's, under the value's name), as the producer holds it; the
     consumer reshards it if it must. Each stage takes the inputs its nodes use; an output is
     delivered by the stage that makes it, a training step's `new.X` by every stage that takes
-    `X` (so that it feeds back there). Strategies split over the other mesh axes only."""
+    `X` (so that it feeds back there). Strategies split over the other mesh axes only. The
+    graphs are one microbatch's program: streaming `plan.microbatches` of them through the
+    stages (1F1B) is a schedule of whoever runs them."""
     mesh, pp = plan.mesh, plan.pp_axis
     if not plan.stages or pp is None:
         raise ShardingError("the plan has no pipeline stages (plan.stages and plan.pp_axis): use spmd")
-    if getattr(plan, "microbatches", 1) > 1:
-        raise ShardingError(f"the plan streams {plan.microbatches} microbatches through its stages (1F1B): the "
-                            f"stage graphs run one batch per step; plan with one microbatch")
     if len(plan.stages) != mesh.axis_size(pp):
         raise ShardingError(f"the plan has {len(plan.stages)} stages, its pipeline axis '{pp}' {mesh.axis_size(pp)} "
                             f"positions")

@@ -12,6 +12,7 @@ ShardingError naming it (a plan whose stages wait on each other), not a hang.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -24,6 +25,7 @@ from akg.graph.ops.registry import COLLECTIVE
 from akg.graph.parallel.mesh import Mesh
 from akg.graph.parallel.plan import Plan
 from akg.graph.parallel.spmd import output_sharding, replicas_agree, shard_inputs, spmd_stages
+from akg.graph.train import NEW
 
 
 def peer(mesh: Mesh, rank: int, axis: str, shift: int) -> int:
@@ -142,3 +144,81 @@ def simulate_stages_plan(graph: Graph, plan: Plan, inputs: Mapping[str, np.ndarr
     ranks = stage_inputs(stage_graphs, plan, shard_inputs(graph, plan, inputs))
     whole = unshard_stage_outputs(graph, plan, simulate_stages(stage_graphs, plan, ranks))
     return [whole[v.name] for v in graph.outputs]
+
+
+# --- microbatches (1F1B) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Phases:
+    """A training step's stage graph cut for streaming microbatches: `forward` (per
+    microbatch, up to the cotangents coming back from a later stage), `backward` (per
+    microbatch, the rest), `update` (once per step, reading the microbatches' mean of
+    `accumulated`: the gradients); any of them None when empty. Each is an ordinary graph
+    whose inputs are the stage graph's inputs or values of an earlier phase, by name."""
+
+    forward: Graph | None
+    backward: Graph | None
+    update: Graph | None
+    accumulated: tuple[str, ...]
+
+
+def microbatch_phases(g: Graph) -> Phases:
+    """Cut stage graph `g` (of a training step: outputs `new.X` for state inputs `X`) into its
+    phases: the update is every node named `update.*` / `new.*` and what it needs that no
+    microbatch's data reaches; the backward part every other node that a receive from a later
+    stage reaches."""
+    state = {v.name[len(NEW):] for v in g.outputs if v.name.startswith(NEW)}
+    per_mb: set[Value] = {v for v in g.inputs if v.name not in state}  # values a microbatch's data reaches
+    late: set[Value] = set()  # values a later stage's cotangents reach
+    for n in g.nodes:
+        if any(v in per_mb for v in n.inputs) or (n.op == "recv"):
+            per_mb.update(n.outputs)
+        if any(v in late for v in n.inputs) or (n.op == "recv" and n.attrs["shift"] > 0):
+            late.update(n.outputs)
+    update = {id(n) for n in g.nodes if node_key_of(n).startswith(("update.", NEW))}
+    for n in reversed(g.nodes):  # what the update needs and no microbatch reaches
+        if id(n) not in update and not any(v in per_mb for v in n.outputs):
+            users = [u for v in n.outputs for u in g.users()[v]]
+            if users and all(id(u) in update for u in users):
+                update.add(id(n))
+    mb = [n for n in g.nodes if id(n) not in update]
+    forward = [n for n in mb if not any(v in late for v in n.outputs)]
+    backward = [n for n in mb if any(v in late for v in n.outputs)]
+    upd = [n for n in g.nodes if id(n) in update]
+    made_mb = {v for n in mb for v in n.outputs}
+    accumulated = tuple(dict.fromkeys(v.name for n in upd for v in n.inputs if v in made_mb))
+    return Phases(_part(g, forward), _part(g, backward), _part(g, upd), accumulated)
+
+
+def node_key_of(node) -> str:
+    return node.outputs[0].name
+
+
+def _part(g: Graph, nodes: list) -> Graph | None:
+    """The nodes as a graph: inputs what they read from outside (constants stay constants),
+    outputs what others read and `g`'s outputs among theirs."""
+    if not nodes:
+        return None
+    members = set(map(id, nodes))
+    inside = {v for n in nodes for v in n.outputs}
+    users = g.users()
+    outs = set(g.outputs)
+    outputs = [v for n in nodes for v in n.outputs if v in outs or any(id(u) not in members for u in users[v])]
+    used = list(dict.fromkeys(v for n in nodes for v in n.inputs if v not in inside))
+    ins = [v for v in used if v not in g.constants]
+    consts = {v: g.constants[v] for v in used if v in g.constants}
+    if not outputs:
+        return None
+    return Graph(g.name, ins, outputs, nodes, consts)
+
+
+def one_f_one_b(stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
+    """The 1F1B order of one stage's work: ("F", i) and ("B", i) per microbatch i. The first
+    stages run `stages - stage - 1` forwards ahead, then alternate, then drain the backwards."""
+    warm = min(stages - stage - 1, microbatches)
+    order = [("F", i) for i in range(warm)]
+    for i in range(microbatches - warm):
+        order += [("F", warm + i), ("B", i)]
+    order += [("B", i) for i in range(microbatches - warm, microbatches)]
+    return order

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from akg.distributed import run_distributed, segments
-from akg.errors import ClusterError, RankFailedError, RankTimeoutError
+from akg.errors import ClusterError, InputDataError, RankFailedError, RankTimeoutError
 from akg.graph.parallel.manual import data_parallel_plan, propagated_plan
 from akg.graph.parallel.mesh import Mesh
 from akg.graph.parallel.spmd import spmd
@@ -71,11 +71,49 @@ def test_mlp_step_megatron_dp2_tp2_4_processes():
     assert run.collectives["all_reduce"] >= 2 and run.processes == 4
 
 
+@pytest.mark.slow
 def test_mlp_step_pipeline_2_processes():
     """Two stages: the boundary activation goes forward, its cotangent back."""
     model, step = mlp_step()
     run, _, _ = check_run(model, step, staged(step, "pp=2", ["relu1"]))
     assert run.collectives == {"send": 1, "recv": 1} and len(run.programs) == 2
+
+
+def microbatched_reference(model, step, batches, steps):
+    """One device: each step the mean loss of the microbatches and SGD on their mean gradient
+    (the mean of the parameters each microbatch's own step gives, SGD being linear in it)."""
+    from akg.graph.train import run_step
+
+    state, losses = initial_state(model, step), []
+    for _ in range(steps):
+        results = [run_step(step, state, b) for b in batches]
+        losses.append(np.mean([loss for loss, _ in results]))
+        state = {k: np.mean([s[k] for _, s in results], axis=0).astype(state[k].dtype) for k in state}
+    return losses, state
+
+
+@pytest.mark.parametrize("mesh,m", [("pp=2", 3), pytest.param("dp=2,pp=2", 2, marks=pytest.mark.slow)])
+def test_mlp_step_pipeline_microbatches_1f1b(mesh, m):
+    """Microbatches streamed through two stages (1F1B), one update on their mean gradient."""
+    model, step = mlp_step()
+    batches = [data(step, seed) for seed in range(m)]
+    whole = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
+    ref_losses, ref_state = microbatched_reference(model, step, batches, 3)
+    run = run_distributed(step, staged(step, mesh, ["relu1"]), {**whole, **initial_state(model, step)},
+                          steps=3, microbatches=m)
+    losses = [h["loss"] for h in run.history]
+    np.testing.assert_allclose(losses, ref_losses, **TOL)
+    for name, want in ref_state.items():
+        np.testing.assert_allclose(run.outputs[run.names.index("new." + name)], want, err_msg=name, **TOL)
+    assert run.collectives["send"] == run.collectives["recv"] == m  # per step: one each way per microbatch
+    print(f"\n{mesh}, {m} microbatches: loss max abs {agreement(losses, ref_losses)[0]:.2e}; params max abs "
+          f"{agreement([run.outputs[run.names.index('new.' + n)] for n in ref_state], list(ref_state.values()))[0]:.2e}")
+
+
+def test_microbatches_need_a_training_step():
+    g = two_layer()
+    with pytest.raises(InputDataError, match="microbatches stream a training step"):
+        run_distributed(g, propagated_plan(g, Mesh.parse("tp=2"), {}), {}, microbatches=2)
 
 
 @pytest.mark.slow
