@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from akg.distributed import run_distributed, segments
+from akg.distributed import run_distributed
 from akg.errors import ClusterError, InputDataError, RankFailedError, RankTimeoutError
 from akg.graph.parallel.manual import data_parallel_plan, propagated_plan
 from akg.graph.parallel.mesh import Mesh
-from akg.graph.parallel.spmd import spmd
 from akg.graph.train import initial_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graph" / "parallel"))
@@ -42,19 +41,6 @@ def check_run(model, step, plan, steps=3):
           f"max abs {param_err[0]:.2e} rel {param_err[1]:.2e}; step {min(run.step_s) * 1e3:.1f} ms, "
           f"compile {run.compile_s:.1f} s, {dict(run.collectives)}")
     return run, loss_err, param_err
-
-
-def test_segments_are_waves():
-    """A data-parallel step: forward and backward compiled as one piece, the all-reduces, the
-    updates as another."""
-    model, step = mlp_step()
-    segs = segments(spmd(step, data_parallel_plan(step, Mesh.parse("dp=2"))))
-    kinds = ["c" if s.is_collective else "k" for s in segs]
-    assert kinds == ["k"] + ["c"] * 7 + ["k"]
-    assert {s.node.op for s in segs if s.is_collective} == {"all_reduce"}
-    first, last = segs[0].graph, segs[-1].graph
-    assert "matmul" in {n.op for n in first.nodes} and {n.op for n in last.nodes} == {"sub"}
-    assert set(last.inputs) >= {v for v in last.inputs if v.name.endswith("all_reduce_dp")}
 
 
 def test_mlp_step_data_parallel_2_processes():
