@@ -155,7 +155,8 @@ class _Binder:
         if single or not any(k.startswith("threadIdx") for k in dims):
             body = _launch_attr("threadIdx.x", tirx.Var("tx", "int32"), 1, body)
             dims.setdefault("threadIdx.x", 1)
-        if single:
+        if single or not any(k.startswith("blockIdx") for k in dims):
+            # one block: still one launch around everything (TVM cuts a kernel per outer launch)
             body = _launch_attr("blockIdx.x", tirx.Var("bx", "int32"), 1, body)
         grid = tuple(dims.get(f"blockIdx.{a}", 1) for a in _AXES)
         block = tuple(dims.get(f"threadIdx.{a}", 1) for a in _AXES)

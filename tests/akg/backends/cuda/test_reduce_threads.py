@@ -163,6 +163,21 @@ def test_a_barrier_inside_the_threads_loop_splits_it_in_the_emulation():
         unbind(divergent)
 
 
+@pytest.mark.parametrize("case", ["full_sum_not_split", "row_min_keepdims", "layer_norm_rows"])
+def test_nvcc_builds_one_kernel_per_tree_band(case):
+    """One block (a full sum) or one per row: every pass of the band is in one kernel."""
+    from akg.backends.cuda.nvcc import nvcc_path
+
+    if nvcc_path() is None:
+        pytest.skip("nvcc is not installed")
+    kernel = akg.build(_graph(CASES[case]), target="cuda")
+    (launch,) = kernel.executable.launches
+    (res,) = kernel.executable.resources.values()
+    assert launch.threads == kernel.config.band_steps(0)[0].arg and res.shared_bytes > 0
+    assert launch.grid == {"full_sum_not_split": (1, 1, 1), "row_min_keepdims": (3, 2, 1),
+                           "layer_norm_rows": (4, 1, 1)}[case]
+
+
 def test_nvcc_builds_the_tree_with_shared_memory_and_barriers():
     from akg.backends.cuda.nvcc import nvcc_path
 
