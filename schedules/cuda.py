@@ -122,7 +122,8 @@ def _mapping_of(config: Config, k: int, info: BandInfo) -> BandMapping:
             return BandMapping(order, (0,) * n, (1,) * n, s.arg, s.level == WARP_LEVEL)
         else:
             raise ScheduleError(f"band {k}: step '{s}' does not apply to a band on CUDA "
-                                f"(order, map({THREAD_LEVEL}), tile({WORK_LEVEL}), reduce({THREAD_LEVEL} | {WARP_LEVEL}))")
+                                f"(order, map({THREAD_LEVEL}), tile({WORK_LEVEL}), "
+                                f"reduce({THREAD_LEVEL} | {WARP_LEVEL}))")
     if not isinstance(order, tuple) or not isinstance(threads, tuple) or not isinstance(work, tuple):
         raise ScheduleError(f"band {k}: order, threads and work are per-member lists")
     return BandMapping(order, threads, work)
@@ -155,7 +156,8 @@ def reduce_threads_for(info: BandInfo, spec, reducers: tuple[str, ...]) -> int:
 
 def default_mapping(info: BandInfo, spec, reducers: tuple[str, ...] = ()) -> BandMapping:
     """The heuristic (a band whose reductions should spread over the threads of a block, see
-    `reduce_threads_for`, gets `reduce`; otherwise): the coincident member streaming most contiguous data innermost (x, so
+    `reduce_threads_for`, gets `reduce`; otherwise): the coincident member streaming most
+    contiguous data innermost (x, so
     that a warp reads consecutive elements), the next coincident members as y and z; 256
     threads per block as far as the loops allow, x first (a member left without threads is
     still mapped to blocks, one block per point: a conv's channels when its rows fill the
@@ -354,7 +356,13 @@ class CudaSpace(Space):
 
 
 class CudaRecipe(Recipe):
-    """Outer bands to blocks and threads; everything else serial in each thread."""
+    """Outer bands to blocks and threads; everything else serial in each thread, or a band's
+    reductions spread over the threads of a block."""
+
+    def __init__(self, target):
+        super().__init__(target)
+        self._ops = None  # the prepared program's ops (statement S<k> is op k's)
+        self._trees: dict = {}  # rewritten models, by the reductions spread and their threads
 
     @property
     def spec(self):
@@ -372,7 +380,7 @@ class CudaRecipe(Recipe):
     def reducers(self, info: BandInfo) -> tuple[str, ...]:
         """The reducers of the reductions below a band of the prepared program (statements
         `S<k>` and `S<k>_init` are op k's; none known before `prepare`)."""
-        ops = getattr(self, "_ops", None)
+        ops = self._ops
         if ops is None:
             return ()
         found = {}
@@ -422,8 +430,6 @@ class CudaRecipe(Recipe):
             return mapped
         from akg.schedules.cuda_reduce import map_trees
 
-        if not hasattr(self, "_trees"):
-            self._trees = {}
         try:
             warps = frozenset(k for k in trees if mappings[k].shuffle)
             done = map_trees(model, schedule, bands, trees, self.spec, apply_band, cache=self._trees, warps=warps)
@@ -434,7 +440,8 @@ class CudaRecipe(Recipe):
             # the heuristic proposed it from the band's shape alone: map the band as before
             log.debug("%s: reductions not spread over threads: %s", model.program.name, e)
             plain = [default_mapping(info, self.spec) if m.reduce else m for m, info in zip(mappings, bands)]
-            mapped = tree.map_outer_bands(model, schedule, lambda node, k: _apply_band(node, plain[k], bands[k], unroll))
+            mapped = tree.map_outer_bands(model, schedule,
+                                          lambda node, k: _apply_band(node, plain[k], bands[k], unroll))
             check_mapping(model, mapped)
             return mapped
         check_mapping(done.model, done.schedule, shared=done.shared, private=done.private)
