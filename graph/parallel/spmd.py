@@ -6,7 +6,8 @@ computes under its strategy (`emit_local`); on every edge where the producer's s
 the one the consumer's strategy takes, the resharding steps (`reshard`) are emitted as
 collective ops, once per value and target sharding. Graph outputs are delivered in
 `plan.outputs` (default replicated; a training step's `new.X` in the sharding of its input `X`,
-so that the step's outputs feed the next step as they are).
+so that the step's outputs feed the next step as they are). A plan with pipeline stages gets
+one such graph per stage (`spmd_stages`), the values crossing stages sent and received.
 
 Constants stay whole in the per-rank graph (every rank reads the model's weights, as a
 one-device run does) and are cut by `shard_slice` where the plan stores them split or a

@@ -6,6 +6,10 @@ Each stage's ranks run their graph in lockstep (its collectives stay inside the 
 there, so the stages advance in turns. A stage graph whose recv never gets its value is a
 ShardingError naming it (a plan whose stages wait on each other), not a hang.
 
+For streaming microbatches (the multi-process runner, `akg.distributed`), a training step's
+stage graph is cut into its forward, backward and update phases (`microbatch_phases`), and
+`one_f_one_b` orders a stage's forward and backward work.
+
     outs = simulate_stages(stage_graphs, plan, inputs_per_rank)   # outs[rank]: {name: array}
     whole = unshard_stage_outputs(graph, plan, outs)                # {name: whole array}
 """
@@ -23,7 +27,7 @@ from akg.graph.ir import Graph, Value
 from akg.graph.ops.collective import exchange, group_axes
 from akg.graph.ops.registry import COLLECTIVE
 from akg.graph.parallel.mesh import Mesh
-from akg.graph.parallel.plan import Plan
+from akg.graph.parallel.plan import Plan, node_key
 from akg.graph.parallel.spmd import output_sharding, replicas_agree, shard_inputs, spmd_stages
 from akg.graph.train import NEW
 
@@ -176,7 +180,7 @@ def microbatch_phases(g: Graph) -> Phases:
             per_mb.update(n.outputs)
         if any(v in late for v in n.inputs) or (n.op == "recv" and n.attrs["shift"] > 0):
             late.update(n.outputs)
-    update = {id(n) for n in g.nodes if node_key_of(n).startswith(("update.", NEW))}
+    update = {id(n) for n in g.nodes if node_key(n).startswith(("update.", NEW))}
     for n in reversed(g.nodes):  # what the update needs and no microbatch reaches
         if id(n) not in update and not any(v in per_mb for v in n.outputs):
             users = [u for v in n.outputs for u in g.users()[v]]
@@ -189,10 +193,6 @@ def microbatch_phases(g: Graph) -> Phases:
     made_mb = {v for n in mb for v in n.outputs}
     accumulated = tuple(dict.fromkeys(v.name for n in upd for v in n.inputs if v in made_mb))
     return Phases(_part(g, forward), _part(g, backward), _part(g, upd), accumulated)
-
-
-def node_key_of(node) -> str:
-    return node.outputs[0].name
 
 
 def _part(g: Graph, nodes: list) -> Graph | None:
