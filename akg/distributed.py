@@ -424,10 +424,17 @@ def _wait(procs, results, deadline_s: float):
     raise _failed(min(errors, key=lambda m: m[5]), procs, done)
 
 
-def _failed(msg, procs, done: set[int]) -> RankFailedError:
-    """The error of a rank's report; the rank's traceback is its `rank_traceback` (and logged)."""
+def _failed(msg, procs, done: set[int]) -> RankFailedError | RankTimeoutError:
+    """The error of a rank's report; the rank's traceback is its `rank_traceback` (and logged).
+    A rank that timed out waiting blames the ranks still running without a word (hung)."""
     _, rank, name, text, tb, _ = msg
     log.debug("rank %d failed:\n%s", rank, tb)
+    silent = [r for r, p in enumerate(procs) if r not in done and r != rank and p.is_alive()]
+    if silent and ("timeout" in text.lower() or "timed out" in text.lower()):
+        err = RankTimeoutError(f"rank(s) {', '.join(map(str, silent))} of {len(procs)} did not answer in time "
+                               f"(hung?): rank {rank} waited for them and gave up ({name}: {text}); stopped them")
+        err.rank, err.rank_traceback = silent[0], tb
+        return err
     err = RankFailedError(f"rank {rank} of {len(procs)} failed: {name}: {text}" + _others(procs, done | {rank}))
     err.rank, err.rank_traceback = rank, tb
     return err
