@@ -122,6 +122,9 @@ def test_a_failing_rank_is_named_and_nothing_hangs():
     with pytest.raises(RankFailedError, match=r"rank 1 of 2 failed: RuntimeError: injected fault") as e:
         run_distributed(g, plan, ins, fault=("raise", 1), timeout_s=30)
     assert isinstance(e.value, ClusterError) and "_fault" in e.value.rank_traceback
+    import multiprocessing
+
+    assert multiprocessing.active_children() == []  # every rank stopped and reaped
 
 
 @pytest.mark.slow
