@@ -21,7 +21,8 @@ from akg.polyhedral.tree import insert_marks_on_members
 class LaneStatement:
     """A statement of a pass: `iters` iterators, of which the first `rows` index the row;
     `lane` is the iterator spread over the lanes (its value mod the lane count; None: the
-    statement runs in lane 0 only)."""
+    statement runs in lane 0 only, and must then have no loop beyond the row: isl drops the
+    constant lane member, and a loop left right below the lane mark would read as the lanes)."""
 
     name: str
     iters: int

@@ -278,8 +278,9 @@ def map_trees(model, schedule, bands, lanes_per_band: dict[int, int], spec, appl
                 lane = spread.lane[id(st.op)]
             elif st.op.reduce is not None:
                 raise ScheduleError(f"band {k}: {st.op.name} ({st.op.reduce.reducer}) cannot spread over threads")
-            else:
-                lane = len(st.iters) - 1 if len(st.iters) > rows else None
+            else:  # the last loop beyond the row (a loop of one iteration would leave no lane loop)
+                inner = [d for d in range(rows, len(st.iters)) if st.iters[d].extent > 1]
+                lane = inner[-1] if inner else None
             if key != last_key and current:
                 passes.append(_pass(current, stmts, barrier))
                 current = []

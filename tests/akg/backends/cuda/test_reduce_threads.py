@@ -63,6 +63,18 @@ def test_any_power_of_two_threads_gives_the_reference(n):
     _check(graph, kernel)
 
 
+def test_a_pass_spreads_its_last_loop_of_more_than_one_iteration():
+    """(2, 33, 1) reduced along 33 with keepdims: the division's last loop has one iteration,
+    so its 33 go over the threads (a constant lane would leave the 33-loop under the mark)."""
+    def body(b):
+        x = b.input("x", (2, 33, 1))
+        m = b.max(b.exp(x), axes=[1], keepdims=True)
+        b.output(b.div(b.sub(x, m), b.add(b.sum(b.abs(x), axes=[1], keepdims=True), 1.0)))
+
+    graph = _graph(body)
+    _check(graph, pipeline_for(graph, "cuda-emu").build(_reduce(32)))
+
+
 def test_softmax_with_a_small_tree():
     graph = _graph(lambda b: b.output(b.softmax(b.input("x", (3, 130)), axis=-1)))
     _check(graph, pipeline_for(graph, "cuda-emu").build(_reduce(16)))
