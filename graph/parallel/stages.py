@@ -59,32 +59,45 @@ def simulate_stages(stage_graphs: Sequence[Graph], plan: Plan, inputs: Sequence[
                     ) -> list[dict[str, np.ndarray]]:
     """Every rank's outputs (by name, send tokens left out) of the stage graphs run together;
     `inputs[rank]` holds (at least) what that rank's stage graph takes."""
+    envs = [{0: _bound(stage_graphs[stage_of_rank(plan, r)], inputs[r])} for r in range(plan.mesh.size)]
+    _lockstep([[(n, 0) for n in g.nodes] for g in stage_graphs], plan, envs, None)
+    return [{v.name: envs[r][0][v] for v in stage_graphs[stage_of_rank(plan, r)].outputs
+             if not _is_token(stage_graphs[stage_of_rank(plan, r)], v)} for r in range(plan.mesh.size)]
+
+
+def _bound(g: Graph, given: Mapping[str, np.ndarray]) -> dict[Value, np.ndarray]:
+    env = dict(g.constants)
+    env.update(bind_inputs(g, {v.name: given[v.name] for v in g.inputs if v.name in given}))
+    return env
+
+
+def _lockstep(work: Sequence[Sequence[tuple]], plan: Plan, envs: list[dict], mark) -> None:
+    """Run every stage's work together: `work[k]` lists (node, slot) items, each running the
+    node on every rank of stage k in its environment `envs[rank][slot]`, and (None, marker)
+    items calling `mark(k, marker)`; a send posts to the peer's mailbox (per slot), a receive
+    waits for it."""
     mesh, pp = plan.mesh, plan.pp_axis
-    ranks = [[r for r in range(mesh.size) if stage_of_rank(plan, r) == k] for k in range(len(stage_graphs))]
-    envs: list[dict[Value, np.ndarray]] = []
-    for r in range(mesh.size):
-        g = stage_graphs[stage_of_rank(plan, r)]
-        env = dict(g.constants)
-        env.update(bind_inputs(g, {v.name: inputs[r][v.name] for v in g.inputs}))
-        envs.append(env)
-    mailbox: dict[tuple[int, int, str], np.ndarray] = {}
-    cursor = [0] * len(stage_graphs)
-    while any(c < len(g.nodes) for c, g in zip(cursor, stage_graphs)):
+    ranks = [[r for r in range(mesh.size) if stage_of_rank(plan, r) == k] for k in range(len(work))]
+    mailbox: dict[tuple, np.ndarray] = {}
+    cursor = [0] * len(work)
+    while any(c < len(w) for c, w in zip(cursor, work)):
         moved = False
-        for k, g in enumerate(stage_graphs):
-            while cursor[k] < len(g.nodes):
-                node = g.nodes[cursor[k]]
-                if node.op == "recv":
-                    keys = [(peer(mesh, r, pp, node.attrs["shift"]), r, node.attrs["tag"]) for r in ranks[k]]
+        for k, items in enumerate(work):
+            while cursor[k] < len(items):
+                node, slot = items[cursor[k]]
+                if node is None:
+                    mark(k, slot)
+                elif node.op == "recv":
+                    keys = [(peer(mesh, r, pp, node.attrs["shift"]), r, node.attrs["tag"], slot) for r in ranks[k]]
                     if not all(key in mailbox for key in keys):
                         break
                     for r, key in zip(ranks[k], keys):
-                        envs[r][node.output] = mailbox.pop(key)
+                        envs[r][slot][node.output] = mailbox.pop(key)
                 elif node.op == "send":
                     for r in ranks[k]:
-                        x = envs[r][node.inputs[0]]
-                        mailbox[r, peer(mesh, r, pp, node.attrs["shift"]), node.attrs["tag"]] = x
-                        envs[r][node.output] = x
+                        x = envs[r][slot][node.inputs[0]]
+                        mailbox[r, peer(mesh, r, pp, node.attrs["shift"]), node.attrs["tag"], slot] = x
+                        envs[r][slot][node.output] = x
                 elif node.opdef.kind == COLLECTIVE:
                     (x,), (out,) = node.inputs, node.outputs
                     axes = group_axes(node.attrs["axes"])
@@ -92,22 +105,21 @@ def simulate_stages(stage_graphs: Sequence[Graph], plan: Plan, inputs: Sequence[
                         raise ShardingError(f"'{node.op}' producing %{out.name} runs over the pipeline axis '{pp}'")
                     for group in mesh.groups(axes):
                         if group[0] in ranks[k]:
-                            for r, a in zip(group, exchange(node.op, node.attrs, [envs[r][x] for r in group])):
-                                envs[r][out] = np.asarray(a).astype(out.dtype, copy=False)
+                            got = exchange(node.op, node.attrs, [envs[r][slot][x] for r in group])
+                            for r, a in zip(group, got):
+                                envs[r][slot][out] = np.asarray(a).astype(out.dtype, copy=False)
                 else:
                     for r in ranks[k]:
                         with np.errstate(all="ignore"):
-                            results = node.opdef.evaluate([envs[r][v] for v in node.inputs], node.attrs)
+                            results = node.opdef.evaluate([envs[r][slot][v] for v in node.inputs], node.attrs)
                         for v, a in zip(node.outputs, results):
-                            envs[r][v] = np.asarray(a).astype(v.dtype, copy=False)
+                            envs[r][slot][v] = np.asarray(a).astype(v.dtype, copy=False)
                 cursor[k] += 1
                 moved = True
         if not moved:
-            waiting = [f"stage {k} at recv %{g.nodes[cursor[k]].output.name}" for k, g in enumerate(stage_graphs)
-                       if cursor[k] < len(g.nodes)]
+            waiting = [f"stage {k} at recv %{w[cursor[k]][0].output.name}" for k, w in enumerate(work)
+                       if cursor[k] < len(w)]
             raise ShardingError(f"the stages wait on each other: {', '.join(waiting)}")
-    return [{v.name: envs[r][v] for v in stage_graphs[stage_of_rank(plan, r)].outputs
-             if not _is_token(stage_graphs[stage_of_rank(plan, r)], v)} for r in range(mesh.size)]
 
 
 def _is_token(g: Graph, v: Value) -> bool:
@@ -222,3 +234,61 @@ def one_f_one_b(stage: int, stages: int, microbatches: int) -> list[tuple[str, i
         order += [("F", warm + i), ("B", i)]
     order += [("B", i) for i in range(microbatches - warm, microbatches)]
     return order
+
+
+def simulate_microbatches(stage_graphs: Sequence[Graph], plan: Plan, state: Sequence[Mapping[str, np.ndarray]],
+                          micro: Sequence[Sequence[Mapping[str, np.ndarray]]]) -> list[dict[str, np.ndarray]]:
+    """One training step of streamed microbatches on simulated ranks, as the process runner
+    does it: every stage's forward and backward phases per microbatch in 1F1B order, the
+    update once on the mean of the accumulated gradients. `state[rank]`: the rank's state
+    inputs, `micro[rank][i]`: its data of microbatch i. Every rank's outputs by name
+    (per-microbatch ones, the loss, averaged)."""
+    mesh, m, n = plan.mesh, len(micro[0]), len(stage_graphs)
+    phases = [microbatch_phases(g) for g in stage_graphs]
+    stage = [stage_of_rank(plan, r) for r in range(mesh.size)]
+    envs = [{i: _bound(stage_graphs[stage[r]], {**state[r], **micro[r][i]}) for i in range(m)}
+            for r in range(mesh.size)]
+    acc: list[dict[Value, np.ndarray]] = [{} for _ in range(mesh.size)]
+    per_mb: list[dict[Value, list]] = [{} for _ in range(mesh.size)]
+    work = []
+    for k, ph in enumerate(phases):
+        done_after = "B" if ph.backward is not None else "F"
+        items: list[tuple] = []
+        for phase, i in one_f_one_b(k, n, m):
+            part = ph.forward if phase == "F" else ph.backward
+            items += [(node, i) for node in (part.nodes if part is not None else ())]
+            if phase == done_after:
+                items.append((None, ("done", i)))
+        items.append((None, ("update",)))
+        items += [(node, "u") for node in (ph.update.nodes if ph.update is not None else ())]
+        work.append(items)
+
+    def mark(k: int, what: tuple) -> None:
+        g, ph = stage_graphs[k], phases[k]
+        for r in (r for r in range(mesh.size) if stage[r] == k):
+            if what[0] == "done":
+                env = envs[r][what[1]]
+                for name in ph.accumulated:
+                    v = g.value(name)
+                    acc[r][v] = env[v] if v not in acc[r] else acc[r][v] + env[v]
+                for v in g.outputs:
+                    if v in env and not _is_token(g, v):
+                        per_mb[r].setdefault(v, []).append(env[v])
+            else:
+                fixed = {**g.constants, **{v: np.asarray(state[r][v.name]) for v in g.inputs if v.name in state[r]}}
+                envs[r]["u"] = {**fixed, **{v: (a / np.asarray(m, a.dtype)).astype(a.dtype) for v, a in acc[r].items()}}
+
+    _lockstep(work, plan, envs, mark)
+    out = []
+    for r in range(mesh.size):
+        g = stage_graphs[stage[r]]
+        got = {}
+        for v in g.outputs:
+            if _is_token(g, v):
+                continue
+            if v in envs[r]["u"]:
+                got[v.name] = envs[r]["u"][v]
+            else:
+                got[v.name] = np.mean(np.stack(per_mb[r][v]), axis=0).astype(v.dtype)
+        out.append(got)
+    return out

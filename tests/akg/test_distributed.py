@@ -21,7 +21,7 @@ from akg.graph.train import initial_state
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "graph" / "parallel"))
 from test_spmd import (TOL, agreement, block_step, data, megatron_block, megatron_mlp, mlp_step,  # noqa: E402
                        run_steps_one_device, two_layer)
-from test_stages import staged  # noqa: E402
+from test_stages import microbatched_reference, staged  # noqa: E402
 
 
 
@@ -63,19 +63,6 @@ def test_mlp_step_pipeline_2_processes():
     model, step = mlp_step()
     run, _, _ = check_run(model, step, staged(step, "pp=2", ["relu1"]))
     assert run.collectives == {"send": 1, "recv": 1} and len(run.programs) == 2
-
-
-def microbatched_reference(model, step, batches, steps):
-    """One device: each step the mean loss of the microbatches and SGD on their mean gradient
-    (the mean of the parameters each microbatch's own step gives, SGD being linear in it)."""
-    from akg.graph.train import run_step
-
-    state, losses = initial_state(model, step), []
-    for _ in range(steps):
-        results = [run_step(step, state, b) for b in batches]
-        losses.append(np.mean([loss for loss, _ in results]))
-        state = {k: np.mean([s[k] for _, s in results], axis=0).astype(state[k].dtype) for k in state}
-    return losses, state
 
 
 @pytest.mark.parametrize("mesh,m", [("pp=2", 3), pytest.param("dp=2,pp=2", 2, marks=pytest.mark.slow)])

@@ -18,9 +18,9 @@ from akg.graph.parallel.manual import data_parallel_plan, pipeline_stages, propa
 from akg.graph.parallel.mesh import Mesh
 from akg.graph.parallel.plan import Plan
 from akg.graph.parallel.spmd import fed_back, shard_inputs, spmd_stages
-from akg.graph.parallel.stages import (simulate_stages, simulate_stages_plan, stage_inputs, stage_of_rank,
-                                       unshard_stage_outputs)
-from akg.graph.train import initial_state
+from akg.graph.parallel.stages import (microbatch_phases, one_f_one_b, simulate_microbatches, simulate_stages,
+                                       simulate_stages_plan, stage_inputs, stage_of_rank, unshard_stage_outputs)
+from akg.graph.train import initial_state, run_step
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_spmd import (TOL, block_step, data, megatron_block, megatron_mlp, mlp_step,  # noqa: E402
@@ -99,6 +99,73 @@ def test_transformer_block_two_stages():
 def test_transformer_block_stages_mixed(mesh, pins):
     model, step = block_step()
     check(model, step, staged(step, mesh, ["attn_norm"], pins))
+
+
+def microbatched_reference(model, step, batches, steps):
+    """One device: each step the mean loss of the microbatches and SGD on their mean gradient
+    (the mean of the parameters each microbatch's own step gives, SGD being linear in it)."""
+    state, losses = initial_state(model, step), []
+    for _ in range(steps):
+        results = [run_step(step, state, b) for b in batches]
+        losses.append(np.mean([loss for loss, _ in results]))
+        state = {k: np.mean([s[k] for _, s in results], axis=0).astype(state[k].dtype) for k in state}
+    return losses, state
+
+
+def run_microbatched(model, step, plan, batches, steps):
+    """Steps of streamed microbatches on simulated ranks: losses and the whole outputs."""
+    graphs = spmd_stages(step, plan)
+    init = initial_state(model, step)
+    per_mb = [stage_inputs(graphs, plan, shard_inputs(step, plan, {**init, **b})) for b in batches]
+    state = [{k: a for k, a in per_mb[0][r].items() if k in init} for r in range(plan.mesh.size)]
+    micro = [[{k: a for k, a in mb[r].items() if k not in init} for mb in per_mb] for r in range(plan.mesh.size)]
+    losses = []
+    for _ in range(steps):
+        outs = simulate_microbatches(graphs, plan, state, micro)
+        whole = unshard_stage_outputs(step, plan, outs)
+        losses.append(whole["loss"])
+        for r, rank_outs in enumerate(outs):
+            g = graphs[stage_of_rank(plan, r)]
+            state[r].update({name: rank_outs[g.outputs[i].name] for i, name in fed_back(g).items()})
+    return losses, whole
+
+
+@pytest.mark.parametrize("mesh,m,pins", [("pp=2", 3, None), ("dp=2,pp=2", 2, None),
+                                         ("pp=2,tp=2", 4, megatron_mlp(None, "tp"))])
+def test_mlp_step_microbatches_1f1b(mesh, m, pins):
+    model, step = mlp_step()
+    batches = [data(step, seed) for seed in range(m)]
+    ref_losses, ref_state = microbatched_reference(model, step, batches, 3)
+    losses, whole = run_microbatched(model, step, staged(step, mesh, ["relu1"], pins), batches, 3)
+    np.testing.assert_allclose(losses, ref_losses, **TOL)
+    for name, want in ref_state.items():
+        np.testing.assert_allclose(whole["new." + name], want, err_msg=name, **TOL)
+
+
+def test_microbatch_phases_and_1f1b_order():
+    model, step = mlp_step()
+    first, second = (microbatch_phases(g) for g in spmd_stages(step, staged(step, "pp=2", ["relu1"])))
+    names = lambda g: [n.outputs[0].name for n in g.nodes]  # noqa: E731
+    assert names(first.forward) == ["0", "fc1", "relu1", "relu1.send1", "grad.relu1.active"]
+    assert names(first.backward) == ["grad.relu1", "grad.fc1", "grad.fc1.bias", "grad.fc1.weight"]
+    assert first.accumulated == ("grad.fc1.weight", "grad.fc1.bias")
+    assert second.backward is None and "grad.relu1.send0" in names(second.forward)
+    params = ("fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias")
+    assert set(names(second.update)) == {f"update.{p}.step" for p in params} | {f"new.{p}" for p in params}
+    assert one_f_one_b(0, 2, 3) == [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("B", 2)]
+    assert one_f_one_b(1, 2, 3) == [("F", 0), ("B", 0), ("F", 1), ("B", 1), ("F", 2), ("B", 2)]
+    assert one_f_one_b(0, 4, 2) == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
+
+
+@pytest.mark.slow
+def test_transformer_block_microbatches():
+    model, step = block_step()
+    batches = [data(step, seed) for seed in range(2)]
+    ref_losses, ref_state = microbatched_reference(model, step, batches, 2)
+    losses, whole = run_microbatched(model, step, staged(step, "pp=2", ["attn_norm"]), batches, 2)
+    np.testing.assert_allclose(losses, ref_losses, **TOL)
+    for name, want in ref_state.items():
+        np.testing.assert_allclose(whole["new." + name], want, err_msg=name, **TOL)
 
 
 def test_forward_model_three_stages():
