@@ -147,11 +147,17 @@ def local_bytes(t: TensorType, s: Sharding, mesh: Mesh) -> int:
     return TensorType(s.local_shape(t.shape, mesh), t.dtype).nbytes
 
 
+@functools.lru_cache(maxsize=4096)
+def intra_node(mesh: Mesh, axis: str) -> bool:
+    """`mesh.intra_node([axis])`, remembered (a mesh of 1024 devices has many groups)."""
+    return mesh.intra_node([axis])
+
+
 def step_time(step: Step, t: TensorType, mesh: Mesh, c: ClusterSpec) -> float:
     if not step.communicates:
         return 0.0
     nbytes = max(local_bytes(t, step.before, mesh), local_bytes(t, step.after, mesh))
-    return collective_time(step.op, nbytes, mesh.axis_size(step.axis), c, mesh.intra_node([step.axis]))
+    return collective_time(step.op, nbytes, mesh.axis_size(step.axis), c, intra_node(mesh, step.axis))
 
 
 # --- kernel times -------------------------------------------------------------------------------
@@ -354,7 +360,7 @@ def charges(graph: Graph, plan, c: ClusterSpec, kernels: KernelTimes | None = No
     src = edge_sources(graph, plan)
     producer = {v: n for n in graph.nodes for v in n.outputs}
     done: set = set()
-    p2p_intra = mesh.intra_node([plan.pp_axis]) if plan.pp_axis else True
+    p2p_intra = intra_node(mesh, plan.pp_axis) if plan.pp_axis else True
     for n in graph.nodes:
         s = plan.strategy(n)
         once = roles.per_step(n)

@@ -28,7 +28,7 @@ class GptSpec:
     heads: int
     seq: int = 1024
     vocab: int = 51200
-    dtype: str = "float16"
+    dtype: str = "bfloat16"
 
     @property
     def params(self) -> int:

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 # batched matmul too: attention's scores and context follow the layout of the queries)
 ANCHOR_OPS = ("matmul", "dense", "conv2d", "gather", "scatter_add", "one_hot")
 TIME_SCALE = 1e3
+MIP_GAP = 1e-4  # HiGHS stops within this fraction of the optimum (a binding memory row branches)
+EXACT_SECONDS = 5.0  # the memory-constrained program after the Lagrangian one, at most this long
 TIE = 1e-9  # seconds: costs this close are equal to a follower  # objective in milliseconds
 MEMORY_SCALE = 1 / (1 << 30)  # memory row in GiB
 
@@ -347,25 +349,65 @@ class Problem:
                         for (u, w), col in e.items():
                             if g.cost[u, w] > 0:
                                 row([(need_var(u, w), 1.0), (col, -1.0)], 0.0, np.inf)
-        if mem.any():
-            for j in np.nonzero(mem)[0]:
-                rows.append(r), cols.append(int(j)), vals.append(float(mem[j]))
-            lb.append(-np.inf), ub.append(budget * MEMORY_SCALE)
-            r += 1
         obj = np.concatenate([c, np.array(edge_cost)]) if edge_cost else c
+        mem_full = np.concatenate([mem, np.zeros(ne - nx)])
         A = coo_matrix((vals, (rows, cols)), shape=(r, ne)).tocsr()
         integrality = np.concatenate([np.ones(nx), np.zeros(ne - nx)])
         t_build = time.perf_counter() - self._t0
         t0 = time.perf_counter()
-        res = milp(obj, integrality=integrality, bounds=Bounds(0, 1), constraints=LinearConstraint(A, lb, ub),
-                   options={"time_limit": time_limit, "mip_rel_gap": 1e-6})
-        self.stats = {"classes": len(self.classes), "deciding": len(roots), "choices": nx, "edge_variables": ne - nx, "rows": r,
-                      "value_groups": len(self.groups),
-                      "status": int(res.status), "solver": "HiGHS (scipy.optimize.milp)",
+        limit = budget * MEMORY_SCALE
+        solves = 0
+
+        def run(objective, extra=None, seconds=time_limit):
+            nonlocal solves
+            solves += 1
+            cons = [LinearConstraint(A, lb, ub)] + ([extra] if extra is not None else [])
+            return milp(objective, integrality=integrality, bounds=Bounds(0, 1), constraints=cons,
+                        options={"time_limit": seconds, "mip_rel_gap": MIP_GAP})
+
+        # 1. without the memory row (fast); optimal when it fits
+        res = run(obj)
+        method = "exact"
+        if res.x is not None and mem_full @ res.x > limit * (1 + 1e-9):
+            # 2. memory priced at lam per GiB (Lagrange): the cheapest lam whose plan fits,
+            # by doubling then bisection; every plan found that fits is a candidate
+            best = None
+            lo, hi, lam = 0.0, None, max(1e-6, abs(res.fun) / max(limit, 1e-9))
+            for _ in range(40):
+                trial = run(obj + lam * mem_full)
+                if trial.x is None:
+                    break
+                fits = mem_full @ trial.x <= limit * (1 + 1e-9)
+                if fits:
+                    if best is None or obj @ trial.x < obj @ best:
+                        best = trial.x
+                    hi = lam
+                else:
+                    lo = lam
+                if hi is None:
+                    lam *= 4
+                elif hi - lo <= 0.02 * hi:
+                    break
+                else:
+                    lam = (lo + hi) / 2
+            # 3. the exact program with the memory row, briefly: kept when better
+            exact = run(obj, LinearConstraint(mem_full[None, :], -np.inf, limit), min(time_limit, EXACT_SECONDS))
+            if exact.x is not None and (best is None or obj @ exact.x < obj @ best - 1e-12):
+                best, method = exact.x, "exact (memory row)" if exact.status == 0 else "memory row, time-limited"
+            else:
+                method = "Lagrangian memory price" if best is not None else method
+            if best is None:
+                raise NoPlanError(f"no plan on {self.mesh} fits {budget / (1 << 30):.2f} GiB per device")
+            res_x, fun = best, float(obj @ best)
+        elif res.x is None:
+            raise NoPlanError(f"no plan on {self.mesh}: {res.message}")
+        else:
+            res_x, fun = res.x, float(res.fun)
+        self.stats = {"classes": len(self.classes), "deciding": len(roots), "choices": nx,
+                      "edge_variables": ne - nx, "rows": r, "value_groups": len(self.groups),
+                      "method": method, "solves": solves, "solver": "HiGHS (scipy.optimize.milp)",
                       "build_seconds": round(t_build, 3), "solve_seconds": round(time.perf_counter() - t0, 3)}
-        if res.x is None:
-            raise NoPlanError(f"no plan on {self.mesh} fits {budget / (1 << 30):.2f} GiB per device ({res.message})")
-        x = res.x
+        x = res_x
         choice, inputs = {}, {}
         picked = {ci: int(np.argmax(x[offsets[ci]:offsets[ci] + len(self.classes[ci].choices)])) for ci in roots}
         for k in self.classes:
@@ -375,7 +417,7 @@ class Problem:
                     choice[node_key(u)] = k.choices[j]
                 else:
                     inputs[u.name] = k.choices[j]
-        return choice, inputs, float(res.fun) / TIME_SCALE
+        return choice, inputs, fun / TIME_SCALE
 
 
 def _unique(items: list) -> tuple[list, list[int]]:

@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 from akg.errors import NoPlanError, ShardingError
 from akg.graph.ir import Graph, Node, Value
 from akg.graph.parallel.cost import (ClusterSpec, KernelTimes, StepRoles, a100, collective_time, compute_time,
-                                     evaluate, in_flight, local_bytes, output_sharding, reshard_time)
+                                     evaluate, in_flight, intra_node, local_bytes, output_sharding, reshard_time)
 from akg.graph.parallel.mesh import Mesh
 from akg.graph.parallel.plan import Plan, node_key
 from akg.graph.parallel.sharding import Sharding
@@ -195,7 +195,7 @@ def pipeline_axis(mesh: Mesh, pp_axis: str | None) -> str | None:
 
 def search(graph: Graph, mesh: Mesh, cluster: ClusterSpec | None = None, *, memory_budget: float | None = None,
            pinned: Mapping[str, Sharding] | None = None, pp_axis: str | None = None, microbatches: int | None = None,
-           kernels: KernelTimes | None = None, time_limit: float = 120.0) -> Plan:
+           kernels: KernelTimes | None = None, time_limit: float = 60.0) -> Plan:
     """The cheapest plan for `graph` (one microbatch of a training step, or any graph) on
     `mesh` under `cluster`'s cost model: per-op strategies and input shardings from one
     integer program, pipeline stages along `pp_axis` (default: an axis named `pp`).
@@ -280,7 +280,7 @@ def pipeline_stages(graph: Graph, plan: Plan, cluster: ClusterSpec, roles: StepR
     for n in graph.nodes:
         src.update(zip(n.outputs, plan.strategy(n).outputs))
     crossing: list[list[tuple[int, float]]] = [[] for _ in range(S)]  # per consumer segment: (producer seg, s)
-    intra = mesh.intra_node([plan.pp_axis])
+    intra = intra_node(mesh, plan.pp_axis)
     seen_sources: list[set] = [set() for _ in range(S)]
     for n in graph.nodes:
         s = segs.of_node[id(n)]

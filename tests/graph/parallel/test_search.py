@@ -76,7 +76,7 @@ def test_objective_is_the_priced_plan():
     for mesh in ("dp=2,tp=2", "dp=4"):
         plan = search(g, Mesh.parse(mesh), C)
         assert plan.predicted["objective"] == pytest.approx(evaluate(g, plan, C).step_time, rel=1e-9)
-        assert plan.predicted["ilp"]["status"] == 0
+        assert plan.predicted["ilp"]["method"] == "exact"
 
 
 def test_memory_budget_is_respected():
