@@ -186,3 +186,12 @@ def test_cli_run_on_processes_checks_against_the_reference(capsys, tmp_path):
     assert code == 0, out
     assert "akg on 2 processes, mesh dp=2" in out.replace("\n", " ") and "check passed: 2 output(s)" in out
     assert set(np.load(tmp_path / "out.npz").files) == {"fc3", "loss"}
+
+
+@pytest.mark.slow
+def test_cli_run_with_a_searched_pipeline_plan(capsys):
+    code, out = _cli(capsys, "run", "examples/mlp.mir", "--mesh", "dp=2,pp=2", "--processes", "4", "--check")
+    assert code == 0, out
+    flat = " ".join(out.split())
+    assert "mesh dp=2,pp=2" in flat and "stages" in flat and "check passed: 2 output(s)" in flat
+
