@@ -3,15 +3,19 @@ with torch.distributed (gloo), its kernels compiled by akg on every rank.
 
 The per-rank graph is cut at its collective ops into segments (`akg.graph.parallel.segments`):
 runs of ordinary nodes, each compiled by `akg.compiler.compile_model` (once per rank, default
-configs), and the collectives between them, done with torch.distributed over one process group per mesh group. gloo has no
-reduce-scatter or all-to-all on CPU: they are an all-reduce or an all-gather and a slice;
-`shard_slice` and `mark_partial` move no data and run locally. The graph's whole inputs are
-sharded by the parent as the plan says, each rank gets its pieces; outputs are gathered on
-rank 0, which puts the whole values together and checks that replicas agree.
+configs), and the collectives between them, done with torch.distributed over one process group
+per mesh group. gloo has no reduce-scatter or all-to-all on CPU: they are an all-reduce or an
+all-gather and a slice; `shard_slice` and `mark_partial` move no data and run locally; a
+pipeline plan's `send`/`recv` are tagged point-to-point messages (sends posted, waited for at
+the end of the step). The graph's whole inputs are sharded by the parent as the plan says,
+each rank gets its pieces; outputs are gathered on rank 0 and put together by the parent,
+which checks that replicas agree. With microbatches, each rank streams them through its
+stage's phases in 1F1B order and updates once on their mean gradient.
 
 Processes are spawned (no inherited state), every collective has a timeout, and the parent
 watches them: a rank that raises or dies ends the run with `RankFailedError` naming it, a run
-past its deadline with `RankTimeoutError`; the other ranks are terminated, none is left over.
+past its deadline (or a rank hung while its peers wait) with `RankTimeoutError`; the other
+ranks are terminated, none is left over.
 
     result = run_distributed(step_graph, plan, inputs, steps=3)
     result.outputs, result.history, result.step_s
@@ -278,9 +282,9 @@ def _fault(kind: str) -> None:
 class DistributedRun:
     """A finished multi-process run. `outputs`: the last step's whole outputs, in graph-output
     order; `history`: per step the whole outputs that are not fed back (a training step's
-    loss), by output name (the last step: every output); `step_s`: per step the slowest rank's wall time; `compile_s`: the
-    slowest rank's compile time (and first calls); `collectives`: the data-moving
-    collectives rank 0 ran in the last step, by op."""
+    loss), by output name (the last step: every output); `step_s`: per step the slowest
+    rank's wall time; `compile_s`: the slowest rank's compile time (and first calls);
+    `collectives`: the data-moving collectives rank 0 ran in the last step, by op."""
 
     names: list[str]
     outputs: list[np.ndarray]

@@ -170,7 +170,8 @@ def test_transformer_block_microbatches():
 
 def test_forward_model_three_stages():
     g = load_model("examples/mlp.mir")
-    plan = with_stages(propagated_plan(g, Mesh(()), {}), Mesh.parse("pp=3"), "pp", pipeline_stages(g, ["relu1", "relu2"]))
+    plan = with_stages(propagated_plan(g, Mesh(()), {}), Mesh.parse("pp=3"), "pp",
+                       pipeline_stages(g, ["relu1", "relu2"]))
     ins = random_inputs(g, 0)
     got = simulate_stages_plan(g, plan, ins)
     for a, b in zip(got, evaluate(g, ins)):
