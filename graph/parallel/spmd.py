@@ -312,9 +312,10 @@ def fed_back(per_rank: Graph) -> dict[int, str]:
 
 def collective_counts(per_rank: Graph, *, communicating: bool = True) -> Counter:
     """How many collective ops of each kind the per-rank graph runs (only those that move
-    data unless `communicating` is False)."""
+    data, sends and receives included, unless `communicating` is False)."""
+    moving = (*COMMUNICATING, "send", "recv")
     return Counter(n.op for n in per_rank.nodes
-                   if n.opdef.kind == COLLECTIVE and (n.op in COMMUNICATING or not communicating))
+                   if n.opdef.kind == COLLECTIVE and (n.op in moving or not communicating))
 
 
 def simulate_plan(graph: Graph, plan: Plan, inputs: Mapping[str, np.ndarray],

@@ -17,7 +17,7 @@ from akg.graph.io.mir import parse_mir
 from akg.graph.parallel.manual import data_parallel_plan, pipeline_stages, propagated_plan, with_stages
 from akg.graph.parallel.mesh import Mesh
 from akg.graph.parallel.plan import Plan
-from akg.graph.parallel.spmd import fed_back, shard_inputs, spmd_stages
+from akg.graph.parallel.spmd import collective_counts, fed_back, shard_inputs, spmd_stages
 from akg.graph.parallel.stages import (microbatch_phases, one_f_one_b, simulate_microbatches, simulate_stages,
                                        simulate_stages_plan, stage_inputs, stage_of_rank, unshard_stage_outputs)
 from akg.graph.train import initial_state, run_step
@@ -72,6 +72,7 @@ def test_mlp_step_two_stages():
     first, second = check(model, step, plan)
     # the boundary activation goes forward, its cotangent back: nothing else crosses
     assert p2p(first) == [("send", "relu1", 1), ("recv", "grad.relu1", 1)]
+    assert collective_counts(first) == {"send": 1, "recv": 1}
     assert p2p(second) == [("recv", "relu1", -1), ("send", "grad.relu1", -1)]
     assert {v.name for v in first.inputs} == {"x", "fc1.weight", "fc1.bias"}
     assert [v.name for v in first.outputs] == ["new.fc1.weight", "new.fc1.bias", "relu1.send1"]
