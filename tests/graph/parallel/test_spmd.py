@@ -300,3 +300,11 @@ def test_missing_input_data():
     plan = propagated_plan(g, Mesh.parse("tp=2"), {})
     with pytest.raises(InputDataError, match="missing input"):
         shard_inputs(g, plan, {"x": np.zeros((8, 16), np.float32)})
+
+
+@pytest.mark.parametrize("mesh", ["dp=2,tp=2", "tp=4"])
+def test_searched_plans_run(mesh):
+    """The search's plans for the mlp step, rewritten, match one device."""
+    search = pytest.importorskip("akg.graph.parallel.search").search
+    model, step = mlp_step()
+    check_training(model, step, search(step, Mesh.parse(mesh)))

@@ -208,3 +208,18 @@ def test_stages_waiting_on_each_other_are_reported():
     plan = Plan(Mesh.parse("pp=2"), {}, {}, stages=[[], []], pp_axis="pp")
     with pytest.raises(ShardingError, match=r"the stages wait on each other: stage 0 at recv %v1, stage 1 at recv %v0"):
         simulate_stages(graphs, plan, [{}, {}])
+
+
+@pytest.mark.parametrize("mesh", ["dp=2,pp=2", "pp=4"])
+def test_searched_pipeline_plans_run(mesh):
+    """The search's stage plans (with its microbatches) run and match one device."""
+    search = pytest.importorskip("akg.graph.parallel.search").search
+    model, step = mlp_step()
+    plan = search(step, Mesh.parse(mesh))
+    assert plan.stages is not None and len(plan.stages) == Mesh.parse(mesh).axis_size("pp")
+    batches = [data(step, seed) for seed in range(plan.microbatches)]
+    ref_losses, ref_state = microbatched_reference(model, step, batches, 2)
+    losses, whole = run_microbatched(model, step, plan, batches, 2)
+    np.testing.assert_allclose(losses, ref_losses, **TOL)
+    for name, want in ref_state.items():
+        np.testing.assert_allclose(whole["new." + name], want, err_msg=name, **TOL)
