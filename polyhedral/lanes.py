@@ -1,7 +1,7 @@
 """Schedule-tree edits for spreading the statements of one outer band over the lanes of a
 group of cooperating workers (a target's threads sharing a scratchpad): `pull_back` carries a
 schedule over to a rewritten program's statements, and `lanes_in_program_order` replaces an
-outer band by a band over its leading (row) dimensions whose rows run their statements in
+outer band by a band over its row dimensions whose rows run their statements in
 program order, pass by pass, each pass with one member spread over the lanes and a mark
 (a barrier) between passes. The target's recipe decides the marks; this module knows only
 the tree."""
@@ -19,7 +19,7 @@ from akg.polyhedral.tree import insert_marks_on_members
 
 @dataclass(frozen=True)
 class LaneStatement:
-    """A statement of a pass: `iters` iterators, of which the first `rows` index the row;
+    """A statement of a pass: `iters` iterators, some of which index the row;
     `lane` is the iterator spread over the lanes (its value mod the lane count; None: the
     statement runs in lane 0 only, and must then have no loop beyond the row: isl drops the
     constant lane member, and a loop left right below the lane mark would read as the lanes)."""
@@ -38,14 +38,13 @@ class LanePass:
     after: str | None = None
 
 
-def leading_rows(node: isl.ScheduleNode) -> int:
-    """The largest m such that the first m iterators of every statement below an outer band
-    are each equal to some coincident member of the band (in any order): a band over those
-    iterators carries no dependence, so the rows may run apart (0: none)."""
-    n = node.band_n_member()
+def row_iterators(node: isl.ScheduleNode) -> tuple[int, ...]:
+    """The iterators (positions, ascending) that coincident members of an outer band equal,
+    each the same position in every statement below it: a band over them carries no
+    dependence, so the rows they index may run apart, in any order (empty: none)."""
     mupa = node.band_get_partial_schedule()
-    found = set()
-    for d in range(n):
+    rows: list[int] = []
+    for d in range(node.band_n_member()):
         if not node.band_member_get_coincident(d):
             continue
         which: set[int | None] = set()
@@ -59,14 +58,10 @@ def leading_rows(node: isl.ScheduleNode) -> int:
                     return
             which.add(None)
 
-        upa = mupa.get_at(d)
-        upa.foreach_pw_aff(check)
-        if len(which) == 1 and None not in which:
-            found |= which
-    rows = 0
-    while rows in found:
-        rows += 1
-    return rows
+        mupa.get_at(d).foreach_pw_aff(check)
+        if len(which) == 1 and None not in which and next(iter(which)) not in rows:
+            rows.append(next(iter(which)))
+    return tuple(sorted(rows))
 
 
 def pull_back(schedule: isl.Schedule, model: PolyModel, targets: dict[str, tuple[str, int, int]]) -> isl.Schedule:
@@ -99,23 +94,23 @@ def _mupa(ctx, columns: list[dict[str, str]], stmts: dict[str, LaneStatement]) -
     return isl.MultiUnionPwAff(f"[{', '.join(parts)}]", context=ctx)
 
 
-def lanes_in_program_order(node: isl.ScheduleNode, rows: int, row_marks: list[str | None],
+def lanes_in_program_order(node: isl.ScheduleNode, rows: tuple[int, ...], row_marks: list[str | None],
                            passes: list[LanePass], lanes: int, lane_mark: str,
                            between: str | None) -> isl.ScheduleNode:
-    """Replace the outer band `node` (and all below it) by: a band over the first `rows`
-    iterators of every statement (one constant member when rows is 0), with `row_marks` on
-    its members; below it the passes in sequence, each under a `between` mark (the last
-    excepted) and with its lane member (lane iterator mod `lanes`, 0 for a statement without
-    one) under `lane_mark`; in a pass, the statements in sequence, each with a band over its
-    other iterators in order (the lane iterator divided by `lanes` in its place). Legal when
-    the band's first `rows` members carry no dependence and the passes are in program order.
-    Returns the new row band."""
+    """Replace the outer band `node` (and all below it) by: a band over the iterators `rows`
+    of every statement (one constant member when there are none), with `row_marks` on its
+    members; below it the passes in sequence, each under a `between` mark (or the pass's own;
+    the last pass none) and with its lane member (lane iterator mod `lanes`, 0 for a
+    statement without one) under `lane_mark`; in a pass, the statements in sequence, each
+    with a band over its other iterators in order (the lane iterator divided by `lanes` in
+    its place). Legal when the row members carry no dependence (`row_iterators`) and the
+    passes are in program order. Returns the new row band."""
     ctx = node.get_ctx()
     stmts = {s.name: s for p in passes for s in p.statements}
     node = node.cut()
     node = node.delete() if node.get_type() == isl.schedule_node_type.band else node
     if rows:
-        columns = [{n: f"i{d}" for n in stmts} for d in range(rows)]
+        columns = [{n: f"i{d}" for n in stmts} for d in rows]
     else:
         columns = [{n: "0" for n in stmts}]
     band = node.insert_partial_schedule(_mupa(ctx, columns, stmts))
@@ -141,9 +136,9 @@ def _filter(ctx, statements) -> isl.UnionSet:
     return out
 
 
-def _rest(s: LaneStatement, rows: int, lanes: int) -> list[str]:
+def _rest(s: LaneStatement, rows: tuple[int, ...], lanes: int) -> list[str]:
     out = []
-    for d in range(rows, s.iters):
+    for d in (d for d in range(s.iters) if d not in rows):
         if d == s.lane:
             out.append(f"floor(i{d} / {lanes})")
         else:
@@ -151,7 +146,7 @@ def _rest(s: LaneStatement, rows: int, lanes: int) -> list[str]:
     return out
 
 
-def _pass_tree(ctx, leaf: isl.ScheduleNode, p: LanePass, stmts, rows: int, lanes: int, lane_mark: str,
+def _pass_tree(ctx, leaf: isl.ScheduleNode, p: LanePass, stmts, rows: tuple[int, ...], lanes: int, lane_mark: str,
                after: str | None) -> isl.ScheduleNode:
     """Build one pass at `leaf`; returns a node inside it."""
     if len(p.statements) > 1:

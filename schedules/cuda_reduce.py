@@ -264,7 +264,7 @@ def map_trees(model, schedule, bands, lanes_per_band: dict[int, int], spec, appl
         if k not in lanes_per_band:
             return apply_band(node, k)
         n = lanes_per_band[k]
-        rows = lanes_mod.leading_rows(node)
+        rows = lanes_mod.row_iterators(node)
         names = []
         node.get_domain().foreach_set(lambda st: names.append(st.get_tuple_name()))
         members = sorted((stmts[x] for x in names), key=lambda st: (st.position, st.role != "init"))
@@ -279,7 +279,7 @@ def map_trees(model, schedule, bands, lanes_per_band: dict[int, int], spec, appl
             elif st.op.reduce is not None:
                 raise ScheduleError(f"band {k}: {st.op.name} ({st.op.reduce.reducer}) cannot spread over threads")
             else:  # the last loop beyond the row (a loop of one iteration would leave no lane loop)
-                inner = [d for d in range(rows, len(st.iters)) if st.iters[d].extent > 1]
+                inner = [d for d in range(len(st.iters)) if d not in rows and st.iters[d].extent > 1]
                 lane = inner[-1] if inner else None
             if key != last_key and current:
                 passes.append(_pass(current, stmts, barrier))
@@ -288,15 +288,15 @@ def map_trees(model, schedule, bands, lanes_per_band: dict[int, int], spec, appl
             last_key = key
         passes.append(_pass(current, stmts, barrier))
         ops = [spread.origin[id(st.op)] for st in members if id(st.op) in spread.aux]
-        extents = tuple(ops[0].axes[d].extent for d in range(rows))
+        extents = tuple(ops[0].axes[d].extent for d in rows)
         for op in ops:
-            if any(a.extent > 1 for a in op.axes[rows:]):
+            if any(a.extent > 1 for d, a in enumerate(op.axes) if d not in rows):
                 raise ScheduleError(f"band {k}: {op.name} has outputs along loops that are not the band's "
                                     f"parallel rows; its partials cannot be one per block")
-        mapped = [d for d in reversed(range(rows)) if extents[d] > 1]
+        mapped = [d for d in reversed(range(len(rows))) if extents[d] > 1]
         if len(mapped) > 3:
             raise ScheduleError(f"band {k}: {len(mapped)} rows dimensions, a grid has 3")
-        marks: list[str | None] = [None] * max(rows, 1)
+        marks: list[str | None] = [None] * max(len(rows), 1)
         for axis, d in enumerate(mapped):
             if extents[d] > spec.max_grid_dims[axis]:
                 raise ScheduleError(f"band {k}: {extents[d]} blocks along {'xyz'[axis]}, "

@@ -75,6 +75,17 @@ def test_a_pass_spreads_its_last_loop_of_more_than_one_iteration():
     _check(graph, pipeline_for(graph, "cuda-emu").build(_reduce(32)))
 
 
+@pytest.mark.parametrize("body", [
+    lambda b: b.output(b.softmax(b.input("x", (6, 300, 3)), axis=1)),  # rows i0 and i2, the tree over i1
+    lambda b: b.output(b.min(b.input("x", (300, 5)), axes=[0], keepdims=True)),  # columns: rows (0, j)
+])
+def test_rows_are_whatever_iterators_the_parallel_members_are(body):
+    graph = _graph(body)
+    kernel = pipeline_for(graph, "cuda-emu").build(_reduce(64))
+    assert "blockIdx" in kernel.tir()
+    _check(graph, kernel)
+
+
 def test_softmax_with_a_small_tree():
     graph = _graph(lambda b: b.output(b.softmax(b.input("x", (3, 130)), axis=-1)))
     _check(graph, pipeline_for(graph, "cuda-emu").build(_reduce(16)))
