@@ -585,11 +585,12 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def _register_commands() -> None:
+    import akg.cli_parallel as parallel
     import akg.cli_report as report
     import akg.cli_tuning as tuning
 
     # a module imported before akg.cli is half-made here and registers itself at its end
-    for module in (tuning, report):
+    for module in (tuning, report, parallel):
         for command in getattr(module, "COMMANDS", ()):
             cli.add_command(command)
 
