@@ -179,6 +179,11 @@ class _Program:
 
 def _rewrite(graph: Graph, plan: Plan, stage_of: Mapping[str, int], n: int, pp: str | None) -> list[Graph]:
     mesh = plan.mesh
+    for what, given, known in (("input or constant", plan.inputs, [*graph.inputs, *graph.constants]),
+                               ("output", plan.outputs, graph.outputs)):
+        unknown = sorted(set(given) - {v.name for v in known})
+        if unknown:
+            raise ShardingError(f"the plan lays out %{unknown[0]}, which is no {what} of '{graph.name}'")
     uses: list[set[Value]] = [set() for _ in range(n)]
     for node in graph.nodes:
         uses[stage_of.get(node_key(node), 0)].update(node.inputs)

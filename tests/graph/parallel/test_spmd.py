@@ -289,6 +289,16 @@ def test_pipeline_stages_need_spmd_stages():
         spmd(g, plan)
 
 
+def test_plan_naming_unknown_values():
+    g = two_layer()
+    choice = propagated_plan(g, Mesh.parse("tp=2"), {}).choice
+    with pytest.raises(ShardingError, match=r"lays out %w3, which is no input or constant of 'mlp2'"):
+        spmd(g, Plan(Mesh.parse("tp=2"), choice, {"w3": col("tp")}))
+    plan = propagated_plan(g, Mesh.parse("tp=2"), {}, outputs={"z": col("tp")})
+    with pytest.raises(ShardingError, match=r"lays out %z, which is no output"):
+        spmd(g, plan)
+
+
 def test_uneven_split_is_refused():
     g = two_layer(batch=6)
     with pytest.raises(ShardingError, match=r"input %x: dim 0 of size 6 does not split evenly over dp \(4 devices\)"):
