@@ -42,6 +42,7 @@ class GpuSpec:
     dram_bandwidth: float = 1.555e12
     peak_fp32: float = 19.5e12
     peak_fp16: float = 312e12  # tensor cores, dense
+    peak_fp16_simt: float = 78e12  # without tensor cores (what akg's mapping uses: no MMA yet)
     tensor_core_shapes: tuple[tuple[int, int, int], ...] = ((16, 8, 16), (16, 16, 16))
 
     @property
@@ -72,13 +73,19 @@ def _unknown_spec(name: str, known: list[str]) -> Exception:
 
 GPU_SPECS: Registry[GpuSpec] = Registry("GPU spec", _unknown_spec)
 
+# Sources: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), table 1 (A100 40GB SXM: 108
+# SMs, 1555 GB/s HBM2, FP32 19.5 TFLOP/s, FP16 non-tensor 78, FP16 tensor dense 312; the 80GB part
+# has 2039 GB/s) and NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022), table 3 (H100
+# SXM5: 132 SMs, 3.35 TB/s HBM3, FP32 66.9 TFLOP/s, FP16 non-tensor 133.8, FP16 tensor dense 989.4).
 GPU_SPECS.register("sm_80", GpuSpec(
     name="a100-like", arch="sm_80", sms=108, shared_per_block_optin=163 * KIB, shared_per_sm=164 * KIB,
     max_threads_per_sm=2048, l2_bytes=40 * MIB, dram_bandwidth=1.555e12, peak_fp32=19.5e12, peak_fp16=312e12,
+    peak_fp16_simt=78e12,
     tensor_core_shapes=((16, 8, 16), (16, 8, 8), (16, 16, 16))))
 GPU_SPECS.register("sm_90", GpuSpec(
     name="h100-like", arch="sm_90", sms=132, shared_per_block_optin=227 * KIB, shared_per_sm=228 * KIB,
     max_threads_per_sm=2048, l2_bytes=50 * MIB, dram_bandwidth=3.35e12, peak_fp32=67e12, peak_fp16=989e12,
+    peak_fp16_simt=133.8e12,
     tensor_core_shapes=((16, 8, 16), (16, 8, 8), (16, 16, 16), (64, 256, 16))))
 
 SPEC_DEFAULT = "sm_80"

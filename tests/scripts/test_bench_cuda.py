@@ -1,0 +1,100 @@
+"""The CUDA benchmark (scripts/bench/cuda.py): without a GPU it reports each generated kernel's
+launches, nvcc's resource usage and a roofline estimate from the spec, labelled as one; the
+traffic model counts a warp's 32-byte sectors; with a GPU (the `gpu` marker) it runs the peers."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from akg.backends.cuda.nvcc import nvcc_path
+
+needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """scripts/bench/cuda.py as a module, registered in sys.modules (its dataclasses need it)."""
+    path = Path(__file__).parents[2] / "scripts" / "bench" / "cuda.py"
+    spec = importlib.util.spec_from_file_location("scripts_bench_cuda", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@needs_nvcc
+def test_without_a_gpu_the_table_has_resources_and_labelled_estimates(bench, tmp_path, capsys):
+    record = tmp_path / "perf.md"
+    assert bench.main(["--small", "--no-gpu", "--only", "softmax,bias_gelu", "--record", str(record)]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| softmax") or line.startswith("| bias_gelu")]
+    assert len(rows) == 2
+    softmax, gelu = rows
+    # the default mapping of softmax: one block per row, a 256-thread tree in shared memory
+    assert "16 x 256" in softmax and "reduce(0, threads, 256)" in softmax
+    assert " regs, " in softmax and "1608 B smem" in softmax
+    assert "estimate (no GPU)" in out and "No GPU here" in out
+    assert "(memory)" in gelu and "%" in gelu.split("|")[-2]
+    text = record.read_text()
+    assert text.startswith("\n## CUDA: generated kernels and a roofline estimate (no GPU)")
+    assert "estimate (no GPU)" in text and "| bias_gelu 64x128 |" in text
+
+
+@needs_nvcc
+def test_the_traffic_model_counts_a_warps_sectors(bench):
+    import akg
+    from akg.backends.cuda.bind import bind_threads
+
+    w = bench.workloads(small=True)["bias_gelu"]  # x (64,128) + bias (128,) -> (64,128), fp32
+    graph = bench.graph_of(w)
+    kernel = akg.build(graph, target="cuda")
+    bound, _ = bind_threads(kernel.func)
+    (launch,) = bench.launch_traffic(bound)
+    warps = 64 * 128 // 32
+    # per warp: 32 consecutive floats of x, of bias (x's address used twice: one load) and of the
+    # output, 4 sectors each; bias is read again by every warp (no reuse across warps)
+    assert launch.bytes == warps * 3 * 4 * 32
+    est = bench.estimate(kernel, graph, kernel.target.spec, "float32")
+    assert est["ideal_bytes"] == (64 * 128 * 2 + 128) * 4 and est["bound"] == "memory"
+    assert est["ideal_s"] <= est["mapped_s"]
+
+
+def test_sectors_and_the_nearest_spec(bench):
+    assert bench._sectors(1, 32, 4) == 4  # coalesced floats
+    assert bench._sectors(0, 32, 4) == 1  # a broadcast
+    assert bench._sectors(8, 32, 4) == 32  # 32 bytes apart: a sector per lane
+    assert bench._sectors(None, 32, 2) == 32  # not affine in the lane
+    assert bench._sectors(1, 32, 2) == 2
+    assert bench.nearest_spec((9, 0)) == "sm_90" and bench.nearest_spec((8, 6)) == "sm_80"
+    assert bench.nearest_spec((10, 0)) == "sm_90" and bench.nearest_spec((7, 5)) == "sm_80"
+
+
+@needs_nvcc
+def test_a_gpu_listed_that_nothing_here_can_run_still_gets_its_report(bench, monkeypatch, capsys):
+    """The GPU path with nvidia-smi faked: each peer that cannot run (torch without CUDA, TVM
+    without the CUDA runtime, akg's backend) says why, nothing crashes, no target is judged."""
+    import akg.backends.cuda.backend as cuda_backend
+
+    monkeypatch.setattr(bench, "gpu_info", lambda: {"name": "NVIDIA H200", "compute_capability": (9, 0),
+                                                    "memory": "143771 MiB"})
+    monkeypatch.setattr(bench, "torch_cuda", lambda: (None, "torch has no CUDA device"))
+    monkeypatch.setattr(cuda_backend, "gpu_present", lambda: False)
+    assert bench.main(["--small", "--only", "softmax", "--trials", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU: NVIDIA H200 (compute capability 9.0; spec `sm_90`)" in out
+    (row,) = [line for line in out.splitlines() if line.startswith("| softmax 16x256 | not measured")]
+    assert "NoGpuError" in row and "(not tuned)" in row and row.endswith("| - |")
+    assert "torch peers skipped: torch has no CUDA device" in out
+    assert "Spec `sm_90` (h100-like)" in out  # the generated kernels for the GPU's spec
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_peers_run_in_the_same_report(bench, capsys):
+    if bench.gpu_info() is None:
+        pytest.skip("no CUDA GPU here")
+    assert bench.main(["--small", "--only", "softmax,matmul_f32", "--trials", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU: " in out and "measured device-memory bandwidth" in out
+    assert "| softmax 16x256 |" in out and "| matmul 64x64x64 float32 |" in out
