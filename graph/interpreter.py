@@ -121,9 +121,6 @@ def random_array(t: TensorType, rng: np.random.Generator, high: int | None = Non
 # add a fill value), so a bound on the output's values is one on theirs.
 _COVERING = frozenset({"reshape", "transpose", "broadcast_to", "squeeze", "expand_dims", "concat", "pad",
                        "dilate", "cast"})
-# Ops defined for every index (one_hot: off values outside [0, depth)): their bounds only keep
-# random data meaningful, given inputs are not checked against them.
-_TOTAL = frozenset({"one_hot"})
 # Ops whose output holds some of their input's values: a bound through them is a sufficient one.
 _DROPPING = frozenset({"slice", "strided_slice", "split"})
 
@@ -147,8 +144,8 @@ def index_bounds(graph: Graph, *, sufficient: bool = False) -> dict[Value, int]:
         hook = node.opdef.index_bounds
         if hook is None:
             continue
-        if not sufficient and (node.op in _TOTAL or node.attrs.get("ignore_index") is not None):
-            continue  # any index is defined (or labels may hold the ignored one): bounds random data only
+        if not sufficient and node.attrs.get("ignore_index") is not None:
+            continue  # labels may also hold the ignored one: a bound for random data only
         for pos, b in hook(*(v.type for v in node.inputs), **node.attrs).items():
             bound(node.inputs[pos], b)
     for node in reversed(graph.nodes):  # consumers first: a bound flows up to the inputs

@@ -151,5 +151,7 @@ def _nll_loss_backward(ctx: FxContext):
     else:
         rows = ctx.emit("mul", [kept, g], "rows")
     rows = ctx.emit("reshape", [rows], "rows", shape=[n, 1])
-    hot = ctx.emit("one_hot", [target], "onehot", depth=c, dtype=scores.dtype)
+    ignored = ctx.emit("equal", [target, ctx.const(ignore_index, target.dtype, "ignore_index")], "ignored")
+    safe = ctx.emit("where", [ignored, ctx.const(0, target.dtype, "class0"), target], "labels")
+    hot = ctx.emit("one_hot", [safe], "onehot", depth=c, dtype=scores.dtype)
     return ctx.emit("neg", [ctx.emit("mul", [hot, rows], "picked")])

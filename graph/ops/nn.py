@@ -252,9 +252,18 @@ def _kept_rows(e, labels, ignore_index, dtype):
     return e.op("cast", e.op("logical_not", same), to=dtype, hint="kept")
 
 
+def _one_hot_labels(e, labels, c: int, dtype, ignore_index=None):
+    """one_hot of the labels; an ignored label is read as class 0 (its row is masked out after):
+    one_hot's index bound, which the runtime checks inputs against, then does not refuse it."""
+    if ignore_index is not None:
+        same = e.op("equal", labels, e.const(ignore_index, dtype=labels.dtype), hint="ignored")
+        labels = e.op("where", same, e.const(0, dtype=labels.dtype), labels, hint="labels")
+    return e.op("one_hot", labels, depth=c, dtype=dtype, hint="onehot")
+
+
 def _pick_and_reduce(e, logp, labels, reduction, ignore_index=None):
     n, c = logp.shape
-    hot = e.op("one_hot", labels, depth=c, dtype=logp.dtype, hint="onehot")
+    hot = _one_hot_labels(e, labels, c, logp.dtype, ignore_index)
     picked = e.op("sum", e.op("mul", logp, hot, hint="masked"), axes=[1], hint="picked")
     kept = None
     if ignore_index is not None:
@@ -396,7 +405,7 @@ def _row_weights(e, g, n: int, reduction: str, labels=None, ignore_index=None, d
 @defvjp("nll_loss")
 def _vjp_nll_loss(e, g, logp, labels, reduction, ignore_index):
     n, c = logp.shape
-    hot = e.op("one_hot", labels, depth=c, dtype=logp.dtype, hint="onehot")
+    hot = _one_hot_labels(e, labels, c, logp.dtype, ignore_index)
     rows = _row_weights(e, g, n, reduction, labels, ignore_index, logp.dtype)
     return e.op("neg", e.op("mul", hot, rows)), None
 
@@ -405,7 +414,7 @@ def _vjp_nll_loss(e, g, logp, labels, reduction, ignore_index):
 def _vjp_cross_entropy(e, g, logits, labels, reduction, ignore_index):
     """d logits = (softmax(logits) - onehot(labels)) times each row's cotangent."""
     n, c = logits.shape
-    hot = e.op("one_hot", labels, depth=c, dtype=logits.dtype, hint="onehot")
+    hot = _one_hot_labels(e, labels, c, logits.dtype, ignore_index)
     probs = e.op("softmax", logits, axis=1, hint="probs")
     rows = _row_weights(e, g, n, reduction, labels, ignore_index, logits.dtype)
     return e.op("mul", e.op("sub", probs, hot), rows), None
