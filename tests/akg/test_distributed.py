@@ -43,6 +43,7 @@ def check_run(model, step, plan, steps=3):
     return run, loss_err, param_err
 
 
+@pytest.mark.slow  # the 4-process dp x tp run covers the default run; data parallel on 2 and 8 with -m slow
 def test_mlp_step_data_parallel_2_processes():
     model, step = mlp_step()
     run, (loss_abs, _), _ = check_run(model, step, data_parallel_plan(step, Mesh.parse("dp=2")))

@@ -272,6 +272,7 @@ def test_a_worker_killed_mid_batch_loses_no_record(plugins, tmp_path):
     assert [(loss.kind, loss.final) for loss in losses] == [("measure", False)], losses  # re-queued once
 
 
+@pytest.mark.slow  # a lost worker re-queued once runs by default; losing it twice with -m slow
 def test_a_candidate_that_kills_its_worker_twice_is_a_failed_record(plugins):
     _, farm, _ = plugins
     graph = _matmul()
@@ -331,6 +332,7 @@ def test_a_candidate_crashing_its_process_on_a_worker_is_a_crash_record(plugins,
     assert result.kernels[0].verdict is not None  # the final comparison ran on a worker
 
 
+@pytest.mark.slow  # ~15 s of cluster start-up
 def test_a_worker_of_other_hardware_is_reported_and_never_used(plugins, caplog):
     from distributed import Nanny, Scheduler, SpecCluster
 
