@@ -127,16 +127,27 @@ def train_step(graph: Graph, loss: str | Value, params: Sequence[str | Value] | 
     """One training step of `graph` as a graph (see the module docstring for its inputs and
     outputs). `params` default to `trainable_params(graph, loss)`; `optimizer` is "sgd"
     (settings lr, momentum) or "adam" (lr, betas, eps), or an optimizer object."""
-    opt = make_optimizer(optimizer, **settings)
     chosen = trainable_params(graph, loss) if params is None else [_resolve(graph, p, "param") for p in params]
     if not chosen:
         raise InvalidGraphError(f"graph '{graph.name}' has no parameters to train")
-    for v in chosen:
+    names = [v.name for v in chosen]
+    return train_step_of_inputs(params_as_inputs(graph, names), loss, names, optimizer, **settings)
+
+
+def train_step_of_inputs(graph: Graph, loss: str | Value, params: Sequence[str], optimizer: str | object = "sgd",
+                         **settings) -> Graph:
+    """`train_step` for parameters that are already inputs of `graph` (models too big to hold
+    their weights as constants, e.g. the GPT specs of akg.graph.parallel.gpt)."""
+    opt = make_optimizer(optimizer, **settings)
+    by_name = {v.name: v for v in graph.inputs}
+    for name in params:
+        v = by_name.get(name)
+        if v is None:
+            raise InvalidGraphError(f"param %{name} is not an input of graph '{graph.name}'")
         if not is_float(v.dtype):
             raise InvalidGraphError(f"param %{v.name} is {v.type}, not floating-point")
-    names = [v.name for v in chosen]
     loss_name = loss if isinstance(loss, str) else loss.name
-    grads = grad(params_as_inputs(graph, names), loss_name, names)
+    grads = grad(graph, loss_name, list(params))
     clash = [v.name for v in grads.values if v.name.startswith((NEW, STATE))]
     if clash:
         raise InvalidGraphError(f"graph '{graph.name}' already has a value %{clash[0]}: "
@@ -146,7 +157,7 @@ def train_step(graph: Graph, loss: str | Value, params: Sequence[str | Value] | 
     renames: dict[Value, str] = {}
     loss_v, *gs = grads.outputs
     by_name = {v.name: v for v in grads.inputs}
-    ps = [by_name[n] for n in names]
+    ps = [by_name[n] for n in params]
     state = {(slot, p.name): b.input(f"{STATE}{slot}.{p.name}", p.shape, p.dtype)
              for slot in opt.slots for p in ps}
     glob = {name: b.input(f"{STATE}{name}", (), "float32") for name in opt.globals_}
@@ -164,6 +175,15 @@ def train_step(graph: Graph, loss: str | Value, params: Sequence[str | Value] | 
         renames[v] = f"{NEW}{STATE}{name}"
     b.output(loss_v, *new_params, *(new_state[k] for k in state), *(new_glob[k] for k in glob))
     return rebuilt(b.build(), renames, hints)
+
+
+def with_mean_square_loss(graph: Graph, name: str = "loss") -> Graph:
+    """`graph` whose one output is a scalar loss `name`: the mean of its first output squared
+    (a loss for models that have none, to train them in tests and benchmarks)."""
+    b = _builder_over(graph)
+    out = graph.outputs[0]
+    b.output(b.op("mean", b.op("mul", out, out, name=b.unique("squared")), name=name))
+    return b.build()
 
 
 # --- running steps ------------------------------------------------------------------------------

@@ -385,16 +385,6 @@ def test_reshape_between_random_shapes():
 # --- the training graphs ------------------------------------------------------------------------
 
 
-def _with_loss(graph, loss_of):
-    """`graph` with one more output, `loss_of(b, first_output)`, named loss."""
-    b = GraphBuilder.rewriting(graph)
-    env = b.copy_io(graph)
-    for n in graph.nodes:
-        env.update(zip(n.outputs, b.copy_node(n, [env[v] for v in n.inputs])))
-    b.output(loss_of(b, env[graph.outputs[0]]))
-    return b.build()
-
-
 def gpt_layer(vocab: int = 32, seq: int = 8, hidden: int = 16, heads: int = 4):
     """A GPT-style layer: embedding lookup, layer norm, attention (fused qkv, split, heads by
     reshape/transpose, batch_matmul, softmax), gelu MLP, tied output head, cross-entropy."""
@@ -421,14 +411,13 @@ def gpt_layer(vocab: int = 32, seq: int = 8, hidden: int = 16, heads: int = 4):
 
 def training_graphs():
     from akg.graph.io import load_model
-    from akg.graph.train import train_step
+    from akg.graph.train import train_step, with_mean_square_loss
 
     block = load_model("examples/transformer_block.mir")
     return {
         "mlp": train_step(load_model("examples/mlp.mir"), "loss"),
         "transformer_block": block,
-        "transformer_block.train": train_step(_with_loss(block, lambda b, o: b.mean(b.mul(o, o), name="loss")),
-                                              "loss"),
+        "transformer_block.train": train_step(with_mean_square_loss(block), "loss"),
         "gpt_layer.train": train_step(gpt_layer(), "loss", optimizer="adam"),
     }
 

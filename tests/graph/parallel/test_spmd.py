@@ -21,7 +21,7 @@ from akg.graph.parallel.spmd import (collective_counts, fed_back, shard_inputs, 
                                      unshard_outputs)
 from akg.graph.parallel.strategy import Strategy
 from akg.graph.pipeline import plan_model
-from akg.graph.train import initial_state, run_step, train_step
+from akg.graph.train import initial_state, run_step, train_step, with_mean_square_loss
 
 TOL = dict(rtol=5e-4, atol=5e-4)
 
@@ -38,20 +38,8 @@ def mlp_step():
     return load_model("examples/mlp.mir"), train_step(load_model("examples/mlp.mir"), "loss", optimizer="sgd", lr=0.1)
 
 
-def with_loss(graph):
-    """`graph` with a scalar loss: the mean of its first output squared."""
-    b = GraphBuilder.rewriting(graph)
-    env = b.copy_io(graph)
-    for node in graph.nodes:
-        for o, n in zip(node.outputs, b.copy_node(node, [env[v] for v in node.inputs])):
-            env[o] = n
-    out = env[graph.outputs[0]]
-    b.output(b.op("mean", b.op("mul", out, out, name=b.unique("squared")), name="loss"))
-    return b.build()
-
-
 def block_step():
-    model = with_loss(load_model("examples/transformer_block.mir"))
+    model = with_mean_square_loss(load_model("examples/transformer_block.mir"))
     return model, train_step(model, "loss", optimizer="sgd", lr=0.05)
 
 
