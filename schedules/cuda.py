@@ -15,7 +15,8 @@ rows, a full reduction) has its reductions spread over the threads of a block in
 (`reduce(threads)`: per-thread partials and a shared-memory tree with barriers,
 `cuda_reduce.py`); reductions with few outputs over very many terms are first split into
 partials (`prepare`, `cuda_split.py`). Shared-memory and register promotion of reused tiles
-are not done yet."""
+are not done yet, except a reduction's operand tiles in shared memory (`promote(shared)`,
+`cuda_shared.py`)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ MAPPED_MARKS = (MARK_BLOCK + ".", MARK_THREAD + ".", BARRIER)
 AXES = "xyz"
 THREAD_LEVEL = "threads"  # map(threads): threads per member
 WORK_LEVEL = "registers"  # tile(registers): points per thread per member
+SHARED_LEVEL = "shared"  # promote(shared, (tile_k, pad)): a reduction's operand tiles in shared memory
 WARP_LEVEL = "warps"  # reduce(warps): a reduction tree whose last 32 values are combined by shuffles
 DEFAULT_THREADS = 256
 MAX_UNROLL = 8
@@ -58,9 +60,10 @@ class BandMapping:
     work: tuple[int, ...]
     reduce: int = 0  # threads of a block over which the band's reductions spread (0: none)
     shuffle: bool = False  # ... the last 32 values of each tree combined by warp shuffles
+    shared: tuple[int, ...] = ()  # (tile_k, pad): the reduction's operands in shared tiles (cuda_shared.py)
 
     def __post_init__(self):
-        for name in ("order", "threads", "work"):
+        for name in ("order", "threads", "work", "shared"):
             object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
         object.__setattr__(self, "reduce", int(self.reduce))
         object.__setattr__(self, "shuffle", bool(self.shuffle))
@@ -79,6 +82,8 @@ class BandMapping:
         steps = [Step("order", band, None, self.order), Step("map", band, THREAD_LEVEL, self.threads)]
         if any(w > 1 for w in self.work):
             steps.append(Step("tile", band, WORK_LEVEL, self.work))
+        if self.shared:
+            steps.append(Step("promote", band, SHARED_LEVEL, self.shared))
         return tuple(steps)
 
     def grid(self, info: BandInfo) -> tuple[int, ...]:
@@ -110,7 +115,7 @@ def race_role(name: str) -> tuple[str, int] | None:
 
 def _mapping_of(config: Config, k: int, info: BandInfo) -> BandMapping:
     n = info.members
-    order, threads, work = tuple(range(n)), (0,) * n, (1,) * n
+    order, threads, work, shared = tuple(range(n)), (0,) * n, (1,) * n, ()
     for s in config.band_steps(k):
         if s.op == "order":
             order = s.arg
@@ -118,15 +123,17 @@ def _mapping_of(config: Config, k: int, info: BandInfo) -> BandMapping:
             threads = s.arg
         elif s.op == "tile" and s.level == WORK_LEVEL:
             work = tuple(max(1, w) for w in s.arg)
+        elif s.op == "promote" and s.level == SHARED_LEVEL and isinstance(s.arg, tuple) and len(s.arg) == 2:
+            shared = s.arg
         elif s.op == "reduce" and s.level in (THREAD_LEVEL, WARP_LEVEL) and isinstance(s.arg, int):
             return BandMapping(order, (0,) * n, (1,) * n, s.arg, s.level == WARP_LEVEL)
         else:
             raise ScheduleError(f"band {k}: step '{s}' does not apply to a band on CUDA "
                                 f"(order, map({THREAD_LEVEL}), tile({WORK_LEVEL}), "
-                                f"reduce({THREAD_LEVEL} | {WARP_LEVEL}))")
+                                f"reduce({THREAD_LEVEL} | {WARP_LEVEL}), promote({SHARED_LEVEL}, (tile_k, pad)))")
     if not isinstance(order, tuple) or not isinstance(threads, tuple) or not isinstance(work, tuple):
         raise ScheduleError(f"band {k}: order, threads and work are per-member lists")
-    return BandMapping(order, threads, work)
+    return BandMapping(order, threads, work, shared=shared)
 
 
 def mappable(info: BandInfo) -> list[int]:
@@ -196,6 +203,12 @@ def validate_mapping(k: int, m: BandMapping, info: BandInfo, spec) -> None:
         if m.shuffle and t < spec.warp_size:
             raise ScheduleError(f"band {k}: warp shuffles need a warp of threads at least ({spec.warp_size}), not {t}")
         return
+    if m.shared:
+        tile_k, pad = (m.shared + (0, 0))[:2]
+        if len(m.shared) != 2 or tile_k < 1 or pad < 0:
+            raise ScheduleError(f"band {k}: promote(shared) takes (tile_k >= 1, pad >= 0), not {list(m.shared)}")
+        if any(not t for t in m.threads) or any(w != 1 for w in m.work):
+            raise ScheduleError(f"band {k}: shared tiles need every loop of the band mapped, one point per thread")
     if sorted(m.order) != list(range(n)):
         raise ScheduleError(f"band {k}: order {list(m.order)} is not a permutation of {n} loops")
     if not info.permutable and n > 1 and m.order != tuple(range(n)):
@@ -241,6 +254,7 @@ def _thread_choices(extent: int, limit: int) -> list[int]:
 
 
 REDUCE_CHOICES = (32, 64, 128, 256, 512, 1024)
+SHARED_K_CHOICES = (8, 16, 32)  # promote(shared): the k-tile
 
 
 @dataclass(frozen=True)
@@ -268,7 +282,10 @@ class CudaBandSpace:
         positions = [p for p in reversed(range(n)) if order[p] in allowed]
         if not positions:
             return BandMapping(order, (0,) * n, (1,) * n)
-        dims = rng.randint(1, min(3, len(positions)))
+        # shared tiles of a single reduction's operands: every member mapped, one point per thread
+        tiles = (len(self.reducers) == 1 and self.reducers[0] in TREE_REDUCERS and len(positions) == n <= 3
+                 and rng.random() < 0.3)
+        dims = n if tiles else rng.randint(1, min(3, len(positions)))
         threads, work = [0] * n, [1] * n
         budget = spec.max_threads_per_block
         for i, p in enumerate(positions[:dims]):
@@ -279,15 +296,18 @@ class CudaBandSpace:
             threads[p] = t
             budget = max(1, budget // t)
             ws = [w for w in WORK_CHOICES if t * w <= e]
-            work[p] = rng.choice(ws or [1])
+            work[p] = 1 if tiles else rng.choice(ws or [1])
             if math.ceil(e / (t * work[p])) > spec.max_grid_dims[i]:
                 work[p] = math.ceil(e / (t * spec.max_grid_dims[i]))
-        return BandMapping(order, tuple(threads), tuple(work))
+        shared = (rng.choice(SHARED_K_CHOICES), rng.choice((0, 1))) if tiles and all(w == 1 for w in work) else ()
+        return BandMapping(order, tuple(threads), tuple(work), shared=shared)
 
     def size(self) -> int:
         limit = self.spec.max_threads_per_block
         per_dim = [len(_thread_choices(e, limit)) * len(WORK_CHOICES) for e in self.info.extents]
-        return len(self.orders()) * max(1, math.prod(per_dim)) + (2 * len(REDUCE_CHOICES) if self.reducers else 0)
+        tiles = 2 * len(SHARED_K_CHOICES) if len(self.reducers) == 1 else 1
+        trees = 2 * len(REDUCE_CHOICES) if self.reducers else 0
+        return len(self.orders()) * max(1, math.prod(per_dim)) * tiles + trees
 
 
 @dataclass(frozen=True)
@@ -424,6 +444,17 @@ class CudaRecipe(Recipe):
             return _apply_band(node, mappings[k], bands[k], unroll)
 
         trees = {k: m.reduce for k, m in enumerate(mappings) if m.reduce}
+        tiled = [k for k, m in enumerate(mappings) if m.shared]
+        if tiled:
+            from akg.schedules.cuda_shared import check, map_shared
+
+            if trees or len(tiled) > 1:
+                raise ScheduleError("shared tiles in one band of a kernel, without reduction trees (not done yet)")
+            (k,) = tiled
+            done = map_shared(model, schedule, bands, k, mappings[k], *mappings[k].shared, self.spec, apply_band,
+                              cache=self._trees)
+            check(done)
+            return done.model, done.schedule
         if not trees:
             mapped = tree.map_outer_bands(model, schedule, apply_band)
             check_mapping(model, mapped)

@@ -1,0 +1,436 @@
+"""CUDA shared-memory tiles of a reduction's operands (the `promote(k, shared, (tile_k, pad))`
+step): the reduction below outer band k is tiled by `tile_k` along its reduction axis, and
+every operand whose elements the threads of a block share (a load that varies with the
+reduction axis: a matmul's A and B tiles) is copied, per block and k-tile, into a shared
+buffer by all the threads of the block, then read from there.
+
+For out[i] = reduce_k src(T_j[idx_j(i, k)]) with block tiles of `tile[a]` points along each
+output axis a (one per thread) and K terms (the box of load j per block and k-tile follows
+from its indices: `tile[a]` along an index that is output axis a, `tile_k` along one that is
+the reduction axis, 1 along a constant):
+
+    T_j.stile[b, kt, f] = T_j[lower_j(b, kt) + unflatten(f)]     0 past the tensor's end or in the padding
+    out[i]             = reduce_{kt, kk} src(T_j.stile[i / tile, kt, local_j(i % tile, kk)])
+
+with `f` the box flattened row-major, its last dim padded by `pad` elements (a knob against
+bank conflicts), and terms past K reducing the identity. The copies of one block and k-tile
+run over all its threads (element f on thread f mod threads, cyclically: consecutive threads
+read consecutive elements), a `barrier` mark closes the copies and another the k-tile's
+compute (before the next k-tile's copies overwrite the buffer). The race checker sees the
+buffer as it is on the GPU: one copy per block of the flattened box (`check`), so a missing
+barrier is a race on it. The tensors carry their memory in their names (`.stile`): one
+`[F]` `__shared__` array per block (astgen's `scratch` hook keeps the last dim)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import islpy as isl
+import numpy as np
+
+from akg.errors import ScheduleError
+from akg.graph.compute.expr import (ComputeOp, Const, Load, Var, all_of, call, compute, const, rebuild, reduce,
+                                    reduce_axis, select, substitute)
+from akg.graph.compute.lower import Program
+
+TILE_TAG = ".stile"
+BARRIER = "barrier"
+TREE_REDUCERS = ("sum", "prod", "max", "min")
+
+
+def tile_memory(name: str) -> str | None:
+    """'tile' for a shared operand tile this rewrite made (by its name), else None."""
+    head, found, rest = name.rpartition(TILE_TAG)
+    return "tile" if found and head and rest.isdigit() else None
+
+
+@dataclass(frozen=True)
+class SharedTiles:
+    """What `map_shared` made: the rewritten model, its mapped schedule, the shared tiles'
+    isl ids and their bytes per block."""
+
+    model: object
+    schedule: object
+    shared: frozenset
+    bytes: int
+
+
+@dataclass(frozen=True)
+class _Box:
+    load: Load
+    sizes: tuple[int, ...]  # per tensor dim
+    row: int  # the padded last dim
+
+    @property
+    def flat(self) -> int:
+        return math.prod(self.sizes[:-1]) * self.row
+
+    def strides(self) -> list[int]:
+        out, s = [], 1
+        for k, n in enumerate(reversed(self.sizes)):
+            out.append(s)
+            s *= self.row if k == 0 else n
+        return out[::-1]
+
+
+def _boxes(op: ComputeOp, tiles: dict, tile_k: int, pad: int) -> list[_Box]:
+    red = op.reduce
+    (r,) = red.axes
+    out, seen = [], set()
+    for ld in (n for n in _walk(red.source) if isinstance(n, Load)):
+        if not any(i is r for i in ld.indices):
+            continue  # the same element for every k: nothing shared along the reduction
+        sizes = []
+        for i in ld.indices:
+            if i is r:
+                sizes.append(tile_k)
+            elif isinstance(i, Var) and id(i) in tiles:
+                sizes.append(tiles[id(i)])
+            elif isinstance(i, Const):
+                sizes.append(1)
+            else:
+                raise ScheduleError(f"{op.name}: {ld.tensor.name}'s index {i} is not an output axis, the reduction "
+                                    f"axis or a constant; shared tiles of other indices are not done yet")
+        key = (id(ld.tensor), tuple(id(i) if isinstance(i, Var) else repr(i) for i in ld.indices))
+        if key in seen:
+            continue
+        seen.add(key)
+        row = sizes[-1] + (pad if len(sizes) > 1 and sizes[-1] > 1 else 0)
+        out.append(_Box(ld, tuple(sizes), row))
+    return out
+
+
+def _walk(e):
+    from akg.graph.compute.expr import walk
+
+    return walk(e)
+
+
+def shared_bytes(boxes: list[_Box]) -> int:
+    return sum(b.flat * np.dtype(b.load.tensor.dtype if b.load.tensor.dtype != "bfloat16" else "float16").itemsize
+               for b in boxes)
+
+
+def tile_reduction(program: Program, op: ComputeOp, tiles: dict, tile_k: int, pad: int):
+    """`program` with `op`'s operands tiled into shared tiles (see the module); `tiles` maps
+    id(output axis) -> points per block. Returns (program, new op, copy ops, boxes)."""
+    red = op.reduce
+    (r,) = red.axes
+    K = r.extent
+    nkt = -(-K // tile_k)
+    boxes = _boxes(op, tiles, tile_k, pad)
+    if not boxes:
+        raise ScheduleError(f"{op.name}: no operand varies along the reduction; nothing to share")
+    grid = [-(-a.extent // tiles[id(a)]) for a in op.axes]
+    copies = []
+    for j, box in enumerate(boxes):
+        ld = box.load
+
+        def fill(*idx, box=box, ld=ld):
+            b, kt, f = idx[:len(grid)], idx[len(grid)], idx[len(grid) + 1]
+            by_axis = {id(a): bi for a, bi in zip(op.axes, b)}
+            offs, rest = [], f
+            for k, n in reversed(list(enumerate(box.sizes))):
+                m = box.row if k == len(box.sizes) - 1 else n
+                offs.append(rest % m if m > 1 else const(0, f.dtype))
+                rest = rest // m
+            offs.reverse()
+            index, conds = [], []
+            for i, o, n, dim in zip(ld.indices, offs, box.sizes, ld.tensor.shape):
+                if i is r:
+                    g = kt * tile_k + o
+                elif isinstance(i, Const):
+                    g = i
+                else:
+                    g = by_axis[id(i)] * n + o
+                index.append(g)
+                if not isinstance(i, Const) and (n > 1 or i is r) and (dim % n or i is r and K % tile_k):
+                    conds.append(call("lt", g, const(dim, g.dtype)))
+            if box.row > box.sizes[-1]:
+                conds.append(call("lt", offs[-1], const(box.sizes[-1], f.dtype)))
+            value = Load(ld.tensor, index)
+            return select(all_of(conds), value, const(0, ld.tensor.dtype)) if conds else value
+
+        copies.append(compute([*grid, nkt, box.flat], fill, f"{op.name}.{j}{TILE_TAG}{len(box.sizes)}"))
+    kt_ax, kk_ax = reduce_axis(nkt, f"{op.name}.kt"), reduce_axis(tile_k, f"{op.name}.kk")
+
+    def swap(n):
+        if not isinstance(n, Load):
+            return None
+        for box, t in zip(boxes, copies):
+            same = all((x is y) if isinstance(y, Var) else repr(x) == repr(y)
+                       for x, y in zip(n.indices, box.load.indices))
+            if n.tensor is box.load.tensor and len(n.indices) == len(box.load.indices) and same:
+                flat = None
+                for i, s, n_ in zip(n.indices, box.strides(), box.sizes):
+                    if i is r:
+                        o = kk_ax
+                    elif isinstance(i, Const):
+                        continue
+                    else:
+                        o = i % tiles[id(i)] if tiles[id(i)] > 1 else None
+                    if o is None:
+                        continue
+                    term = o * s if s > 1 else o
+                    flat = term if flat is None else flat + term
+                blocks = [a // tiles[id(a)] for a in op.axes]
+                return Load(t, [*blocks, kt_ax, flat if flat is not None else const(0, "int32")])
+        return None
+
+    source = substitute(rebuild(red.source, swap), {r: kt_ax * tile_k + kk_ax})
+    if K % tile_k:
+        from akg.schedules.cuda_reduce import identity
+
+        source = select(call("lt", kt_ax * tile_k + kk_ax, const(K, "int32")), source,
+                        identity(red.reducer, op.output.dtype))
+    axes = list(op.axes)
+    new = compute([a.extent for a in axes],
+                  lambda *i: substitute(reduce(red.reducer, source, [kt_ax, kk_ax]), dict(zip(axes, i))), op.name)
+    remap = {id(op.output): new}
+    out_ops = []
+    for other in program.ops():
+        if other is op:
+            continue
+        body = rebuild(other.body, lambda n: Load(remap[id(n.tensor)], n.indices)
+                       if isinstance(n, Load) and id(n.tensor) in remap else None)
+        if body is not other.body:
+            remap[id(other.output)] = ComputeOp(other.name, other.axes, body).output
+            out_ops.append(other)
+    outputs = [remap.get(id(t), t) for t in program.outputs]
+    return Program(program.name, program.inputs, outputs, program.params, program.complex_io), new.op, \
+        [c.op for c in copies], boxes
+
+
+# --- the mapping -------------------------------------------------------------------------------
+
+
+def _pull_back(schedule: isl.Schedule, model, targets: dict[str, tuple[str, list[str]]]) -> isl.Schedule:
+    """The schedule over `model`'s statements: statement S runs where `targets[S] = (T, exprs)`
+    ran at T[exprs] (over S's iterators i0, i1, ...)."""
+    ctx = schedule.get_ctx()
+    maps = isl.UnionMap.empty(isl.Space.params_alloc(ctx, 0))
+    for s in model.statements:
+        old, exprs = targets[s.name]
+        names = ", ".join(f"i{d}" for d in range(len(s.iters)))
+        m = isl.Map(f"{{ {s.name}[{names}] -> {old}[{', '.join(exprs)}] }}", context=ctx)
+        maps = maps.union(isl.UnionMap.from_map(m.intersect_domain(s.domain)))
+    return schedule.pullback_union_pw_multi_aff(isl.UnionPwMultiAff.from_union_map(maps))
+
+
+def _mupa(ctx, column: dict[str, tuple[int, str]]) -> isl.MultiUnionPwAff:
+    """One band member: statement -> (iterators, expression over i0, i1, ...)."""
+    pieces = [f"{name}[{', '.join(f'i{d}' for d in range(n))}] -> [({expr})]" for name, (n, expr) in column.items()]
+    return isl.MultiUnionPwAff(f"[{{ {'; '.join(pieces)} }}]", context=ctx)
+
+
+def _band(node, ctx, columns: list[dict], marks: list[str | None]):
+    from akg.polyhedral.tree import insert_marks_on_members
+
+    mupa = None
+    for col in columns:
+        m = _mupa(ctx, col)
+        mupa = m if mupa is None else mupa.flat_range_product(m)
+    band = node.insert_partial_schedule(mupa)
+    return insert_marks_on_members(band, marks)
+
+
+def _filter(ctx, names: list[tuple[str, int]]) -> isl.UnionSet:
+    out = isl.UnionSet.empty(isl.Space.params_alloc(ctx, 0))
+    for name, n in names:
+        out = out.union(isl.UnionSet(f"{{ {name}[{', '.join(f'i{d}' for d in range(n))}] }}", context=ctx))
+    return out
+
+
+def map_shared(model, schedule, bands, k: int, mapping, tile_k: int, pad: int, spec, apply_band,
+               barrier: str | None = BARRIER, cache: dict | None = None) -> SharedTiles:
+    """Band k's reduction with its operands in shared tiles (see the module), the band mapped
+    by `mapping` (a BandMapping: every member mapped, one point per thread); every other
+    band by `apply_band(node, k)`. `barrier` None plants the missing barriers the race
+    checker must find. ScheduleError where the band is not one reduction of a single axis
+    over tiles of output axes, or the tiles exceed the spec's shared memory."""
+    from akg.polyhedral import tree
+    from akg.polyhedral.model import build_model
+
+    info = bands[k]
+    by_name = {s.name: s for s in model.statements}
+    ops = {id(by_name[n].op): by_name[n].op for n in info.statements if n in by_name}
+    reductions = [o for o in ops.values() if o.reduce is not None]
+    if len(reductions) != 1:
+        raise ScheduleError(f"band {k}: shared tiles need the band to be one reduction, it computes "
+                            f"{len(reductions)} reductions")
+    (op,) = reductions
+    position = {id(o): by_name[name].position for name in info.statements if name in by_name
+                for o in (by_name[name].op,)}
+    after = sorted((o for o in ops.values() if o is not op), key=lambda o: position[id(o)])
+    for o in after:  # an elementwise epilogue, after the reduction in each thread
+        if position[id(o)] < position[id(op)] or tuple(a.extent for a in o.axes) != tuple(info.extents):
+            raise ScheduleError(f"band {k}: shared tiles need the band's other ops to be elementwise after "
+                                f"{op.name} ({o.name} is not)")
+    red = op.reduce
+    if red is None or red.reducer not in TREE_REDUCERS or len(red.axes) != 1:
+        raise ScheduleError(f"band {k}: shared tiles need a sum/prod/max/min over one axis")
+    n = info.members
+    if len(op.axes) != n or tuple(a.extent for a in op.axes) != tuple(info.extents):
+        raise ScheduleError(f"band {k}: the band's loops are not {op.name}'s output axes")
+    if mapping.reduce or any(not t for t in mapping.threads) or any(w != 1 for w in mapping.work):
+        raise ScheduleError(f"band {k}: shared tiles need every loop of the band mapped, one point per thread")
+    if tile_k < 1 or pad < 0:
+        raise ScheduleError(f"band {k}: shared tile of {tile_k} along the reduction, padding {pad}")
+    # tiles per member: the member at position p (after the order) is op axis order[p]
+    tiles = {id(op.axes[mapping.order[p]]): mapping.threads[p] for p in range(n)}
+    key = (id(op), tuple(sorted(tiles.items())), tile_k, pad)
+    if cache is not None and key in cache:
+        program, new_op, copy_ops, boxes, new_model = cache[key]
+    else:
+        program, new_op, copy_ops, boxes = tile_reduction(model.program, op, tiles, tile_k, pad)
+        new_model = build_model(program, model.ctx)
+        if cache is not None:
+            cache[key] = (program, new_op, copy_ops, boxes, new_model)
+    total = shared_bytes(boxes)
+    if total > spec.shared_per_block:
+        raise ScheduleError(f"band {k}: the shared tiles need {total} bytes of shared memory, "
+                            f"the GPU allows {spec.shared_per_block} per block")
+    old = {(id(s.op), s.role): s.name for s in model.statements}
+    copies = [s for s in new_model.statements if any(s.op is c for c in copy_ops)]
+    copies.sort(key=lambda s: s.position)
+    init = next(s for s in new_model.statements if s.op is new_op and s.role == "init")
+    update = next(s for s in new_model.statements if s.op is new_op and s.role == "update")
+    upd_old = old[(id(op), "update")]
+    names_after = {o.name for o in after}
+    epilogue = sorted((s for s in new_model.statements if s.op.name in names_after), key=lambda s: s.position)
+    targets = {}
+    for s in new_model.statements:
+        if s.op is new_op:
+            exprs = [f"i{d}" for d in range(n)]
+            targets[s.name] = (old[(id(op), s.role)], exprs if s.role == "init" else exprs + [f"{tile_k} * i{n}"])
+        elif s in copies:
+            first = [f"{tiles[id(a)]} * i{d}" for d, a in enumerate(op.axes)]  # the block's first row
+            targets[s.name] = (upd_old, first + [f"{tile_k} * i{n}"])
+        else:
+            prior = next(o for o in model.statements if o.op.name == s.op.name and o.role == s.role)
+            targets[s.name] = (prior.name, [f"i{d}" for d in range(len(s.iters))])
+    pulled = _pull_back(schedule, new_model, targets)
+    ctx = model.ctx
+    ax = {p: mapping.axis(p) for p in range(n)}
+    nt = {ax[p]: mapping.threads[p] for p in range(n)}
+    threads = math.prod(mapping.threads)
+
+    def apply(node, band):
+        if band != k:
+            return apply_band(node, band)
+        names = []
+        node.get_domain().foreach_set(lambda st: names.append(st.get_tuple_name()))
+        if set(names) != {init.name, update.name, *(c.name for c in copies), *(e.name for e in epilogue)}:
+            raise ScheduleError(f"band {k}: shared tiles need the band to hold only {op.name} and its epilogue")
+        old_band = isl.UnionMap.from_multi_union_pw_aff(node.band_get_partial_schedule())
+        for e in (update, *epilogue):  # the band's loops are the op's output axes, in order
+            names_e = ", ".join(f"i{d}" for d in range(len(e.iters)))
+            ident = isl.UnionMap(f"{{ {e.name}[{names_e}] -> [{', '.join(f'i{d}' for d in range(n))}] }}",
+                                 context=ctx)
+            here = old_band.intersect_domain(isl.UnionSet.from_set(e.domain))
+            if not here.is_equal(ident.intersect_domain(isl.UnionSet.from_set(e.domain))):
+                raise ScheduleError(f"band {k}: {e.op.name} does not run at its own outputs in the band")
+        node = node.cut()
+        node = node.delete() if node.get_type() == isl.schedule_node_type.band else node
+        cols, marks = [], []
+        for p in range(n):
+            a = mapping.order[p]
+            t = tiles[id(op.axes[a])]
+            col = {s.name: (len(s.iters), f"floor(i{a} / {t})") for s in (init, update, *epilogue)}
+            col.update({c.name: (len(c.iters), f"i{a}") for c in copies})
+            cols.append(col)
+            g = -(-op.axes[a].extent // t)
+            marks.append(f"blockIdx.{ax[p]}.{g}" if g > 1 else None)
+        top = _band(node, ctx, cols, marks)
+        depth = top.get_tree_depth()
+
+        def threads_of(s, p):
+            a = mapping.order[p]
+            return len(s.iters), f"i{a} mod {tiles[id(op.axes[a])]}"
+
+        thread_marks = [f"threadIdx.{ax[p]}.{mapping.threads[p]}" for p in range(n)]
+        rest, passed = top, 0
+        while passed < n:  # below the block members (one band each, some under marks)
+            passed += rest.get_type() == isl.schedule_node_type.band
+            rest = rest.child(0)
+        lst = isl.UnionSetList.alloc(ctx, 2 + len(epilogue)).add(_filter(ctx, [(init.name, len(init.iters))]))
+        lst = lst.add(_filter(ctx, [(s.name, len(s.iters)) for s in (update, *copies)]))
+        for e in epilogue:
+            lst = lst.add(_filter(ctx, [(e.name, len(e.iters))]))
+        seq = rest.insert_sequence(lst)
+        for j, s in [(0, init), *((2 + q, e) for q, e in enumerate(epilogue))]:  # each thread its own outputs
+            leaf = _band(seq.child(j).child(0), ctx, [{s.name: threads_of(s, p)} for p in range(n)], thread_marks)
+            seq = leaf.ancestor(leaf.get_tree_depth() - seq.get_tree_depth())
+        kt = seq.child(1).child(0)
+        kt = kt.insert_partial_schedule(_mupa(ctx, {s.name: (len(s.iters), f"i{n}") for s in (update, *copies)}))
+        parts = [*copies, update]
+        lst = isl.UnionSetList.alloc(ctx, len(parts))
+        for s in parts:
+            lst = lst.add(_filter(ctx, [(s.name, len(s.iters))]))
+        inner = kt.child(0).insert_sequence(lst)
+        sdepth = inner.get_tree_depth()
+        for j, s in enumerate(parts):
+            leaf = inner.child(j).child(0)
+            if s is update:  # each thread its own outputs, the k-tile's terms in order
+                cols = [{s.name: threads_of(s, p)} for p in range(n)]
+                below = {s.name: (len(s.iters), f"i{n + 1}")}
+            else:  # element f of the flattened box on thread f mod threads (x fastest), cyclically
+                cols = _copy_cols(s, n, ax, nt)
+                below = {s.name: (len(s.iters), f"floor(i{n + 1} / {threads})")}
+            leaf = leaf.insert_partial_schedule(_mupa(ctx, below))
+            band_node = _band(leaf, ctx, cols, thread_marks)
+            if barrier and (s is update or s is copies[-1]):
+                band_node = band_node.insert_mark(isl.Id(barrier, context=ctx))
+            inner = band_node.ancestor(band_node.get_tree_depth() - sdepth)
+        return inner.ancestor(inner.get_tree_depth() - depth)
+
+    mapped = tree.map_outer_bands(new_model, pulled, apply)
+    shared = frozenset(new_model.tensor_ids[c.output] for c in copy_ops)
+    return SharedTiles(new_model, mapped, shared, total)
+
+
+def _copy_cols(s, n: int, ax: dict, nt: dict) -> list[dict]:
+    """The thread members of a copy, in the update's member order (position p is axis
+    ax[p]): element f of the flattened box runs on x = f mod X, y = (f / X) mod Y, z = ..."""
+    f = f"i{n + 1}"
+    stride = {}
+    acc = 1
+    for axis in "xyz":
+        if axis in nt:
+            stride[axis] = acc
+            acc *= nt[axis]
+    return [{s.name: (len(s.iters), f"floor({f} / {stride[ax[p]]}) mod {nt[ax[p]]}")} for p in range(n)]
+
+
+def check(done: SharedTiles, max_operations: int | None = None) -> None:
+    """The race checker over the mapped tiles as the GPU holds them: a tile's accesses
+    projected onto its last dim (one flattened box per block, reused by every k-tile), so
+    that a copy overwriting what another thread still reads is a race. RaceError if any; a
+    check isl cannot finish within its quota keeps the mapping (debug note)."""
+    import logging
+
+    from akg.errors import UnprovenRaceError
+    from akg.polyhedral.races import DEFAULT_MAX_OPERATIONS, check_races, mapping_of
+    from akg.schedules.cuda import race_role
+
+    model = done.model
+    ctx = model.ctx
+    proj = isl.UnionMap.empty(isl.Space.params_alloc(ctx, 0))
+    for t, tid in model.tensor_ids.items():
+        if tid in done.shared:
+            lead = ", ".join(f"l{d}" for d in range(len(t.shape) - 1))
+            proj = proj.union(isl.UnionMap(f"{{ {tid}[{lead}, f] -> {tid}[f] }}", context=ctx))
+
+    def project(umap: isl.UnionMap) -> isl.UnionMap:
+        tiles = umap.intersect_range(proj.domain())
+        return umap.subtract(tiles).union(tiles.apply_range(proj))
+
+    ops = max_operations or DEFAULT_MAX_OPERATIONS
+    labels = {tid: f"{t.name} ({tid})" for t, tid in model.tensor_ids.items() if t.name and not t.name.isdigit()}
+    try:
+        check_races(project(model.writes()), project(model.reads()), mapping_of(done.schedule, race_role, ops),
+                    shared=done.shared, labels=labels, max_operations=ops)
+    except UnprovenRaceError as e:
+        logging.getLogger(__name__).debug("%s: race check of the shared tiles not proven: %s",
+                                          model.program.name, e)
