@@ -289,12 +289,13 @@ class Prediction:
     memory: float
     memory_parts: dict[str, float]
     collectives: dict[str, list[Collective]] = field(default_factory=dict)
-    stage_times: list[float] = field(default_factory=list)
+    stage_times: list[float] = field(default_factory=list)  # per stage: one microbatch's work
+    stage_updates: list[float] = field(default_factory=list)  # per stage: its once-a-step work
 
     def as_dict(self) -> dict:
         return {"step_time": self.step_time, "compute": self.compute, "communication": self.communication,
                 "memory": self.memory, **{f"memory.{k}": v for k, v in self.memory_parts.items()},
-                "stage_times": list(self.stage_times)}
+                "stage_times": list(self.stage_times), "stage_updates": list(self.stage_updates)}
 
 
 def reshard_time(src: Sharding, dst: Sharding, t: TensorType, mesh: Mesh, c: ClusterSpec) -> float:
@@ -424,7 +425,8 @@ def evaluate(graph: Graph, plan, c: ClusterSpec, kernels: KernelTimes | None = N
                     collectives.setdefault(who, []).append(Collective(ch.value, who, step, seconds))
     total = pipeline_time(mb, per_step, m) if ns > 1 else mb[0] * m + per_step[0]
     memory, parts = stage_memory(graph, plan, roles, stages, edge_sources(graph, plan))
-    return Prediction(total, compute, comm, memory, parts, collectives, stage_times=mb if ns > 1 else [])
+    return Prediction(total, compute, comm, memory, parts, collectives, stage_times=mb if ns > 1 else [],
+                      stage_updates=per_step if ns > 1 else [])
 
 
 def stage_memory(graph: Graph, plan, roles: StepRoles, stages: list[list[str]], src: dict[Value, Sharding]

@@ -69,13 +69,15 @@ class Group:
 class Problem:
     def __init__(self, graph: Graph, mesh: Mesh, sub: Mesh, cluster: ClusterSpec, roles: StepRoles, segs,
                  pinned: dict[str, Sharding], *, pp: int = 1, microbatches: int = 1,
-                 kernels: KernelTimes | None = None):
+                 kernels: KernelTimes | None = None, seg_weight: list[tuple[float, float]] | None = None):
         self._t0 = time.perf_counter()
         self.graph, self.mesh, self.sub, self.cluster = graph, mesh, sub, cluster
         self.roles, self.segs, self.pinned = roles, segs, pinned
         self.pp, self.m = pp, microbatches
         self.kernels = kernels
         self.w_mb, self.w_step = float(microbatches + pp - 1), 1.0
+        # per segment, the weights of its per-microbatch and per-step work (default: w_mb, w_step)
+        self.seg_weight = seg_weight
         self._reshard: dict = {}
         self._strategies: dict[OpCall, list[Strategy]] = {}
         self.classes: list[Klass] = []
@@ -145,9 +147,9 @@ class Problem:
                 k.memory = np.array([n * local_bytes(k.rep.type, s, mesh) / pp for s in k.choices], float)
                 continue
             node = k.rep
-            w = self.w_step if roles.per_step(node) else self.w_mb
+            w = sum(self._weight(u, roles.per_step(node)) for u in k.members)
             call = OpCall.of(node)
-            k.cost = np.array([n * w * compute_time(call, s, mesh, self.cluster, self.kernels) for s in k.choices])
+            k.cost = np.array([w * compute_time(call, s, mesh, self.cluster, self.kernels) for s in k.choices])
             mem = np.zeros(len(k.choices))
             for i, v in enumerate(node.outputs):
                 factor = (flight if v.name in roles.kept else 0.0) + (1 / pp if v.name in roles.waiting else 0.0)
@@ -190,6 +192,18 @@ class Problem:
                 follow.append(best[u])
             k.root, k.follow = leader.root, follow
 
+    def _weight(self, unit, per_step: bool) -> float:
+        """How much `unit`'s work counts: per microbatch or once per step (the update), by
+        default the same in every segment."""
+        if self.seg_weight is None:
+            return self.w_step if per_step else self.w_mb
+        if isinstance(unit, Node):
+            s = self.segs.of_node[id(unit)]
+        else:
+            s = self.segs.of_source.get(unit.name) or 0
+        mb, step = self.seg_weight[s]
+        return step if per_step else mb
+
     def _rt(self, src: Sharding, dst: Sharding, t) -> float:
         key = (src, dst, t)
         if key not in self._reshard:
@@ -225,7 +239,7 @@ class Problem:
                     groups[(cs, k, kind, tuple(sorted(set(consumers), key=repr)))].append(v)
         for (cs, k, kind, consumers), values in groups.items():
             v0 = values[0]
-            weight = len(values) * (self.w_step if kind == "step" else self.w_mb)
+            weight = sum(self._weight(producer[v][0] if v in producer else v, kind == "step") for v in values)
             kc = self.classes[cs]  # layouts per choice of the root classes (followers map)
             us, src_idx = _unique([self._out_layout(kc, k, j) for j in kc.follow])
             reads_of = []

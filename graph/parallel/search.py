@@ -195,12 +195,14 @@ def pipeline_axis(mesh: Mesh, pp_axis: str | None) -> str | None:
 
 def search(graph: Graph, mesh: Mesh, cluster: ClusterSpec | None = None, *, memory_budget: float | None = None,
            pinned: Mapping[str, Sharding] | None = None, pp_axis: str | None = None, microbatches: int | None = None,
-           kernels: KernelTimes | None = None, time_limit: float = 60.0) -> Plan:
+           kernels: KernelTimes | None = None, time_limit: float = 60.0, refine: int = 1) -> Plan:
     """The cheapest plan for `graph` (one microbatch of a training step, or any graph) on
     `mesh` under `cluster`'s cost model: per-op strategies and input shardings from one
     integer program, pipeline stages along `pp_axis` (default: an axis named `pp`).
     `memory_budget` (bytes per device) defaults to the cluster's device memory; `pinned`
-    fixes the sharding of named inputs or node outputs. NoPlanError when nothing fits."""
+    fixes the sharding of named inputs or node outputs. With stages, `refine` more programs
+    weigh each segment by how often 1F1B pays it at the last cut (the slowest stage's work m
+    times, the others' once); the cheapest plan is kept. NoPlanError when nothing fits."""
     from akg.graph.parallel.ilp import Problem
 
     t0 = time.perf_counter()
@@ -218,13 +220,38 @@ def search(graph: Graph, mesh: Mesh, cluster: ClusterSpec | None = None, *, memo
     segs = segment(graph, roles, pinned)
     if pp > segs.count:
         raise NoPlanError(f"the graph has {segs.count} pipeline-cuttable segments, fewer than the {pp} stages of {mesh}")
-    problem = Problem(graph, mesh, sub, cluster, roles, segs, pinned, pp=pp, microbatches=m, kernels=kernels)
-    choice, inputs, objective = problem.solve(budget, time_limit=time_limit)
-    outputs = {v.name: output_sharding(graph, _Partial(mesh, inputs), v) for v in graph.outputs}
-    plan = Plan(mesh, choice, inputs, outputs, pp_axis=pp_axis, microbatches=m)
-    if pp > 1:
-        plan.stages = pipeline_stages(graph, plan, cluster, roles, segs, budget, kernels)
-    prediction = evaluate(graph, plan, cluster, kernels, roles)
+
+    def solve(seg_weight=None):
+        problem = Problem(graph, mesh, sub, cluster, roles, segs, pinned, pp=pp, microbatches=m, kernels=kernels,
+                          seg_weight=seg_weight)
+        choice, inputs, objective = problem.solve(budget, time_limit=time_limit)
+        outputs = {v.name: output_sharding(graph, _Partial(mesh, inputs), v) for v in graph.outputs}
+        plan = Plan(mesh, choice, inputs, outputs, pp_axis=pp_axis, microbatches=m)
+        if pp > 1:
+            plan.stages = pipeline_stages(graph, plan, cluster, roles, segs, budget, kernels)
+        return plan, problem, objective, evaluate(graph, plan, cluster, kernels, roles)
+
+    plan, problem, objective, prediction = solve()
+    for _ in range(refine if pp > 1 else 0):
+        # 1F1B pays the slowest stage's microbatch work m times, the others' once, and the
+        # update of the slowest updating stage: weigh each segment so (the gradient of the
+        # pipeline time at this cut; other updates 1/pp) and solve again
+        slowest = max(range(len(prediction.stage_times)), key=prediction.stage_times.__getitem__)
+        updating = max(range(len(prediction.stage_updates)), key=prediction.stage_updates.__getitem__)
+        stage_of = {k: i for i, keys in enumerate(plan.stages) for k in keys}
+        weight = [(1.0, 1.0 / pp)] * segs.count
+        for n in graph.nodes:
+            st = stage_of[node_key(n)]
+            s = segs.of_node[id(n)]
+            mb, up = weight[s]
+            weight[s] = (float(m) if st == slowest else mb, 1.0 if st == updating else up)
+        try:
+            again = solve(weight)
+        except NoPlanError:
+            break
+        if again[3].memory > budget * (1 + 1e-9) or again[3].step_time >= prediction.step_time:
+            break
+        plan, problem, objective, prediction = again
     if prediction.memory > budget * (1 + 1e-9):
         raise NoPlanError(f"the best plan on {mesh} needs {_gib(prediction.memory)} per device, "
                           f"more than the {_gib(budget)} budget")
