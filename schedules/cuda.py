@@ -255,6 +255,7 @@ def _thread_choices(extent: int, limit: int) -> list[int]:
 
 REDUCE_CHOICES = (32, 64, 128, 256, 512, 1024)
 SHARED_K_CHOICES = (8, 16, 32)  # promote(shared): the k-tile
+SHARED_DEFAULT = True  # matmul-like bands get shared tiles by default (`CudaRecipe.shared_default`)
 
 
 @dataclass(frozen=True)
@@ -317,6 +318,11 @@ class CudaSpace(Space):
 
     bands: tuple[CudaBandSpace, ...] = ()
     target: object = None
+    defaults: tuple = ()  # the recipe's default mapping per band (empty: `default_mapping`'s)
+
+    def _default(self, k: int) -> BandMapping:
+        b = self.bands[k]
+        return self.defaults[k] if self.defaults else default_mapping(b.info, b.spec, b.reducers)
 
     def __post_init__(self):
         if not self.switches:
@@ -328,7 +334,7 @@ class CudaSpace(Space):
 
     def _mappings(self, config: Config) -> list[BandMapping]:
         return [_mapping_of(config, k, b.info) if k in config.bands_given() else
-                default_mapping(b.info, b.spec, b.reducers) for k, b in enumerate(self.bands)]
+                self._default(k) for k, b in enumerate(self.bands)]
 
     def _legal(self, k: int, m: BandMapping) -> BandMapping:
         b = self.bands[k]
@@ -336,7 +342,7 @@ class CudaSpace(Space):
             validate_mapping(k, m, b.info, b.spec)
             return m
         except ScheduleError:
-            return default_mapping(b.info, b.spec, b.reducers)
+            return self._default(k)
 
     def size(self) -> int:
         return 2 * math.prod(b.size() for b in self.bands)
@@ -347,7 +353,7 @@ class CudaSpace(Space):
     def __iter__(self) -> Iterator[Config]:
         rng = random.Random(0)
         seen = set()
-        yield self._config([default_mapping(b.info, b.spec, b.reducers) for b in self.bands], True)
+        yield self._config([self._default(k) for k in range(len(self.bands))], True)
         for _ in range(100 * max(1, len(self.bands))):
             config = self.sample(rng)
             if config not in seen:
@@ -397,6 +403,61 @@ class CudaRecipe(Recipe):
         self._ops = program.ops()
         return program
 
+    def default_for(self, info: BandInfo) -> BandMapping:
+        """`default_mapping`, or shared tiles where the band is one sum whose operand tiles
+        the threads of a block share (`shared_default`)."""
+        return self.shared_default(info) or default_mapping(info, self.spec, self.reducers(info))
+
+    def shared_default(self, info: BandInfo) -> BandMapping | None:
+        """Shared tiles (16 x 16 threads, k-tiles of 16, no padding: a warp reads a row of a
+        tile or one broadcast element) for a band of 2 or 3 coincident members computing one
+        sum over one axis of at least 16 terms, elementwise ops after it, where some operand
+        load that varies along the reduction misses a mapped member (each of its elements is
+        read by several threads of a block: a matmul's A and B). None otherwise."""
+        from akg.graph.compute.expr import Const, Load, Var, walk
+
+        ops = self._ops
+        n = info.members
+        if ops is None or not SHARED_DEFAULT or not 2 <= n <= 3 or mappable(info) != list(range(n)):
+            return None
+        mine = {}
+        for name in info.statements:
+            k = name[1:].removesuffix("_init")
+            if not (name.startswith("S") and k.isdigit() and int(k) < len(ops)):
+                return None
+            mine[int(k)] = ops[int(k)]
+        reductions = [o for o in mine.values() if o.reduce is not None]
+        if len(reductions) != 1:
+            return None
+        (op,) = reductions
+        red = op.reduce
+        if red.reducer != "sum" or len(red.axes) != 1 or red.axes[0].extent < 16 or len(op.axes) != n:
+            return None
+        (r,) = red.axes
+        shared = False
+        for ld in (x for x in walk(red.source) if isinstance(x, Load)):
+            if not any(i is r for i in ld.indices):
+                continue
+            if not all(i is r or isinstance(i, Const) or (isinstance(i, Var) and any(i is a for a in op.axes))
+                       for i in ld.indices):
+                return None
+            shared |= any(not any(i is a for i in ld.indices) for a in op.axes if a.extent > 1)
+        if not shared:
+            return None
+        plain = default_mapping(info, self.spec, self.reducers(info))
+        order = plain.order
+        threads, budget = [1] * n, DEFAULT_THREADS
+        for p in reversed(range(n)):  # x, then y: 16 each as far as the loops go; z: one
+            e = info.extents[order[p]]
+            threads[p] = max(1, min(e, 16 if p >= n - 2 else 1, budget))
+            budget //= threads[p]
+        m = BandMapping(order, tuple(threads), (1,) * n, shared=(16, 0))
+        try:
+            validate_mapping(info.index, m, info, self.spec)
+        except ScheduleError:
+            return None
+        return m
+
     def reducers(self, info: BandInfo) -> tuple[str, ...]:
         """The reducers of the reductions below a band of the prepared program (statements
         `S<k>` and `S<k>_init` are op k's; none known before `prepare`)."""
@@ -412,16 +473,16 @@ class CudaRecipe(Recipe):
 
     def default_config(self, bands, dtype, fusion="smart") -> Config:
         steps = [s for k, info in enumerate(bands)
-                 for s in default_mapping(info, self.spec, self.reducers(info)).steps(k)]
+                 for s in self.default_for(info).steps(k)]
         return Config(fusion, tuple(steps) + (Step("unroll"),))
 
     def space(self, bands, fusion="smart") -> CudaSpace:
         return CudaSpace(fusion, bands=tuple(CudaBandSpace(i, self.spec, self.reducers(i)) for i in bands),
-                         target=self.target)
+                         target=self.target, defaults=tuple(self.default_for(i) for i in bands))
 
     def mappings(self, config: Config, bands: list[BandInfo]) -> list[BandMapping]:
         given = config.bands_given()
-        return [_mapping_of(config, k, info) if k in given else default_mapping(info, self.spec, self.reducers(info))
+        return [_mapping_of(config, k, info) if k in given else self.default_for(info)
                 for k, info in enumerate(bands)]
 
     def validate(self, config, bands) -> None:
@@ -448,11 +509,27 @@ class CudaRecipe(Recipe):
         if tiled:
             from akg.schedules.cuda_shared import check, map_shared
 
-            if trees or len(tiled) > 1:
+            if trees or len(tiled) > 1:  # the heuristic's tiles give way; a config's are refused
+                mappings = [default_mapping(info, self.spec, self.reducers(info)) if m.shared and
+                            m == self.default_for(info) else m for m, info in zip(mappings, bands)]
+                tiled = [k for k, m in enumerate(mappings) if m.shared]
+            if tiled and (trees or len(tiled) > 1):
                 raise ScheduleError("shared tiles in one band of a kernel, without reduction trees (not done yet)")
+        if tiled:
             (k,) = tiled
-            done = map_shared(model, schedule, bands, k, mappings[k], *mappings[k].shared, self.spec, apply_band,
-                              cache=self._trees)
+            try:
+                done = map_shared(model, schedule, bands, k, mappings[k], *mappings[k].shared, self.spec, apply_band,
+                                  cache=self._trees)
+            except ScheduleError as e:
+                if mappings[k] != self.default_for(bands[k]):
+                    raise
+                # the heuristic proposed it from the ops' shape: map the band as before
+                log.debug("%s: no shared tiles: %s", model.program.name, e)
+                plain = default_mapping(bands[k], self.spec, self.reducers(bands[k]))
+                mapped = tree.map_outer_bands(model, schedule, lambda node, b: _apply_band(
+                    node, plain if b == k else mappings[b], bands[b], unroll))
+                check_mapping(model, mapped)
+                return mapped
             check(done)
             return done.model, done.schedule
         if not trees:
@@ -465,7 +542,7 @@ class CudaRecipe(Recipe):
             warps = frozenset(k for k in trees if mappings[k].shuffle)
             done = map_trees(model, schedule, bands, trees, self.spec, apply_band, cache=self._trees, warps=warps)
         except ScheduleError as e:
-            defaults = [default_mapping(info, self.spec, self.reducers(info)) for info in bands]
+            defaults = [self.default_for(info) for info in bands]
             if any(mappings[k] != defaults[k] for k in trees):
                 raise
             # the heuristic proposed it from the band's shape alone: map the band as before

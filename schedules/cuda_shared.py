@@ -342,6 +342,8 @@ def map_shared(model, schedule, bands, k: int, mapping, tile_k: int, pad: int, s
             cols.append(col)
             g = -(-op.axes[a].extent // t)
             marks.append(f"blockIdx.{ax[p]}.{g}" if g > 1 else None)
+        if not any(marks):  # one block: still one launch around it all (the tiles live in it)
+            marks[0] = "blockIdx.x.1"
         top = _band(node, ctx, cols, marks)
         depth = top.get_tree_depth()
 

@@ -10,6 +10,7 @@ import pytest
 from akg.compiler import pipeline_for
 from akg.errors import ScheduleError
 from akg.graph import GraphBuilder
+from akg.schedules.cuda import default_mapping
 from akg.schedules.space import Config, Step
 
 
@@ -43,10 +44,15 @@ def test_a_matmul_maps_its_output_and_keeps_the_reduction_serial_in_each_thread(
     p = _pipeline(_matmul)
     (info,) = p.bands
     assert info.reduction_inner
-    assert Step("map", 0, "threads", (1, 130)) in p.default_config().steps
-    tir = p.build().tir()
+    config = Config("smart", (Step("order", 0, None, (0, 1)), Step("map", 0, "threads", (1, 130))))
+    assert default_mapping(info, p.target.spec, ("sum",)).steps(0) == config.steps
+    tir = p.build(config).tir()
     assert "threadIdx.x.130" in tir and "blockIdx.y.70" in tir
     assert tir.index("threadIdx.x.130") < tir.index("in range(96)")  # k inside the thread
+    # the recipe's default: 16 x 16 threads computing from shared tiles of A and B (cuda_shared.py)
+    assert p.default_config().band_steps(0) == (Step("order", 0, None, (0, 1)), Step("map", 0, "threads", (16, 16)),
+                                                Step("promote", 0, "shared", (16, 0)))
+    assert "stile" in p.build().tir()
 
 
 def test_a_band_without_parallel_members_spreads_its_reduction_over_one_block():
@@ -134,7 +140,8 @@ def test_sampled_mutated_and_crossed_configs_are_legal_and_correct():
 def test_the_mapping_is_the_same_for_the_gpu_and_its_emulation():
     gpu, emu = _pipeline(_matmul, "cuda"), _pipeline(_matmul, "cuda-emu")
     assert gpu.default_config() == emu.default_config()
-    assert gpu.lower(None)[0].script() == emu.lower(None)[0].script()
+    # the same TIR, but for the scratch arrays' scope: shared on the GPU, plain arrays on the host
+    assert gpu.lower(None)[0].script().replace("T.alloc_shared", "T.alloc_buffer") == emu.lower(None)[0].script()
 
 
 def test_a_third_member_maps_to_blocks_when_the_threads_are_spent():

@@ -128,3 +128,19 @@ def test_nvcc_builds_the_tiles_in_shared_memory_with_barriers():
     half = pipeline_for(_graph(HALF), "cuda").build(_tiled((8, 32), 16, 1))
     (res,) = half.executable.resources.values()
     assert 0 <= res.shared_bytes - (8 * 17 + 16 * 33) * 2 < 64  # the fp16 tiles as fp16 (each 64-byte aligned)
+    tiny = pipeline_for(_graph(lambda b: b.output(b.matmul(b.input("a", (2, 16)), b.input("w", (16, 2))))), "cuda")
+    kernel = tiny.build(_tiled((2, 2), 8, 0))
+    assert len(kernel.executable.launches) == 1  # one block: still one kernel, the tiles live in it
+
+
+def test_the_default_tiles_matmuls_and_not_a_row_sum():
+    """Tiles where their elements are read by several threads of a block (a matmul's A and
+    B), not for a row sum (each tile row would be read by its own thread only)."""
+    import akg
+
+    for body, tiled in ((BATCH, True), (EPILOGUE, True),
+                        (lambda b: b.output(b.sum(b.input("x", (64, 300)), axes=[1])), False)):
+        graph = _graph(body)
+        kernel = akg.build(graph, target="cuda-emu")
+        assert any(s.op == "promote" for s in kernel.config.steps) == tiled
+        _check(graph, kernel)
