@@ -26,13 +26,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import islpy as isl
 import numpy as np
 
 from akg.errors import ScheduleError
 from akg.graph.compute.expr import (ComputeOp, Const, Load, Var, all_of, call, compute, const, rebuild, reduce,
                                     reduce_axis, select, substitute)
 from akg.graph.compute.lower import Program
+from akg.polyhedral.block_tiles import flat_tile_accesses, map_tiled_reduction
 
 TILE_TAG = ".stile"
 BARRIER = "barrier"
@@ -205,43 +205,6 @@ def tile_reduction(program: Program, op: ComputeOp, tiles: dict, tile_k: int, pa
 # --- the mapping -------------------------------------------------------------------------------
 
 
-def _pull_back(schedule: isl.Schedule, model, targets: dict[str, tuple[str, list[str]]]) -> isl.Schedule:
-    """The schedule over `model`'s statements: statement S runs where `targets[S] = (T, exprs)`
-    ran at T[exprs] (over S's iterators i0, i1, ...)."""
-    ctx = schedule.get_ctx()
-    maps = isl.UnionMap.empty(isl.Space.params_alloc(ctx, 0))
-    for s in model.statements:
-        old, exprs = targets[s.name]
-        names = ", ".join(f"i{d}" for d in range(len(s.iters)))
-        m = isl.Map(f"{{ {s.name}[{names}] -> {old}[{', '.join(exprs)}] }}", context=ctx)
-        maps = maps.union(isl.UnionMap.from_map(m.intersect_domain(s.domain)))
-    return schedule.pullback_union_pw_multi_aff(isl.UnionPwMultiAff.from_union_map(maps))
-
-
-def _mupa(ctx, column: dict[str, tuple[int, str]]) -> isl.MultiUnionPwAff:
-    """One band member: statement -> (iterators, expression over i0, i1, ...)."""
-    pieces = [f"{name}[{', '.join(f'i{d}' for d in range(n))}] -> [({expr})]" for name, (n, expr) in column.items()]
-    return isl.MultiUnionPwAff(f"[{{ {'; '.join(pieces)} }}]", context=ctx)
-
-
-def _band(node, ctx, columns: list[dict], marks: list[str | None]):
-    from akg.polyhedral.tree import insert_marks_on_members
-
-    mupa = None
-    for col in columns:
-        m = _mupa(ctx, col)
-        mupa = m if mupa is None else mupa.flat_range_product(m)
-    band = node.insert_partial_schedule(mupa)
-    return insert_marks_on_members(band, marks)
-
-
-def _filter(ctx, names: list[tuple[str, int]]) -> isl.UnionSet:
-    out = isl.UnionSet.empty(isl.Space.params_alloc(ctx, 0))
-    for name, n in names:
-        out = out.union(isl.UnionSet(f"{{ {name}[{', '.join(f'i{d}' for d in range(n))}] }}", context=ctx))
-    return out
-
-
 def map_shared(model, schedule, bands, k: int, mapping, tile_k: int, pad: int, spec, apply_band,
                barrier: str | None = BARRIER, cache: dict | None = None) -> SharedTiles:
     """Band k's reduction with its operands in shared tiles (see the module), the band mapped
@@ -249,7 +212,6 @@ def map_shared(model, schedule, bands, k: int, mapping, tile_k: int, pad: int, s
     band by `apply_band(node, k)`. `barrier` None plants the missing barriers the race
     checker must find. ScheduleError where the band is not one reduction of a single axis
     over tiles of output axes, or the tiles exceed the spec's shared memory."""
-    from akg.polyhedral import tree
     from akg.polyhedral.model import build_model
 
     info = bands[k]
@@ -310,99 +272,10 @@ def map_shared(model, schedule, bands, k: int, mapping, tile_k: int, pad: int, s
         else:
             prior = next(o for o in model.statements if o.op.name == s.op.name and o.role == s.role)
             targets[s.name] = (prior.name, [f"i{d}" for d in range(len(s.iters))])
-    pulled = _pull_back(schedule, new_model, targets)
-    ctx = model.ctx
-    ax = {p: mapping.axis(p) for p in range(n)}
-    nt = {ax[p]: mapping.threads[p] for p in range(n)}
-    threads = math.prod(mapping.threads)
-
-    def apply(node, band):
-        if band != k:
-            return apply_band(node, band)
-        names = []
-        node.get_domain().foreach_set(lambda st: names.append(st.get_tuple_name()))
-        if set(names) != {init.name, update.name, *(c.name for c in copies), *(e.name for e in epilogue)}:
-            raise ScheduleError(f"band {k}: shared tiles need the band to hold only {op.name} and its epilogue")
-        old_band = isl.UnionMap.from_multi_union_pw_aff(node.band_get_partial_schedule())
-        for e in (update, *epilogue):  # the band's loops are the op's output axes, in order
-            names_e = ", ".join(f"i{d}" for d in range(len(e.iters)))
-            ident = isl.UnionMap(f"{{ {e.name}[{names_e}] -> [{', '.join(f'i{d}' for d in range(n))}] }}",
-                                 context=ctx)
-            here = old_band.intersect_domain(isl.UnionSet.from_set(e.domain))
-            if not here.is_equal(ident.intersect_domain(isl.UnionSet.from_set(e.domain))):
-                raise ScheduleError(f"band {k}: {e.op.name} does not run at its own outputs in the band")
-        node = node.cut()
-        node = node.delete() if node.get_type() == isl.schedule_node_type.band else node
-        cols, marks = [], []
-        for p in range(n):
-            a = mapping.order[p]
-            t = tiles[id(op.axes[a])]
-            col = {s.name: (len(s.iters), f"floor(i{a} / {t})") for s in (init, update, *epilogue)}
-            col.update({c.name: (len(c.iters), f"i{a}") for c in copies})
-            cols.append(col)
-            g = -(-op.axes[a].extent // t)
-            marks.append(f"blockIdx.{ax[p]}.{g}" if g > 1 else None)
-        if not any(marks):  # one block: still one launch around it all (the tiles live in it)
-            marks[0] = "blockIdx.x.1"
-        top = _band(node, ctx, cols, marks)
-        depth = top.get_tree_depth()
-
-        def threads_of(s, p):
-            a = mapping.order[p]
-            return len(s.iters), f"i{a} mod {tiles[id(op.axes[a])]}"
-
-        thread_marks = [f"threadIdx.{ax[p]}.{mapping.threads[p]}" for p in range(n)]
-        rest, passed = top, 0
-        while passed < n:  # below the block members (one band each, some under marks)
-            passed += rest.get_type() == isl.schedule_node_type.band
-            rest = rest.child(0)
-        lst = isl.UnionSetList.alloc(ctx, 2 + len(epilogue)).add(_filter(ctx, [(init.name, len(init.iters))]))
-        lst = lst.add(_filter(ctx, [(s.name, len(s.iters)) for s in (update, *copies)]))
-        for e in epilogue:
-            lst = lst.add(_filter(ctx, [(e.name, len(e.iters))]))
-        seq = rest.insert_sequence(lst)
-        for j, s in [(0, init), *((2 + q, e) for q, e in enumerate(epilogue))]:  # each thread its own outputs
-            leaf = _band(seq.child(j).child(0), ctx, [{s.name: threads_of(s, p)} for p in range(n)], thread_marks)
-            seq = leaf.ancestor(leaf.get_tree_depth() - seq.get_tree_depth())
-        kt = seq.child(1).child(0)
-        kt = kt.insert_partial_schedule(_mupa(ctx, {s.name: (len(s.iters), f"i{n}") for s in (update, *copies)}))
-        parts = [*copies, update]
-        lst = isl.UnionSetList.alloc(ctx, len(parts))
-        for s in parts:
-            lst = lst.add(_filter(ctx, [(s.name, len(s.iters))]))
-        inner = kt.child(0).insert_sequence(lst)
-        sdepth = inner.get_tree_depth()
-        for j, s in enumerate(parts):
-            leaf = inner.child(j).child(0)
-            if s is update:  # each thread its own outputs, the k-tile's terms in order
-                cols = [{s.name: threads_of(s, p)} for p in range(n)]
-                below = {s.name: (len(s.iters), f"i{n + 1}")}
-            else:  # element f of the flattened box on thread f mod threads (x fastest), cyclically
-                cols = _copy_cols(s, n, ax, nt)
-                below = {s.name: (len(s.iters), f"floor(i{n + 1} / {threads})")}
-            leaf = leaf.insert_partial_schedule(_mupa(ctx, below))
-            band_node = _band(leaf, ctx, cols, thread_marks)
-            if barrier and (s is update or s is copies[-1]):
-                band_node = band_node.insert_mark(isl.Id(barrier, context=ctx))
-            inner = band_node.ancestor(band_node.get_tree_depth() - sdepth)
-        return inner.ancestor(inner.get_tree_depth() - depth)
-
-    mapped = tree.map_outer_bands(new_model, pulled, apply)
+    mapped = map_tiled_reduction(model, new_model, schedule, targets, k, op, tiles, mapping, init, update,
+                                 copies, epilogue, apply_band, barrier)
     shared = frozenset(new_model.tensor_ids[c.output] for c in copy_ops)
     return SharedTiles(new_model, mapped, shared, total)
-
-
-def _copy_cols(s, n: int, ax: dict, nt: dict) -> list[dict]:
-    """The thread members of a copy, in the update's member order (position p is axis
-    ax[p]): element f of the flattened box runs on x = f mod X, y = (f / X) mod Y, z = ..."""
-    f = f"i{n + 1}"
-    stride = {}
-    acc = 1
-    for axis in "xyz":
-        if axis in nt:
-            stride[axis] = acc
-            acc *= nt[axis]
-    return [{s.name: (len(s.iters), f"floor({f} / {stride[ax[p]]}) mod {nt[ax[p]]}")} for p in range(n)]
 
 
 def check(done: SharedTiles, max_operations: int | None = None) -> None:
@@ -417,21 +290,12 @@ def check(done: SharedTiles, max_operations: int | None = None) -> None:
     from akg.schedules.cuda import race_role
 
     model = done.model
-    ctx = model.ctx
-    proj = isl.UnionMap.empty(isl.Space.params_alloc(ctx, 0))
-    for t, tid in model.tensor_ids.items():
-        if tid in done.shared:
-            lead = ", ".join(f"l{d}" for d in range(len(t.shape) - 1))
-            proj = proj.union(isl.UnionMap(f"{{ {tid}[{lead}, f] -> {tid}[f] }}", context=ctx))
-
-    def project(umap: isl.UnionMap) -> isl.UnionMap:
-        tiles = umap.intersect_range(proj.domain())
-        return umap.subtract(tiles).union(tiles.apply_range(proj))
+    writes, reads = flat_tile_accesses(model, done.shared)
 
     ops = max_operations or DEFAULT_MAX_OPERATIONS
     labels = {tid: f"{t.name} ({tid})" for t, tid in model.tensor_ids.items() if t.name and not t.name.isdigit()}
     try:
-        check_races(project(model.writes()), project(model.reads()), mapping_of(done.schedule, race_role, ops),
+        check_races(writes, reads, mapping_of(done.schedule, race_role, ops),
                     shared=done.shared, labels=labels, max_operations=ops)
     except UnprovenRaceError as e:
         logging.getLogger(__name__).debug("%s: race check of the shared tiles not proven: %s",
