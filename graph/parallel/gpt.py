@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from akg.errors import InputError
-from akg.graph.autodiff import VjpEmitter, _builder_over, grad, rebuilt
 from akg.graph.builder import GraphBuilder
-from akg.graph.ir import Graph, Value
-from akg.graph.train import NEW, STATE, make_optimizer
+from akg.graph.ir import Graph
+from akg.graph.train import STATE, train_step_of_inputs
 
 
 @dataclass(frozen=True)
@@ -126,33 +125,8 @@ def train_graph(s: GptSpec, batch: int, optimizer: str = "adam") -> Graph:
 
 def step_of_inputs(graph: Graph, loss: str, params: list[str], optimizer: str = "adam", **settings) -> Graph:
     """`graph/train.train_step` for parameters that are already graph inputs (models too big
-    to hold their weights as constants): gradients, optimizer state inputs `opt.<slot>.<p>`,
-    outputs loss and `new.*`, named as train_step names them."""
-    opt = make_optimizer(optimizer, **settings)
-    grads = grad(graph, loss, params)
-    b = _builder_over(grads)
-    hints: dict[Value, str] = {}
-    renames: dict[Value, str] = {}
-    loss_v, *gs = grads.outputs
-    by_name = {v.name: v for v in grads.inputs}
-    ps = [by_name[n] for n in params]
-    state = {(slot, p.name): b.input(f"{STATE}{slot}.{p.name}", p.shape, p.dtype)
-             for slot in opt.slots for p in ps}
-    glob = {name: b.input(f"{STATE}{name}", (), "float32") for name in opt.globals_}
-    new_glob = opt.update_globals(VjpEmitter(b, hints, "update", ()), glob)
-    new_params, new_state = [], {}
-    for p, g in zip(ps, gs):
-        e = VjpEmitter(b, hints, f"update.{p.name}", ())
-        new_p, slots = opt.update(e, p, g, {k: state[k, p.name] for k in opt.slots}, new_glob)
-        new_params.append(new_p)
-        renames[new_p] = f"{NEW}{p.name}"
-        for k, v in slots.items():
-            new_state[k, p.name] = v
-            renames[v] = f"{NEW}{STATE}{k}.{p.name}"
-    for name, v in new_glob.items():
-        renames[v] = f"{NEW}{STATE}{name}"
-    b.output(loss_v, *new_params, *(new_state[k] for k in state), *(new_glob[k] for k in glob))
-    return rebuilt(b.build(), renames, hints)
+    to hold their weights as constants): `train_step_of_inputs`."""
+    return train_step_of_inputs(graph, loss, params, optimizer, **settings)
 
 
 def build(name_or_spec: str | GptSpec, batch: int, *, layers: int | None = None,
