@@ -12,20 +12,12 @@ import pytest
 import akg
 from akg.compiler import pipeline_for
 from akg.errors import LoweringError, RaceError, ScheduleError
-from akg.graph import GraphBuilder
 from akg.schedules.space import Config, Step
 
-
-def _graph(body):
-    b = GraphBuilder("k")
-    body(b)
-    return b.build()
+import cuda_suite  # noqa: E402 (tests/akg/backends/cuda on the path, as for test_emulate)
 
 
-def _check(graph, kernel):
-    from tests_conftest_cuda import assert_matches_reference
-
-    return assert_matches_reference(graph, kernel, 0, None)
+_graph, _check = cuda_suite.graph_of, cuda_suite.check_emulated
 
 
 def _reduce(n: int) -> Config:

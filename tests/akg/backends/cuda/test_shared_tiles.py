@@ -13,20 +13,12 @@ import pytest
 
 from akg.compiler import pipeline_for
 from akg.errors import RaceError, ScheduleError
-from akg.graph import GraphBuilder
 from akg.schedules.space import Config, Step
 
-
-def _graph(body):
-    b = GraphBuilder("k")
-    body(b)
-    return b.build()
+import cuda_suite  # noqa: E402 (tests/akg/backends/cuda on the path, as for test_emulate)
 
 
-def _check(graph, kernel):
-    from tests_conftest_cuda import assert_matches_reference
-
-    return assert_matches_reference(graph, kernel, 0, None)
+_graph, _check = cuda_suite.graph_of, cuda_suite.check_emulated
 
 
 MATMUL = lambda b: b.output(b.matmul(b.input("a", (70, 50)), b.input("w", (50, 90))))  # noqa: E731
