@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 # ops that choose their layout in the program; the others follow their largest input (a
 # batched matmul too: attention's scores and context follow the layout of the queries)
 ANCHOR_OPS = ("matmul", "dense", "conv2d", "gather", "scatter_add", "one_hot")
+FOLLOW_ABOVE = 200  # classes with a choice: above this many, light ops follow their inputs
 TIME_SCALE = 1e3
 MIP_GAP = 1e-4  # HiGHS stops within this fraction of the optimum (a binding memory row branches)
 EXACT_SECONDS = 5.0  # the memory-constrained program after the Lagrangian one, at most this long
@@ -69,7 +70,8 @@ class Group:
 class Problem:
     def __init__(self, graph: Graph, mesh: Mesh, sub: Mesh, cluster: ClusterSpec, roles: StepRoles, segs,
                  pinned: dict[str, Sharding], *, pp: int = 1, microbatches: int = 1,
-                 kernels: KernelTimes | None = None, seg_weight: list[tuple[float, float]] | None = None):
+                 kernels: KernelTimes | None = None, seg_weight: list[tuple[float, float]] | None = None,
+                 follow: bool | None = None):
         self._t0 = time.perf_counter()
         self.graph, self.mesh, self.sub, self.cluster = graph, mesh, sub, cluster
         self.roles, self.segs, self.pinned = roles, segs, pinned
@@ -84,7 +86,13 @@ class Problem:
         self.of_unit: dict = {}
         self._build_classes()
         self._price_units()
-        self._follow()
+        if follow is None:  # small programs are solved whole; large ones with following
+            follow = sum(len(k.choices) > 1 for k in self.classes) > FOLLOW_ABOVE
+        if follow:
+            self._follow()
+        else:
+            for ci, k in enumerate(self.classes):
+                k.root, k.follow = ci, list(range(len(k.choices)))
         self.groups: list[Group] = []
         self._price_edges()
         self.stats: dict = {}

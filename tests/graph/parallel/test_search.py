@@ -165,3 +165,19 @@ def test_search_time_grows_about_linearly_with_layers():
         times[n] = time.perf_counter() - t
     assert times[48] < 60
     assert times[48] < 6 * times[12] + 5
+
+
+def test_a_small_step_is_solved_whole_and_beats_a_hand_plan(examples_dir):
+    """Small programs are not cut down by following: the mlp step on tp=2 is at least as good
+    as Megatron's pins propagated by hand (manual.propagated_plan), priced alike."""
+    from akg.graph.io import load_model
+    from akg.graph.parallel.manual import propagated_plan
+    from akg.graph.train import train_step
+
+    step = train_step(load_model(examples_dir / "mlp.mir"), "loss", optimizer="sgd", lr=0.1)
+    mesh = Mesh.parse("tp=2")
+    pins = {"fc1.weight": Sharding(((), ("tp",))), "fc1.bias": Sharding((("tp",),)),
+            "fc2.weight": Sharding((("tp",), ()))}
+    hand = evaluate(step, propagated_plan(step, mesh, pins), C).step_time
+    assert search(step, mesh, C).predicted["step_time"] <= hand * (1 + 1e-6)
+    assert search(step, mesh, C, pinned=pins).predicted["step_time"] <= hand * (1 + 1e-6)
