@@ -432,25 +432,11 @@ def starts_kernel(call) -> bool:
 # --- models and plans ---------------------------------------------------------------------------
 
 
-def with_loss(graph):
-    """`graph` with a scalar loss: the mean of its first output squared."""
-    from akg.graph.builder import GraphBuilder
-
-    b = GraphBuilder.rewriting(graph)
-    env = b.copy_io(graph)
-    for node in graph.nodes:
-        for o, nn in zip(node.outputs, b.copy_node(node, [env[v] for v in node.inputs])):
-            env[o] = nn
-    out = env[graph.outputs[0]]
-    b.output(b.op("mean", b.op("mul", out, out, name=b.unique("squared")), name="loss"))
-    return b.build()
-
-
 def models(names):
     """name -> (model, training step, pins(dp, tp) of its Megatron layout, pipeline cut)."""
     from akg.graph.io import load_model
     from akg.graph.parallel.sharding import Sharding
-    from akg.graph.train import train_step
+    from akg.graph.train import train_step, with_mean_square_loss
 
     col = lambda *a: Sharding(((), tuple(a)))  # noqa: E731
     row = lambda *a: Sharding((tuple(a), ()))  # noqa: E731
@@ -477,7 +463,7 @@ def models(names):
             model = load_model(ROOT / "examples" / "mlp.mir")
             out[name] = (model, train_step(model, "loss", optimizer="sgd", lr=0.01), mlp_pins, "relu1")
         elif name == "transformer_block":
-            model = with_loss(load_model(ROOT / "examples" / "transformer_block.mir"))
+            model = with_mean_square_loss(load_model(ROOT / "examples" / "transformer_block.mir"))
             out[name] = (model, train_step(model, "loss", optimizer="sgd", lr=0.01), block_pins, "attn_norm")
         else:
             raise SystemExit(f"unknown model {name} (mlp, transformer_block)")
