@@ -225,10 +225,24 @@ def split_reductions(program: Program, lanes: int) -> Program:
     floating-point max/min reduction on its own (it would have to assume no NaNs). Sums are
     left alone: with reassociation allowed, LLVM vectorises those itself.
     """
-    from akg.graph.compute.expr import reduce, reduce_axis
-
     if lanes < 2:
         return program
+
+    def lanes_of(op, red) -> int:
+        r = red.axes
+        return lanes if (red.reducer in ("max", "min") and len(r) == 1 and r[0].extent % lanes == 0
+                         and r[0].extent >= 4 * lanes) else 0
+
+    return rfactor_reductions(program, lanes_of)
+
+
+def rfactor_reductions(program: Program, lanes_of) -> Program:
+    """Each reduction for which `lanes_of(op, reduce)` gives lanes >= 2 (a divisor of its first
+    reduction axis) as `lanes` partial reductions and a short final one:
+    partial[.., l] = reduce_{ro, rest} src(first = ro * lanes + l, rest), out = reduce_l partial
+    (the targets choose which reductions and how many lanes: CPU vector lanes, GPU threads)."""
+    from akg.graph.compute.expr import reduce, reduce_axis
+
     remap: dict[int, Tensor] = {}
 
     def rewrite(e: Expr) -> Expr:
@@ -238,23 +252,24 @@ def split_reductions(program: Program, lanes: int) -> Program:
     for op in program.ops():
         red = op.reduce
         body = rewrite(op.body)
-        if (red is not None and red.reducer in ("max", "min") and len(red.axes) == 1
-                and red.axes[0].extent % lanes == 0 and red.axes[0].extent >= 4 * lanes):
-            r = red.axes[0]
+        lanes = lanes_of(op, red) if red is not None else 0
+        if lanes >= 2:
+            first, rest = red.axes[0], list(red.axes[1:])
             shape = [a.extent for a in op.axes]
             src = rewrite(red.source)
 
-            def partial_body(*idx, op=op, r=r, src=src, reducer=red.reducer):
-                ro = reduce_axis(r.extent // lanes, f"{op.name}.ro")
+            def partial_body(*idx, op=op, first=first, rest=rest, src=src, lanes=lanes, reducer=red.reducer):
+                ro = reduce_axis(first.extent // lanes, f"{op.name}.ro")
+                inner = [reduce_axis(r.extent, f"{op.name}.r{k}") for k, r in enumerate(rest)]
                 mapping = dict(zip(op.axes, idx[:-1]))
-                mapping[r] = ro * lanes + idx[-1]
-                return reduce(reducer, substitute(src, mapping), [ro])
+                mapping[first] = ro * lanes + idx[-1]
+                mapping.update(zip(rest, inner))
+                return reduce(reducer, substitute(src, mapping), [ro, *inner])
 
             partial = compute([*shape, lanes], partial_body, f"{op.name}.partial")
             lane = reduce_axis(lanes, f"{op.name}.lane")
-            new = compute(shape, lambda *i, p=partial, lane=lane, reducer=red.reducer:
-                          reduce(reducer, p[(*i, lane)], [lane]), op.name)
-            remap[id(op.output)] = new
+            remap[id(op.output)] = compute(shape, lambda *i, p=partial, lane=lane, reducer=red.reducer:
+                                           reduce(reducer, p[(*i, lane)], [lane]), op.name)
         elif body is not op.body:
             remap[id(op.output)] = ComputeOp(op.name, op.axes, body).output
     if not remap:
