@@ -2,10 +2,23 @@
 
 - Devices are rooflines (`ClusterSpec`: peak FLOP/s, memory bandwidth, memory), or tuned
   kernel times where a database holds them for an op at its local shapes (`KernelTimes`).
+- Devices that are processes on one host share its cores (`shared_cores`): a pipeline keeps
+  fewer of them busy at once, and its compute runs faster than with every device busy.
+- Rooflines take the rate a kernel of its size achieves where the cluster has measured curves
+  (small kernels run below the peak), charge `call_s` per kernel started, and count only the
+  memory traffic that survives fusion: an elementwise or layout op reads its inputs from
+  registers when another op made them and writes its output only when something other than
+  an elementwise op reads it (`fused_traffic`).
 - Collectives cost alpha + beta * bytes moved per mesh axis, with the intra-node (NVLink-class)
-  or inter-node (network) alpha/beta as `Mesh.intra_node` says for that axis: all-reduce
-  alpha + beta 2(n-1)/n B, all-gather / reduce-scatter / all-to-all alpha + beta (n-1)/n B
-  (B the larger of the local buffers before and after), send/recv alpha + beta B.
+  or inter-node (network) alpha/beta as `Mesh.intra_node` says for that axis. As NCCL runs
+  them (`library="nccl"`): all-reduce alpha + beta 2(n-1)/n B, all-gather / reduce-scatter /
+  all-to-all alpha + beta (n-1)/n B (B the larger of the local buffers before and after),
+  send/recv alpha + beta B; where a ring's messages cost latency of their own, `message_alpha`
+  per message adds 2(n-1) of them to an all-reduce and n-1 to the others (zero in the GPU
+  presets: the formulas above), and a send's latency may be measured apart (`p2p_alpha`).
+  As gloo on CPUs runs them (`library="gloo"`, the `host` preset and akg.distributed): no
+  reduce-scatter or all-to-all, so the first is an all-reduce of the whole buffer and the
+  second a gather of every rank's whole buffer.
 - Resharding an edge costs the sum of its `reshard` steps.
 - A training step's roles (`StepRoles`): forward nodes (ancestors of the loss), backward,
   and the optimizer update (`update.*`/`new.*`, graph/train's names) run once per step;
@@ -31,6 +44,25 @@ from akg.graph.parallel.strategy import OpCall, Strategy, local_attrs
 from akg.graph.types import TensorType
 
 GiB = 1 << 30
+LIBRARIES = ("nccl", "gloo")
+
+
+def _rate(curve, work: float, default: float) -> float:
+    """The rate at `work`, interpolated in log-log between measured (work, rate) points, the
+    ends held beyond them; `default` without a curve."""
+    if not curve:
+        return default
+    xs = [math.log(w) for w, _ in curve]
+    if work <= curve[0][0]:
+        return curve[0][1]
+    if work >= curve[-1][0]:
+        return curve[-1][1]
+    x = math.log(work)
+    for (x0, (_, r0)), (x1, (_, r1)) in zip(zip(xs, curve), zip(xs[1:], curve[1:])):
+        if x <= x1:
+            f = (x - x0) / (x1 - x0) if x1 > x0 else 1.0
+            return math.exp(math.log(r0) + f * (math.log(r1) - math.log(r0)))
+    return curve[-1][1]
 
 
 @dataclass(frozen=True)
@@ -48,9 +80,29 @@ class ClusterSpec:
     inter_alpha: float = 20e-6
     inter_beta: float = 1 / 12.5e9
     note: str = ""
+    library: str = "nccl"  # how collectives run: "nccl" or "gloo" (see the module docstring)
+    message_alpha: float = 0.0  # latency per ring message on top of a collective's alpha
+    p2p_alpha: float | None = None  # a send/recv's latency where it is not alpha + message_alpha
+    call_s: float = 0.0  # seconds to start one kernel (a GPU launch, a compiled call on a host)
+    shared_cores: int = 0  # devices are processes sharing this many cores (0: each has its own)
+    flops_curve: tuple[tuple[float, float], ...] = ()  # (FLOPs of a kernel, FLOP/s it achieves), measured
+    bandwidth_curve: tuple[tuple[float, float], ...] = ()  # (bytes a kernel moves, bytes/s it achieves)
+
+    def __post_init__(self):
+        if self.library not in LIBRARIES:
+            raise InputError(f"cluster '{self.name}': unknown collective library '{self.library}' "
+                             f"(known: {', '.join(LIBRARIES)})")
 
     def alpha_beta(self, intra: bool) -> tuple[float, float]:
         return (self.intra_alpha, self.intra_beta) if intra else (self.inter_alpha, self.inter_beta)
+
+    def flop_rate(self, flops: float) -> float:
+        """FLOP/s a kernel of `flops` achieves: the measured curve at that size, else the peak."""
+        return _rate(self.flops_curve, flops, self.peak_flops)
+
+    def byte_rate(self, nbytes: float) -> float:
+        """Bytes/s a kernel moving `nbytes` achieves: the measured curve, else the bandwidth."""
+        return _rate(self.bandwidth_curve, nbytes, self.mem_bandwidth)
 
     def with_network(self, gbits: float) -> "ClusterSpec":
         """The same cluster with `gbits` Gb/s of inter-node bandwidth per device."""
@@ -101,7 +153,8 @@ def host() -> ClusterSpec:
     except (ValueError, OSError, AttributeError):
         mem = 4 * GiB
     return ClusterSpec("host", flops / cores, bw / cores, mem, cores, 30e-6, 1 / (bw / 4), 100e-6, 1 / 1e9,
-                       note=f"measured: NumPy matmul and copy over {cores} cores")
+                       note=f"measured: NumPy matmul and copy over {cores} cores; gloo latencies guessed",
+                       library="gloo", message_alpha=100e-6, call_s=5e-6, shared_cores=cores)
 
 
 CLUSTERS = {"a100": a100, "h100": h100, "host": host}
@@ -130,16 +183,21 @@ def cluster(name: str) -> ClusterSpec:
 
 def collective_time(op: str, nbytes: float, n: int, c: ClusterSpec, intra: bool) -> float:
     """Seconds for one collective of `op` among `n` devices on a buffer of `nbytes` (the
-    larger of the local buffers before and after)."""
+    larger of the local buffers before and after), as `c.library` runs it: alpha per call,
+    `c.message_alpha` per ring message, beta per byte each device sends."""
     if n <= 1 or op in ("shard_slice", "mark_partial"):
         return 0.0
     alpha, beta = c.alpha_beta(intra)
-    if op == "all_reduce":
-        return alpha + beta * 2 * (n - 1) / n * nbytes
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return alpha + beta * (n - 1) / n * nbytes
     if op in ("send", "recv", "send_recv"):
-        return alpha + beta * nbytes
+        return (alpha + c.message_alpha if c.p2p_alpha is None else c.p2p_alpha) + beta * nbytes
+    if c.library == "gloo" and op == "reduce_scatter":  # no reduce-scatter: an all-reduce of the whole
+        op = "all_reduce"
+    if op == "all_reduce":
+        return alpha + c.message_alpha * 2 * (n - 1) + beta * 2 * (n - 1) / n * nbytes
+    if c.library == "gloo" and op == "all_to_all":  # no all-to-all: a gather of every rank's whole buffer
+        return alpha + c.message_alpha * (n - 1) + beta * (n - 1) * nbytes
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return alpha + c.message_alpha * (n - 1) + beta * (n - 1) / n * nbytes
     raise InputError(f"no cost for collective '{op}'")
 
 
@@ -201,9 +259,43 @@ def local_call(call: OpCall, s: Strategy, mesh: Mesh) -> OpCall:
     return OpCall(call.op, ins, outs, get_op(call.op).check_attrs(local_attrs(call, s)))
 
 
-def compute_time(call: OpCall, s: Strategy, mesh: Mesh, c: ClusterSpec, kernels: KernelTimes | None = None) -> float:
+FUSED_KINDS = ("elementwise", "layout")  # fuse into the kernel of a neighbour: start none of their own
+
+
+def starts_kernel(op: str) -> bool:
+    """Whether `op` is a kernel of its own after fusion (contractions, reductions, pools,
+    gathers, composites): elementwise and layout ops fuse into a neighbour, collectives are none."""
+    from akg.graph.ops import get_op
+
+    return get_op(op).kind not in (*FUSED_KINDS, "collective")
+
+
+Moves = tuple[tuple[bool, ...], tuple[bool, ...]]  # per input, per output: whether it crosses memory
+
+
+def fused_traffic(graph: Graph) -> dict[int, Moves]:
+    """Per fused (elementwise or layout) node, by id: which of its inputs it reads from memory
+    (graph inputs and constants; a value another op made reaches it fused, in registers) and
+    which outputs it writes (those read by an op that is not fused with it, and graph outputs).
+    Nodes that start kernels are absent: they read and write every operand."""
+    from akg.graph.ops import get_op
+
+    fused = {id(n) for n in graph.nodes if get_op(n.op).kind in FUSED_KINDS}
+    sources = {*graph.inputs, *graph.constants}
+    escapes = set(graph.outputs)
+    for n in graph.nodes:
+        if id(n) not in fused:
+            escapes.update(n.inputs)
+    return {id(n): (tuple(v in sources for v in n.inputs), tuple(v in escapes for v in n.outputs))
+            for n in graph.nodes if id(n) in fused}
+
+
+def compute_time(call: OpCall, s: Strategy, mesh: Mesh, c: ClusterSpec, kernels: KernelTimes | None = None,
+                 moves: Moves | None = None) -> float:
     """Seconds one device spends on its piece of `call`: a tuned time when known, else the
-    roofline max(flops / peak, bytes / bandwidth)."""
+    roofline max(flops / rate, bytes / rate) at the rates a kernel of its size achieves, the
+    bytes those `moves` says cross memory (all without it), plus `c.call_s` if it starts a
+    kernel."""
     from akg.graph.ops import get_op
 
     lc = local_call(call, s, mesh)
@@ -214,8 +306,10 @@ def compute_time(call: OpCall, s: Strategy, mesh: Mesh, c: ClusterSpec, kernels:
     if get_op(call.op).kind == "collective":
         return 0.0
     flops = get_op(call.op).count_flops(lc.ins, lc.outs, lc.attrs)
-    nbytes = sum(t.nbytes for t in lc.ins) + sum(t.nbytes for t in lc.outs)
-    return max(flops / c.peak_flops, nbytes / c.mem_bandwidth)
+    ins, outs = moves or ((True,) * len(lc.ins), (True,) * len(lc.outs))
+    nbytes = sum(t.nbytes for t, m in zip(lc.ins, ins) if m) + sum(t.nbytes for t, m in zip(lc.outs, outs) if m)
+    roof = max(flops / c.flop_rate(flops) if flops else 0.0, nbytes / c.byte_rate(nbytes) if nbytes else 0.0)
+    return roof + (c.call_s if starts_kernel(call.op) else 0.0)
 
 
 # --- the roles of a training step --------------------------------------------------------------
@@ -304,6 +398,17 @@ def reshard_time(src: Sharding, dst: Sharding, t: TensorType, mesh: Mesh, c: Clu
     return sum(step_time(s, t, mesh, c) for s in reshard(src, dst, t.shape, mesh))
 
 
+def busy_factor(c: ClusterSpec, devices: int, stages: int, microbatches: int) -> float:
+    """The factor on a pipeline's compute where devices share cores (`c.shared_cores`; the
+    cluster's rates are those with every device busy): 1F1B keeps min(stages, microbatches)
+    of `stages` stages busy at once, so fewer processes share the cores. 1 where devices have
+    cores of their own or nothing is pipelined."""
+    if not c.shared_cores or stages <= 1:
+        return 1.0
+    busy = devices * min(stages, microbatches) / stages
+    return max(1.0, busy / c.shared_cores) / max(1.0, devices / c.shared_cores)
+
+
 def pipeline_time(stage_mb: Sequence[float], stage_step: Sequence[float], microbatches: int) -> float:
     """1F1B: the microbatches stream through the stages; the slowest stage sets the pace,
     the others fill and drain once; then the per-step work (gradient sync, update)."""
@@ -360,12 +465,13 @@ def charges(graph: Graph, plan, c: ClusterSpec, kernels: KernelTimes | None = No
     roles = roles or StepRoles.of(graph)
     src = edge_sources(graph, plan)
     producer = {v: n for n in graph.nodes for v in n.outputs}
+    traffic = fused_traffic(graph)
     done: set = set()
     p2p_intra = intra_node(mesh, plan.pp_axis) if plan.pp_axis else True
     for n in graph.nodes:
         s = plan.strategy(n)
         once = roles.per_step(n)
-        yield Charge(n, compute_time(OpCall.of(n), s, mesh, c, kernels), once, "compute")
+        yield Charge(n, compute_time(OpCall.of(n), s, mesh, c, kernels, traffic.get(id(n))), once, "compute")
         for v, want in zip(n.inputs, s.inputs):
             if (v, want, once) not in done:
                 done.add((v, want, once))
@@ -397,10 +503,10 @@ def _priced(src: Sharding, dst: Sharding, v: Value, mesh: Mesh, c: ClusterSpec) 
 
 def evaluate(graph: Graph, plan, c: ClusterSpec, kernels: KernelTimes | None = None,
              roles: StepRoles | None = None) -> Prediction:
-    """Price `plan` for `graph` on cluster `c`: per stage the compute of its nodes and the
-    resharding of the values they read (from another stage: a send/recv over the pipeline
-    axis), per microbatch except the update's; 1F1B over the stages; memory per stage with
-    the activations of its in-flight microbatches."""
+    """Price `plan` for `graph` on cluster `c`: per stage the compute of its nodes (on shared
+    cores: `busy_factor`) and the resharding of the values they read (from another stage: a
+    send/recv over the pipeline axis), per microbatch except the update's; 1F1B over the
+    stages; memory per stage with the activations of its in-flight microbatches."""
     from akg.graph.parallel.plan import node_key
 
     roles = roles or StepRoles.of(graph)
@@ -408,13 +514,15 @@ def evaluate(graph: Graph, plan, c: ClusterSpec, kernels: KernelTimes | None = N
     stage_of = {k: i for i, keys in enumerate(stages) for k in keys}
     m = max(1, plan.microbatches)
     ns = len(stages)
+    busy = busy_factor(c, plan.mesh.size, ns, m)
     mb, per_step = [0.0] * ns, [0.0] * ns
     compute = comm = 0.0
     collectives: dict[str, list[Collective]] = {}
     for ch in charges(graph, plan, c, kernels, roles, stage_of if ns > 1 else None):
         st = stage_of.get(node_key(ch.node), 0) if ch.node is not None else 0
-        (per_step if ch.once else mb)[st] += ch.seconds
-        total = ch.seconds * (1 if ch.once else m)
+        seconds = ch.seconds * (busy if ch.kind == "compute" else 1.0)
+        (per_step if ch.once else mb)[st] += seconds
+        total = seconds * (1 if ch.once else m)
         if ch.kind == "compute":
             compute += total
         else:

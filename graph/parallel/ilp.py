@@ -21,8 +21,8 @@ import numpy as np
 
 from akg.errors import NoPlanError, ShardingError
 from akg.graph.ir import Graph, Node, Value
-from akg.graph.parallel.cost import (ClusterSpec, KernelTimes, StepRoles, compute_time, in_flight, local_bytes,
-                                     reshard_time)
+from akg.graph.parallel.cost import (ClusterSpec, KernelTimes, StepRoles, compute_time, fused_traffic, in_flight,
+                                     local_bytes, reshard_time)
 from akg.graph.parallel.mesh import Mesh
 from akg.graph.parallel.plan import node_key
 from akg.graph.parallel.sharding import Sharding
@@ -148,6 +148,7 @@ class Problem:
     def _price_units(self) -> None:
         roles, mesh, pp = self.roles, self.mesh, self.pp
         flight = in_flight(0, pp, self.m) / pp
+        traffic = fused_traffic(self.graph)
         for k in self.classes:
             n = len(k.members)
             if k.kind == "source":
@@ -157,7 +158,8 @@ class Problem:
             node = k.rep
             w = sum(self._weight(u, roles.per_step(node)) for u in k.members)
             call = OpCall.of(node)
-            k.cost = np.array([w * compute_time(call, s, mesh, self.cluster, self.kernels) for s in k.choices])
+            moves = traffic.get(id(node))
+            k.cost = np.array([w * compute_time(call, s, mesh, self.cluster, self.kernels, moves) for s in k.choices])
             mem = np.zeros(len(k.choices))
             for i, v in enumerate(node.outputs):
                 factor = (flight if v.name in roles.kept else 0.0) + (1 / pp if v.name in roles.waiting else 0.0)

@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 from akg.errors import NoPlanError, ShardingError
 from akg.graph.ir import Graph, Node, Value
 from akg.graph.parallel.cost import (ClusterSpec, KernelTimes, StepRoles, a100, collective_time, compute_time,
-                                     evaluate, in_flight, intra_node, local_bytes, output_sharding, reshard_time)
+                                     evaluate, fused_traffic, in_flight, intra_node, local_bytes, output_sharding, reshard_time)
 from akg.graph.parallel.mesh import Mesh
 from akg.graph.parallel.plan import Plan, node_key
 from akg.graph.parallel.sharding import Sharding
@@ -309,11 +309,12 @@ def pipeline_stages(graph: Graph, plan: Plan, cluster: ClusterSpec, roles: StepR
     crossing: list[list[tuple[int, float]]] = [[] for _ in range(S)]  # per consumer segment: (producer seg, s)
     intra = intra_node(mesh, plan.pp_axis)
     seen_sources: list[set] = [set() for _ in range(S)]
+    traffic = fused_traffic(graph)
     for n in graph.nodes:
         s = segs.of_node[id(n)]
         st = plan.strategy(n)
         per_step = roles.per_step(n)
-        t = compute_time(OpCall.of(n), st, mesh, cluster, kernels)
+        t = compute_time(OpCall.of(n), st, mesh, cluster, kernels, traffic.get(id(n)))
         for v, want in zip(n.inputs, st.inputs):
             t += reshard_time(src[v], want, v.type, mesh, cluster)
             p = producer.get(v)

@@ -7,29 +7,27 @@ run_distributed`), each under several plans per process count (data parallel, Me
 parallel, mixed, two pipeline stages, and the search's plan on each mesh; a searched plan whose
 per-rank program equals a hand plan's is not run twice). Per plan:
 
-- predicted: `cost.evaluate(step, plan, cluster, kernels)` with the cluster CALIBRATED in the
-  same run, for the same process count (`calibrate(n)`): n processes started the way
-  `run_distributed` starts its ranks (spawned, gloo, the same threads per process), all busy at
-  once so that an oversubscribed machine is measured oversubscribed, each timing
+- predicted: `cost.evaluate(step, plan, cluster)`, the cost model itself, with the cluster
+  CALIBRATED in the same run for the same process count (`calibrate(n)`): n processes started
+  the way `run_distributed` starts its ranks (spawned, gloo, the same threads per process),
+  all busy at once so that an oversubscribed machine is measured oversubscribed, each timing
   * akg-compiled kernels (default configs, as the runner compiles), each timed over the same
-    window on every rank: matmuls of two sizes -> achieved FLOP/s, adds from L2- to DRAM-sized
-    -> achieved bytes/s (the largest: the ClusterSpec's `peak_flops` and `mem_bandwidth`), a
-    one-element add -> the cost of one compiled call (`call_s`);
+    window on every rank: matmuls of two sizes and adds from L2- to DRAM-sized -> the
+    ClusterSpec's achieved-rate curves (`flops_curve`, `bandwidth_curve`), a one-element add
+    -> the cost of one compiled call (`call_s`);
   * gloo all-reduces through the runner's own path (`_Collectives.run`: copy to a tensor, the
     all-reduce, back to NumPy) over the whole world and over groups of 2, at 4 B to 4 MiB, in
     rounds over the sizes after a barrier (as a step runs them), the MEAN time per call (on a
-    shared machine the scheduler's wake-ups are a heavy tail that a step pays); alpha and beta
-    fitted by least squares to t = alpha + beta 2(k-1)/k B (the cost model's formula), used
-    for intra- and inter-node links alike (one host);
-  the kernel times (`CalibratedKernels`): the roofline max(flops / FLOP/s, bytes / bytes/s)
-  with the rates interpolated (log-log) at the op's own size, plus `call_s` per compiled
-  kernel call, counted as the runner calls kernels: one per op that
-  starts a kernel (an op with flops of its own or a reduction; elementwise ops fuse into their
-  producer), so that the model sees the per-kernel dispatch the runner pays;
-- two more predictions for the "why": `MeasuredKernels` (every op at its local shapes compiled
-  alone and timed) and `evaluate_runner` (those kernels, and the collectives priced as the
-  runner does them on gloo: latency per ring message from `fit_hops`, a reduce-scatter as an
-  all-reduce of the whole buffer, an all-to-all as an all-gather), each ranked the same way;
+    shared machine the scheduler's wake-ups are a heavy tail that a step pays), fitted to a
+    ring: alpha per message x 2(k-1) + beta 2(k-1)/k B (`fit_hops`) -> the cluster's alpha
+    and beta with `library="gloo"` (the model then also prices gloo's stand-ins: a
+    reduce-scatter is an all-reduce of the whole buffer, an all-to-all a gather of every
+    rank's whole buffer);
+  * send/recv ping-pongs between rank pairs as the runner sends -> `p2p_alpha`;
+- "with measured kernels": the same model and cluster with kernel times measured as a tuning
+  database would give them: every op that is a kernel of its own, at its local shapes,
+  compiled alone by akg and timed (`MeasuredKernels`, x the calibration's slowdown with all
+  ranks busy); fused elementwise ops stay on the roofline;
 - measured: the median of `run_distributed(..., steps=K)`'s `step_s` (the slowest rank's time
   per step, barrier to barrier) after dropping the first `--warmup` steps;
 - the ratio measured / predicted, and per model and process count whether the model ranks
@@ -67,6 +65,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZES = (4, 4096, 65536, 1 << 20, 4 << 20)  # bytes per all-reduce
+P2P_SIZES = (4, 65536, 1 << 20)  # bytes per send
 MATMULS = ((32, 256, 256), (128, 768, 768))  # (m, k, n): a small and a transformer-sized matmul
 ADDS = (1 << 13, 1 << 17, 1 << 20)  # elements: from L2 (96 KiB moved) to DRAM (12 MiB)
 
@@ -77,36 +76,28 @@ ADDS = (1 << 13, 1 << 17, 1 << 20)  # elements: from L2 (96 KiB moved) to DRAM (
 @dataclass
 class Calibration:
     """This machine with `processes` ranks busy at once, `threads` threads each: the achieved
-    kernel rates, the cost of one compiled call, and the gloo all-reduce samples with their
-    alpha/beta fit (seconds, bytes, FLOP/s)."""
+    kernel rates, the cost of one compiled call, and the gloo samples with their fits
+    (seconds, bytes, FLOP/s)."""
 
     processes: int
     threads: int
     flops: float
     bandwidth: float
     call_s: float
-    alpha: float
-    beta: float
-    samples: list = field(default_factory=list)  # (group size, bytes, seconds)
-    fit_error: float = 0.0  # the fit's largest relative error over the samples
-    alpha_hop: float = 0.0  # the ring fit (`fit_hops`): latency per message, and its beta
-    beta_hop: float = 0.0
-    hop_error: float = 0.0
+    alpha: float  # latency per all-reduce call (`fit_latency`)
+    alpha_hop: float  # and per ring message
+    beta: float  # seconds per byte
+    p2p_alpha: float = 0.0  # one send/recv message's latency (ping-pong, half the round trip; `fit_p2p`)
+    samples: list = field(default_factory=list)  # all-reduces: (group size, bytes, seconds)
+    hop_error: float = 0.0  # the fit's largest relative error over the samples
+    p2p_samples: list = field(default_factory=list)  # (bytes, seconds one way)
     flops_curve: list = field(default_factory=list)  # (FLOPs of a matmul, FLOP/s), small to large
     bandwidth_curve: list = field(default_factory=list)  # (bytes an add moves, bytes/s), small to large
 
-    def rate(self, curve: list, work: float, default: float) -> float:
-        """The achieved rate at `work`, interpolated in log-log between the measured points
-        (the ends held beyond them): small kernels run from cache, or below the peak."""
-        if not curve:
-            return default
-        xs = [math.log(w) for w, _ in curve]
-        ys = [math.log(r) for _, r in curve]
-        return float(math.exp(np.interp(math.log(max(work, 1.0)), xs, ys)))
-
     def cluster(self):
         """A ClusterSpec of this host as the calibration saw it: every process one device, all
-        in one node, the measured all-reduce alpha/beta for every link."""
+        in one node, collectives as gloo runs them with the measured latencies, the measured
+        kernel rate curves and call cost."""
         from akg.graph.parallel.cost import ClusterSpec, GiB
 
         try:
@@ -114,36 +105,22 @@ class Calibration:
         except (ValueError, OSError, AttributeError):
             mem = 4 * GiB
         return ClusterSpec(f"host-{self.processes}p", self.flops, self.bandwidth, mem, self.processes,
-                           self.alpha, self.beta, self.alpha, self.beta,
-                           note=f"calibrated: akg kernels and gloo all-reduces, {self.processes} processes "
-                                f"x {self.threads} threads on {os.cpu_count()} cores")
+                           self.alpha, self.beta, self.alpha, self.beta, message_alpha=self.alpha_hop,
+                           note=f"calibrated: akg kernels and gloo collectives, {self.processes} processes "
+                                f"x {self.threads} threads on {os.cpu_count()} cores",
+                           library="gloo", p2p_alpha=self.p2p_alpha or None, call_s=self.call_s,
+                           shared_cores=os.cpu_count() or 1,
+                           flops_curve=tuple(map(tuple, self.flops_curve)),
+                           bandwidth_curve=tuple(map(tuple, self.bandwidth_curve)))
 
     def describe(self) -> str:
         curves = lambda c, unit: ", ".join(f"{r / 1e9:.1f}" for _, r in c) + f" {unit}"  # noqa: E731
         return (f"{self.processes} processes x {self.threads} thread(s): matmul {curves(self.flops_curve, 'GFLOP/s')} "
-                f"(small, large), add {curves(self.bandwidth_curve, 'GB/s')} (L2 to DRAM sizes), one compiled call {self.call_s * 1e6:.0f} us, "
-                f"all-reduce alpha {self.alpha * 1e6:.0f} us, beta {1 / self.beta / 1e9:.3f} GB/s "
-                f"(fit within {self.fit_error:.0%}); per ring step {self.alpha_hop * 1e6:.0f} us, beta "
-                f"{1 / max(self.beta_hop, 1e-15) / 1e9:.3f} GB/s (fit within {self.hop_error:.0%})")
-
-
-def fit_alpha_beta(samples) -> tuple[float, float, float]:
-    """Least squares t = alpha + beta * 2(k-1)/k * B over (k, B, t) samples, both non-negative;
-    relative errors weighted alike (each sample divided by its time). (alpha, beta, the
-    largest relative error)."""
-    x = np.array([2 * (k - 1) / k * b for k, b, _ in samples], np.float64)
-    t = np.array([s for _, _, s in samples], np.float64)
-    w = 1 / t
-    a = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
-    (alpha, beta), *_ = np.linalg.lstsq(a, t * w, rcond=None)
-    if beta <= 0:
-        beta = 1e-12
-        alpha = float(np.sum(w * w * t) / np.sum(w * w))
-    if alpha <= 0:
-        alpha = 1e-7
-        beta = float(np.sum(w * w * x * t) / np.sum(w * w * x * x))
-    err = float(np.max(np.abs(alpha + beta * x - t) / t))
-    return float(alpha), float(beta), err
+                f"(small, large), add {curves(self.bandwidth_curve, 'GB/s')} (L2 to DRAM sizes), one compiled call "
+                f"{self.call_s * 1e6:.0f} us, all-reduce {self.alpha * 1e6:.0f} us a call + {self.alpha_hop * 1e6:.0f} us "
+                f"per ring message, beta "
+                f"{1 / max(self.beta, 1e-15) / 1e9:.3f} GB/s (fit within {self.hop_error:.0%}); send/recv "
+                f"{self.p2p_alpha * 1e6:.0f} us a message")
 
 
 def _per_call(f, window_s: float, barrier=None) -> float:
@@ -229,13 +206,42 @@ def _calibrate_rank(rank: int, n: int, threads: int, store: str, reps: int, resu
                     if i >= 2:
                         times[j].append(time.perf_counter() - t)
             samples += [(k, data.nbytes, statistics.fmean(ts)) for (_, data), ts in zip(calls, times)]
+        p2p = _ping_pong(dist, rank, n, reps)
         dist.barrier()
-        results.put(("ok", rank, rates, samples))
+        results.put(("ok", rank, rates, samples, p2p))
         dist.destroy_process_group()
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         import traceback
 
         results.put(("error", rank, repr(e), traceback.format_exc()))
+
+
+def _ping_pong(dist, rank: int, n: int, reps: int) -> list:
+    """One-way seconds of a send/recv message as the runner sends (isend of a copy, a blocking
+    recv), between rank pairs (0, 1), (2, 3)... at once: half of a round trip, the mean over
+    `reps` after two warm-up trips, at `P2P_SIZES`. Ranks without a partner return []."""
+    import torch
+
+    peer = rank ^ 1
+    if peer >= n:
+        return []
+    out = []
+    for nbytes in P2P_SIZES:
+        buf = np.ones(max(1, nbytes // 4), np.float32)
+        got = torch.empty(buf.shape, dtype=torch.float32)
+        times = []
+        for i in range(reps + 2):
+            t = time.perf_counter()
+            if rank % 2 == 0:
+                dist.isend(torch.from_numpy(buf.copy()), dst=peer, tag=7).wait()
+                dist.recv(got, src=peer, tag=8)
+            else:
+                dist.recv(got, src=peer, tag=7)
+                dist.isend(torch.from_numpy(buf.copy()), dst=peer, tag=8).wait()
+            if i >= 2:
+                times.append((time.perf_counter() - t) / 2)
+        out.append((buf.nbytes, statistics.fmean(times)))
+    return out
 
 
 def calibrate(n: int, reps: int = 30, timeout_s: float = 300.0) -> Calibration:
@@ -275,117 +281,64 @@ def calibrate(n: int, reps: int = 30, timeout_s: float = 300.0) -> Calibration:
     bw = [(w, min(m[2][1][i][1] for m in got)) for i, (w, _) in enumerate(got[0][2][1])]
     call = max(m[2][2] for m in got)
     samples = [(k, b, max(m[3][i][2] for m in got)) for i, (k, b, _) in enumerate(got[0][3])]
-    alpha, beta, err = fit_alpha_beta(samples)
-    hop, hop_beta, hop_err = fit_hops(samples)
-    return Calibration(n, threads, flops[-1][1], bw[-1][1], call, alpha, beta, samples, err, hop, hop_beta, hop_err,
+    alpha, hop, beta, err = fit_latency(samples)
+    pairs = [m[4] for m in got if m[4]]
+    p2p = [(b, max(p[i][1] for p in pairs)) for i, (b, _) in enumerate(pairs[0])]
+    return Calibration(n, threads, flops[-1][1], bw[-1][1], call, alpha, hop, beta, fit_p2p(p2p), samples, err, p2p,
                        flops, bw)
 
 
-# --- collectives as the runner does them on gloo -----------------------------------------------
+# --- the fits ----------------------------------------------------------------------------------
 
 
-def fit_hops(samples) -> tuple[float, float, float]:
-    """Least squares t = alpha_hop * 2(k-1) + beta * 2(k-1)/k * B over all-reduce samples (k, B,
-    t): a ring all-reduce's latency grows with the group (2(k-1) messages one after another),
-    which a flat alpha cannot say; relative errors weighted alike. (alpha_hop, beta, the
-    largest relative error)."""
-    h = np.array([2.0 * (k - 1) for k, _, _ in samples])
-    x = np.array([2 * (k - 1) / k * b for k, b, _ in samples], np.float64)
-    t = np.array([s for _, _, s in samples], np.float64)
+def _nnls(rows, t) -> tuple[np.ndarray, float]:
+    """Non-negative least squares of t ~ rows @ x with relative errors weighted alike; (x,
+    the largest relative error)."""
+    from scipy.optimize import nnls
+
+    a, t = np.asarray(rows, np.float64), np.asarray(t, np.float64)
     w = 1 / t
-    (a, b), *_ = np.linalg.lstsq(np.stack([h, x], axis=1) * w[:, None], t * w, rcond=None)
-    a, b = max(float(a), 1e-8), max(float(b), 1e-13)
-    return a, b, float(np.max(np.abs(a * h + b * x - t) / t))
+    x, _ = nnls(a * w[:, None], t * w)
+    return x, float(np.max(np.abs(a @ x - t) / t))
 
 
-def runner_collective(op: str, nbytes: float, k: int, alpha_hop: float, beta: float) -> float:
-    """Seconds of one collective step as akg.distributed runs it on gloo (`nbytes`: the larger
-    local buffer, as the cost model counts): gloo on CPU has no reduce-scatter or all-to-all,
-    so a reduce-scatter is an all-reduce of the whole partial buffer and an all-to-all an
-    all-gather of every rank's buffer; latency alpha_hop per ring step (all-reduce 2(k-1),
-    all-gather k-1, a send 1)."""
-    if k <= 1:
-        return 0.0
-    if op in ("all_reduce", "reduce_scatter"):
-        return alpha_hop * 2 * (k - 1) + beta * 2 * (k - 1) / k * nbytes
-    if op == "all_gather":
-        return alpha_hop * (k - 1) + beta * (k - 1) / k * nbytes
-    if op == "all_to_all":
-        return alpha_hop * (k - 1) + beta * (k - 1) * nbytes
-    if op in ("send", "recv", "send_recv"):
-        return alpha_hop + beta * nbytes
-    return 0.0
+def fit_latency(samples) -> tuple[float, float, float, float]:
+    """t = alpha + alpha_hop 2(k-1) + beta 2(k-1)/k B over all-reduce samples (k, B, t), every
+    term non-negative: a call's fixed latency (on an oversubscribed host the scheduler's
+    wake-ups), the ring's 2(k-1) messages one after another, the bytes. (alpha, alpha_hop,
+    beta, the largest relative error)."""
+    rows = [(1.0, 2.0 * (k - 1), 2 * (k - 1) / k * b) for k, b, _ in samples]
+    (a, h, b), err = _nnls(rows, [s for _, _, s in samples])
+    return float(a), float(h), max(float(b), 1e-13), err
 
 
-def evaluate_runner(graph, plan, cluster, kernels, alpha_hop: float, beta: float) -> float:
-    """`cost.evaluate`'s step time with every collective re-priced by `runner_collective` (the
-    same charges, the same 1F1B sum; the bytes of each step recovered from its flat price)."""
-    from akg.graph.parallel.cost import StepRoles, charges, pipeline_time
-    from akg.graph.parallel.plan import node_key
-
-    roles = StepRoles.of(graph)
-    stages = plan.stages or [[node_key(n) for n in graph.nodes]]
-    stage_of = {key: i for i, keys in enumerate(stages) for key in keys}
-    m, ns = max(1, plan.microbatches), len(stages)
-    mb, per_step = [0.0] * ns, [0.0] * ns
-    for ch in charges(graph, plan, cluster, kernels, roles, stage_of if ns > 1 else None):
-        secs = ch.seconds
-        if ch.kind == "p2p":
-            secs = runner_collective("send", (secs - cluster.intra_alpha) / cluster.intra_beta, 2, alpha_hop, beta)
-        elif ch.kind == "reshard":
-            secs = 0.0
-            for step, flat in ch.steps:
-                if not step.communicates or flat <= 0:
-                    continue
-                k = plan.mesh.axis_size(step.axis)
-                f = 2 * (k - 1) / k if step.op == "all_reduce" else (k - 1) / k
-                nbytes = (flat - cluster.intra_alpha) / (cluster.intra_beta * f)
-                secs += runner_collective(step.op, nbytes, k, alpha_hop, beta)
-        st = stage_of.get(node_key(ch.node), 0) if ch.node is not None else 0
-        (per_step if ch.once else mb)[st] += secs
-    return pipeline_time(mb, per_step, m) if ns > 1 else mb[0] * m + per_step[0]
+def fit_p2p(samples) -> float:
+    """The latency of one send/recv message: t = alpha + beta B over (B, t) ping-pong samples."""
+    (a, _), _ = _nnls([(1.0, b) for b, _ in samples], [t for _, t in samples])
+    return max(float(a), 1e-7)
 
 
 # --- the kernels as the runner calls them -------------------------------------------------------
 
 
-class CalibratedKernels:
-    """`cost.KernelTimes` of this host: the calibrated roofline, plus one compiled call's cost
-    for every op that starts a kernel (see `starts_kernel`)."""
-
-    def __init__(self, cal: Calibration, per_call: bool = True):
-        self.cal, self.per_call = cal, per_call
-
-    def time(self, call) -> float | None:
-        from akg.graph.ops import get_op
-
-        op = get_op(call.op)
-        if op.kind == "collective":
-            return 0.0
-        flops = op.count_flops(call.ins, call.outs, call.attrs)
-        nbytes = sum(t.nbytes for t in call.ins) + sum(t.nbytes for t in call.outs)
-        c = self.cal
-        t = max(flops / c.rate(c.flops_curve, flops, c.flops) if flops else 0.0,
-                nbytes / c.rate(c.bandwidth_curve, nbytes, c.bandwidth))
-        return t + (self.cal.call_s if self.per_call and starts_kernel(call) else 0.0)
-
-
 class MeasuredKernels:
-    """`cost.KernelTimes` from the kernels themselves: every op, at the local shapes a plan gives
-    it, compiled alone by akg (default config, as the runner compiles) and timed in this
-    process (one thread, as a rank), times the calibration's `slowdown` (how much slower a
-    kernel runs with every rank busy at once than alone). An op is timed once, whichever plan
-    asks. Each op is its own kernel here: the fused program the runner calls is cheaper."""
+    """`cost.KernelTimes` from the kernels themselves, as a tuning database gives the model
+    measured times: every op that is a kernel of its own (`cost.starts_kernel`), at the local
+    shapes a plan gives it, compiled alone by akg (default config, as the runner compiles) and
+    timed in this process (one thread, as a rank), times the calibration's `slowdown` (how
+    much slower a kernel runs with every rank busy at once than alone). An op is timed once,
+    whichever plan asks. Elementwise and layout ops fuse into those kernels: None, the
+    model's fused roofline prices them."""
 
-    def __init__(self, slowdown: float = 1.0, window_s: float = 0.02):
+    def __init__(self, slowdown: float = 1.0, window_s: float = 0.05):
         self.slowdown, self.window_s = slowdown, window_s
         self.cache: dict = {}
 
     def time(self, call) -> float | None:
-        from akg.graph.ops import get_op
+        from akg.graph.parallel.cost import starts_kernel
 
-        if get_op(call.op).kind == "collective":
-            return 0.0
+        if not starts_kernel(call.op):
+            return None
         if call not in self.cache:
             self.cache[call] = _time_op(call, self.window_s)
         return self.cache[call] * self.slowdown
@@ -417,16 +370,6 @@ def slowdown(alone: tuple, together: "Calibration") -> float:
     calibration's matmuls and adds of (rate alone) / (rate together)."""
     ratios = [a / t for (_, a), (_, t) in zip(alone[0] + alone[1], together.flops_curve + together.bandwidth_curve)]
     return float(math.exp(statistics.fmean(math.log(r) for r in ratios))) if ratios else 1.0
-
-
-def starts_kernel(call) -> bool:
-    """Whether an op is a kernel of its own in akg's fused program: contractions (matmul,
-    batch matmul, convolution), reductions and normalisations; elementwise ops, broadcasts
-    and layout changes fuse into a neighbour."""
-    from akg.graph.ops import get_op
-
-    kind = get_op(call.op).kind
-    return kind not in ("elementwise", "injective", "broadcast", "layout", "collective", "opaque_view")
 
 
 # --- models and plans ---------------------------------------------------------------------------
@@ -496,7 +439,7 @@ def hand_plans(step, n: int, pins_of, cut: str):
     return out
 
 
-def searched_plans(step, n: int, cluster, kernels):
+def searched_plans(step, n: int, cluster):
     """(label, plan) of the search on every mesh of `n` processes without a pipeline axis."""
     from akg.errors import NoPlanError, ShardingError
     from akg.graph.parallel.mesh import Mesh
@@ -509,7 +452,7 @@ def searched_plans(step, n: int, cluster, kernels):
             continue
         shapes.add(shape)
         try:
-            out.append((f"{text} searched", search(step, Mesh.parse(text, n), cluster, kernels=kernels)))
+            out.append((f"{text} searched", search(step, Mesh.parse(text, n), cluster)))
         except (NoPlanError, ShardingError) as e:
             print(f"  (no searched plan on {text}: {e})", flush=True)
     return out
@@ -571,17 +514,15 @@ def ranking(rows, key: str = "predicted_s") -> dict:
 def table(rows) -> str:
     """The markdown table of the measured rows."""
     lines = ["| model | processes | plan | predicted ms (compute + comm) | measured ms (IQR) | measured / "
-             "predicted | with measured kernels ms (compute) | measured / that | with kernels and gloo's collectives "
-             "ms | measured / that | collectives per step |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "predicted | with measured kernels ms (compute) | measured / that | collectives per step |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         coll = ", ".join(f"{k} x{v}" for k, v in sorted(r["collectives"].items())) or "-"
         lines.append(f"| {r['model']} | {r['processes']} | {r['plan']} | {r['predicted_s'] * 1e3:.2f} "
                      f"({r['compute_s'] * 1e3:.2f} + {r['comm_s'] * 1e3:.2f}) | "
                      f"{r['measured_s'] * 1e3:.1f} ({r['q25_s'] * 1e3:.1f}-{r['q75_s'] * 1e3:.1f}) | "
                      f"{r['measured_s'] / r['predicted_s']:.2f} | {r['kernels_s'] * 1e3:.2f} "
-                     f"({r['kernels_compute_s'] * 1e3:.2f}) | {r['measured_s'] / r['kernels_s']:.2f} | "
-                     f"{r['runner_s'] * 1e3:.2f} | {r['measured_s'] / r['runner_s']:.2f} | {coll} |")
+                     f"({r['kernels_compute_s'] * 1e3:.2f}) | {r['measured_s'] / r['kernels_s']:.2f} | {coll} |")
     return "\n".join(lines)
 
 
@@ -592,8 +533,7 @@ def rank_lines(rows) -> list[str]:
         mine = [r for r in rows if r["model"] == model and r["processes"] == n]
         if len(mine) < 2:
             continue
-        for key, what in (("predicted_s", "calibrated roofline"), ("kernels_s", "measured kernels"),
-                          ("runner_s", "measured kernels + gloo's collectives")):
+        for key, what in (("predicted_s", "the cost model"), ("kernels_s", "with measured kernels")):
             rk = ranking(mine, key)
             flips = "; ".join(f"{a} vs {b}{' (within noise)' if noise else ''}" for a, b, noise in rk["flipped"])
             out.append(f"- {model}, {n} processes, {what}: tau {rk['tau']:+.2f}; measured "
@@ -649,10 +589,10 @@ def main(argv=None) -> int:
     for name, (model, step, pins_of, cut) in models(args.models.split(",")).items():
         for n in procs:
             cal = cals[n]
-            cluster, kernels, measured = cal.cluster(), CalibratedKernels(cal), measured_kernels[n]
+            cluster, measured = cal.cluster(), measured_kernels[n]
             plans = hand_plans(step, n, pins_of, cut)
             if not args.no_search:
-                plans += searched_plans(step, n, cluster, kernels)
+                plans += searched_plans(step, n, cluster)
             seen = {}
             for label, plan in plans:
                 text = program_text(step, plan)
@@ -660,17 +600,15 @@ def main(argv=None) -> int:
                     print(f"  {name} {label}: the same per-rank program as {seen[text]}, not run again", flush=True)
                     continue
                 seen[text] = label
-                p = evaluate(step, plan, cluster, kernels)
+                p = evaluate(step, plan, cluster)
                 r = evaluate(step, plan, cluster, measured)
                 m = measure(model, step, plan, args.steps + args.warmup, args.warmup)
                 row = {"model": name, "processes": n, "plan": label, "mesh": str(plan.mesh),
                        "predicted_s": p.step_time, "compute_s": p.compute, "comm_s": p.communication,
-                       "kernels_s": r.step_time, "kernels_compute_s": r.compute,
-                       "runner_s": evaluate_runner(step, plan, cluster, measured, cal.alpha_hop, cal.beta_hop), **m}
+                       "kernels_s": r.step_time, "kernels_compute_s": r.compute, **m}
                 rows.append(row)
                 print(f"  {name} {n}p {label}: predicted {p.step_time * 1e3:.2f} ms ({p.compute * 1e3:.2f} compute, "
-                      f"{p.communication * 1e3:.2f} comm; with measured kernels {r.step_time * 1e3:.2f}, and gloo's "
-                      f"collectives {row['runner_s'] * 1e3:.2f}), measured "
+                      f"{p.communication * 1e3:.2f} comm; with measured kernels {r.step_time * 1e3:.2f}), measured "
                       f"{m['measured_s'] * 1e3:.1f} ms (IQR {m['q25_s'] * 1e3:.1f}-{m['q75_s'] * 1e3:.1f}), "
                       f"ratio {m['measured_s'] / p.step_time:.2f}; compile {m['compile_s']:.1f} s, "
                       f"{m['collectives']}", flush=True)

@@ -32,6 +32,86 @@ def test_collective_formulas(n):
     assert collective_time("shard_slice", B, n, C, False) == 0.0
 
 
+GLOO = ClusterSpec("gloo", 1e12, 1e11, 1 << 30, 4, 1e-3, 1e-9, 1e-3, 1e-9, library="gloo", message_alpha=1e-4,
+                   p2p_alpha=3e-5)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_gloo_prices_messages_and_its_stand_ins(n):
+    """As gloo runs them: alpha per call and per ring message, a reduce-scatter is an
+    all-reduce of the whole buffer, an all-to-all a gather of every rank's whole buffer, a
+    send its own latency."""
+    B, a, h, b = 1 << 20, 1e-3, 1e-4, 1e-9
+    ar = collective_time("all_reduce", B, n, GLOO, True)
+    assert ar == pytest.approx(a + h * 2 * (n - 1) + b * 2 * (n - 1) / n * B)
+    assert collective_time("reduce_scatter", B, n, GLOO, True) == ar
+    ag = collective_time("all_gather", B, n, GLOO, True)
+    assert ag == pytest.approx(a + h * (n - 1) + b * (n - 1) / n * B)
+    assert collective_time("all_to_all", B, n, GLOO, True) == collective_time("all_gather", n * B, n, GLOO, True)
+    assert collective_time("send_recv", B, 2, GLOO, True) == pytest.approx(3e-5 + b * B)  # its own latency
+    # NCCL's natives with a message latency: the issue's formulas plus the ring's messages
+    from dataclasses import replace
+
+    ring = replace(GLOO, library="nccl", p2p_alpha=None)
+    assert collective_time("reduce_scatter", B, n, ring, True) == pytest.approx(ag) and ag < ar
+    assert collective_time("send_recv", B, 2, ring, True) == pytest.approx(a + h + b * B)
+    with pytest.raises(InputError, match="collective library 'mpi'"):
+        ClusterSpec("x", 1, 1, 1, library="mpi")
+
+
+def test_rate_curves_and_the_cost_of_a_call():
+    """Measured rate curves: a kernel achieves the rate of its size (interpolated in log-log,
+    ends held); a kernel of its own pays `call_s`, an elementwise op fuses and does not."""
+    from dataclasses import replace
+
+    c = replace(C, flops_curve=((1e6, 1e10), (1e8, 1e11)), bandwidth_curve=((1e4, 1e9), (1e6, 1e10)), call_s=1e-5)
+    assert c.flop_rate(1e5) == 1e10 and c.flop_rate(1e9) == 1e11 and c.flop_rate(1e7) == pytest.approx(10 ** 10.5)
+    assert c.byte_rate(1e5) == pytest.approx(10 ** 9.5) and C.byte_rate(1.0) == C.mem_bandwidth
+    mesh = Mesh.parse("tp=2")
+    t = TensorType((64, 64), "float32")
+    mm = OpCall("matmul", (t, t), (t,), _attrs("matmul"))
+    add = OpCall("add", (t, t), (t,), _attrs("add"))
+    rep = lambda call: next(s for s in strategies(call, mesh) if s.name == "replicated")  # noqa: E731
+    f, nb = 2 * 64 ** 3, 3 * 64 * 64 * 4
+    assert compute_time(mm, rep(mm), mesh, c) == pytest.approx(max(f / c.flop_rate(f), nb / c.byte_rate(nb)) + 1e-5)
+    assert compute_time(add, rep(add), mesh, c) == pytest.approx(nb / c.byte_rate(nb))
+    assert cost.starts_kernel("matmul") and cost.starts_kernel("sum") and not cost.starts_kernel("add")
+    assert not cost.starts_kernel("reshape") and not cost.starts_kernel("all_reduce")
+
+
+def test_fused_traffic_counts_what_crosses_memory():
+    """x -> matmul -> add(bias) -> relu -> matmul: the add reads the bias (an input) but not the
+    matmul's output (fused), writes nothing that only relu reads; relu writes for the matmul."""
+    b = GraphBuilder("f")
+    x, w, bias, w2 = b.input("x", (32, 64)), b.input("w", (64, 64)), b.input("bias", (64,)), b.input("w2", (64, 8))
+    h = b.op("add", b.op("matmul", x, w, name="mm"), bias, name="h")
+    r = b.op("relu", h, name="r")
+    b.output(b.op("matmul", r, w2, name="out"), b.op("neg", r, name="n"))
+    g = b.build()
+    moves = cost.fused_traffic(g)
+    by = {n.outputs[0].name: moves.get(id(n)) for n in g.nodes}
+    assert by["mm"] is None and by["out"] is None  # kernels of their own: every operand
+    assert by["h"] == ((False, True), (False,)) and by["r"] == ((False,), (True,)) and by["n"] == ((False,), (True,))
+    mesh = Mesh.parse("tp=2")
+    node = next(n for n in g.nodes if n.outputs[0].name == "h")
+    call = OpCall.of(node)
+    s = next(s for s in strategies(call, mesh) if s.name == "replicated")
+    assert compute_time(call, s, mesh, C, moves=by["h"]) == pytest.approx(64 * 4 / 1e11)  # the bias only
+    assert compute_time(call, s, mesh, C) == pytest.approx((2 * 32 * 64 + 64) * 4 / 1e11)
+
+
+def test_busy_factor_on_shared_cores():
+    """Processes sharing cores: one microbatch through two stages keeps half the devices busy,
+    so a stage computes as fast as with half of them; not so with own cores, one stage, or
+    enough microbatches to fill the pipeline."""
+    from dataclasses import replace
+
+    host = replace(C, shared_cores=2)
+    assert cost.busy_factor(host, 4, 2, 1) == 0.5 and cost.busy_factor(host, 8, 4, 1) == 0.25
+    assert cost.busy_factor(host, 4, 2, 2) == 1.0 and cost.busy_factor(host, 2, 2, 1) == 1.0  # not oversubscribed
+    assert cost.busy_factor(C, 4, 2, 1) == 1.0 and cost.busy_factor(host, 4, 1, 1) == 1.0
+
+
 def test_intra_and_inter_node_axes():
     """tp innermost inside a node of 4: intra; dp across nodes: inter."""
     mesh = Mesh.parse("dp=2,tp=4", devices_per_node=4)
@@ -88,6 +168,7 @@ def test_presets_and_parsing():
     assert slow.inter_beta == pytest.approx(8 / 25e9) and slow.intra_beta == a.intra_beta
     h = cost.host()
     assert h.peak_flops > 1e6 and h.mem_bandwidth > 1e6 and "measured" in h.note
+    assert h.library == "gloo" and a.library == "nccl" and h.call_s > 0 == a.call_s
     with pytest.raises(InputError, match="known: a100"):
         cost.cluster("tpu")
     with pytest.raises(InputError, match="bad network"):
