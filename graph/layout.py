@@ -22,11 +22,16 @@ gather its input: ResNet's stems and downsampling convs, given whole vectors of 
 channels), has nothing to vectorise along its output width; the CPU
 mapping then vectorises over output channels instead (`akg.schedules.cpu.default_band`), which
 reads the weight along its first axis. `pack_weights` stores such a constant weight
-`[O, C/groups, KH, KW]` with the output channel last, `[C/groups, KH, KW, O]`, read back through
-a transpose that fusion folds into the conv kernel: each vector of output channels then loads
-one contiguous slice of the weight instead of gathering 16 elements `C * KH * KW` apart
-(ResNet-18 width 16's 3x3 conv at 4x4, 32 channels, batch 2: ~3x faster with the same mapping;
-scripts/bench/small_convs.py measures the layout and mapping together).
+`[O, C/groups, KH, KW]` with the output channel last, in blocks of the CPU's vector strip
+(`weight_panel` of the output channels, as for matmul panels): `[O/b, C/groups, KH, KW, b]`, or
+`[C/groups, KH, KW, O]` where the strip does not divide the channels; read back through a
+transpose (and a reshape) that fusion folds into the conv kernel. Each vector of output
+channels then loads one contiguous slice of the weight instead of gathering 16 elements
+`C * KH * KW` apart (ResNet-18 width 16's 3x3 conv at 4x4, 32 channels, batch 2: ~3x faster with
+the same mapping; scripts/bench/small_convs.py measures the layout and mapping together), and
+the register tile's strip of channels streams its whole reduction contiguously, so a cache tile
+of channels needs no pack copy per call (the promoter skips a panel that is already one
+contiguous slice).
 Depthwise weights are left alone: their input is read along the channels as well, so the
 mapping keeps the output width innermost.
 """
@@ -97,7 +102,8 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
                 rw.keep(node)
                 continue
             if ins[1] not in channels_last:
-                channels_last[ins[1]] = _emit_channels_last(rw, ins[1], weight)
+                block = weight_panel(target, ins[1].dtype, weight.shape[0])
+                channels_last[ins[1]] = _emit_channels_last(rw, ins[1], weight, block)
             rw.emit("conv2d", [ins[0], channels_last[ins[1]]], node.attrs, node.outputs)
             rw.changes += 1
             continue
@@ -130,7 +136,7 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
 # and the transpose and reshape that read it back as [K, N] (".t": from a transposed weight); from
 # a conv weight: the weight stored channels-last and the transpose that reads it back as OIHW.
 DERIVED_SUFFIXES = (*(f"{t}{tail}" for t in ("", ".t") for tail in (".panels", ".panels.kmajor", ".kn")),
-                    ".ihwo", ".oihw")
+                    ".ihwo", ".oihw", ".Oihwo", ".Ooihw")
 
 
 def derived_names(planned, model) -> dict[str, str]:
@@ -159,12 +165,21 @@ def _emit_panels(rw: _Rewriter, w: Value, weight: np.ndarray, transposed: bool, 
     return view
 
 
-def _emit_channels_last(rw: _Rewriter, w: Value, weight: np.ndarray) -> Value:
-    """Add the conv weight stored as `[C, KH, KW, O]` and the transpose that reads it as
-    `[O, C, KH, KW]`."""
+def _emit_channels_last(rw: _Rewriter, w: Value, weight: np.ndarray, block: int | None) -> Value:
+    """Add the conv weight stored as `[O/block, C, KH, KW, block]` (as `[C, KH, KW, O]` where
+    `block` does not divide O into several blocks) and the transpose (and reshape) that read it
+    as `[O, C, KH, KW]`."""
     o, c, kh, kw = weight.shape
-    stored = Value(f"{w.name}.ihwo", TensorType((c, kh, kw, o), w.dtype))
-    rw.constants[stored] = np.ascontiguousarray(weight.transpose(1, 2, 3, 0))
     view = Value(f"{w.name}.oihw", TensorType((o, c, kh, kw), w.dtype))
-    rw.emit("transpose", [stored], {"perm": [3, 0, 1, 2]}, [view])
+    if not block or o % block or block >= o:
+        stored = Value(f"{w.name}.ihwo", TensorType((c, kh, kw, o), w.dtype))
+        rw.constants[stored] = np.ascontiguousarray(weight.transpose(1, 2, 3, 0))
+        rw.emit("transpose", [stored], {"perm": [3, 0, 1, 2]}, [view])
+        return view
+    blocks = weight.reshape(o // block, block, c, kh, kw).transpose(0, 2, 3, 4, 1)
+    stored = Value(f"{w.name}.Oihwo", TensorType(blocks.shape, w.dtype))
+    rw.constants[stored] = np.ascontiguousarray(blocks)
+    moved = Value(f"{w.name}.Ooihw", TensorType((o // block, block, c, kh, kw), w.dtype))
+    rw.emit("transpose", [stored], {"perm": [0, 4, 1, 2, 3]}, [moved])
+    rw.emit("reshape", [moved], {"shape": [o, c, kh, kw]}, [view])
     return view

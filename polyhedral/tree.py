@@ -147,13 +147,28 @@ def _last_index_step(stmt, access, member: isl.Aff) -> int:
     if len(unit) != 1:
         return 0
     var = stmt.iters[unit[0]]
-    per_index = [linear_coefficients(e) for e in access.indices]
+    per_index = [_blocked_coefficients(e, var) for e in access.indices]
     if any(c is None for c in per_index):
         return 0
     *lead, last = per_index
     if any(var in c for c in lead):
         return 0
     return abs(int(last.get(var, 0)))
+
+
+MIN_BLOCK = 4  # elements of a block that a blocked index (floordiv, floormod) runs through
+
+
+def _blocked_coefficients(e, var) -> dict | None:
+    """`linear_coefficients` of an index, where a blocked layout's pair of indices (a conv
+    weight stored as [O / b, ..., b] and read as `o // b`, `o % b`) counts as linear: `o % b`
+    moves with o by its unit coefficient, `o // b` only once per block, so not with o."""
+    if getattr(e, "op", None) in ("floordiv", "floormod") and getattr(e.args[1], "value", 0) >= MIN_BLOCK:
+        inner = linear_coefficients(e.args[0])
+        if inner is None or abs(inner.get(var, 0)) != 1:
+            return None
+        return {var: inner[var]} if e.op == "floormod" else {}
+    return linear_coefficients(e)
 
 
 def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:

@@ -112,8 +112,9 @@ def test_narrow_conv_weight_is_stored_channels_last_with_the_same_values():
     packed = pack_weights(graph)
     ((stored, array),) = packed.constants.items()
     (w,) = graph.constants.values()
-    assert stored.name == "w.ihwo" and array.shape == (16, 3, 3, 32)
-    np.testing.assert_array_equal(array[5, 1, 2], w[:, 5, 1, 2])  # one contiguous run of channels
+    # in blocks of PANEL channels, each block's whole reduction contiguous
+    assert stored.name == "w.Oihwo" and array.shape == (2, 16, 3, 3, PANEL)
+    np.testing.assert_array_equal(array[1, 5, 1, 2], w[PANEL:, 5, 1, 2])  # one contiguous run of channels
     inputs = random_inputs(graph, 1)
     np.testing.assert_array_equal(evaluate(packed, inputs)[0], evaluate(graph, inputs)[0])
 
@@ -131,7 +132,14 @@ def test_strided_conv_weight_is_stored_channels_last_even_with_wide_rows():
     # mapping vectorises over the 32 output channels (two vectors of PANEL)
     packed = pack_weights(_conv(image=64))
     ((stored, array),) = packed.constants.items()
-    assert stored.name == "w.ihwo" and array.shape == (16, 3, 3, 32)
+    assert stored.name == "w.Oihwo" and array.shape == (2, 16, 3, 3, PANEL)
+
+
+def test_conv_weight_of_one_block_is_stored_channels_last():
+    # 24 output channels: blocks of 16 do not divide them, so one block of all 24 (channels last)
+    packed = pack_weights(_conv(out_channels=24, image=4))
+    ((stored, array),) = packed.constants.items()
+    assert stored.name == "w.ihwo" and array.shape == (16, 3, 3, 24)
 
 
 def test_target_without_weight_panels_keeps_conv_weights():
@@ -149,7 +157,9 @@ def test_conv_kernel_reads_the_channels_last_weight_in_place():
     graph = _conv(out_channels=64, channels=32, image=4, stride=1)
     (kernel,) = partition(graph, target=host_cpu()).kernels
     assert kernel.name.endswith("_conv2d_relu")  # the relayout is folded into the conv kernel
-    assert [v.name for v in kernel.subgraph.graph.constants] == ["w.ihwo"]
+    lanes = host_cpu().vector_lanes("float32")
+    stored = "w.Oihwo" if 64 % (2 * lanes) == 0 and 64 > 2 * lanes else "w.ihwo"  # blocks of the vector strip
+    assert [v.name for v in kernel.subgraph.graph.constants] == [stored]
     built = akg.build(kernel.subgraph)
     inputs = random_inputs(graph, 0)
     np.testing.assert_allclose(built(inputs["x"])[0], evaluate(graph, inputs)[0], rtol=1e-4, atol=1e-4)

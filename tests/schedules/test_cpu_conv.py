@@ -117,6 +117,20 @@ def test_channel_tiles_keep_a_large_weight_slice_in_l2():
     assert band.tile == (1, 0, 0) and not band.pack
 
 
+def test_channel_tiles_read_the_blocked_weight_in_place():
+    # 256 output channels over rows of 7, 3x3 x 128 deep: the weight (1.2 MB) exceeds half of a
+    # 2 MiB L2, so the channels are cut into cache tiles, each a run of whole blocks of the
+    # weight stored [O / strip, C, KH, KW, strip]: no copy of the weight per call
+    graph = _conv_bn_relu(1, 128, 256, 7, 3, 1)
+    kernel, built = _kernel_config(graph)
+    (stored,) = [v for v in kernel.subgraph.graph.constants if v.name.startswith("w")]
+    assert stored.name.endswith(".Oihwo") and stored.type.shape[1:4] == (128, 3, 3)
+    tir = built.tir()
+    assert bands_of(built.config)[-1].pack and "w_Oihwo_local" not in tir
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
 def test_channel_strip_stays_within_the_accumulator_budget():
     # 512 output channels over rows of 7: 7 positions x 32 channels of accumulators (within
     # 1 KiB of float32), each weight vector loaded once for the 7 positions
