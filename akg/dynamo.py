@@ -133,10 +133,11 @@ class FrozenInputs:
             return False
         passed = self._pick(args)
         return (all(map(operator.is_, passed, self._tensors)) and list(map(_VERSION, passed)) == self._versions
-                and [t.data_ptr() for t in passed] == self._ptrs)
+                and list(map(_DATA_PTR, passed)) == self._ptrs)
 
 
 _VERSION = operator.attrgetter("_version")
+_DATA_PTR = operator.methodcaller("data_ptr")
 
 
 def _picker(indices: list[int]) -> Callable[[tuple], tuple]:

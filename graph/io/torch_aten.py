@@ -7,6 +7,7 @@ import numpy as np
 
 from akg.graph.io.torch_fx import ATEN_OPS, FxContext, Unavailable
 from akg.graph.ir import Value
+from akg.graph.types import TensorType
 
 # --- elementwise --------------------------------------------------------------------------------
 
@@ -348,8 +349,15 @@ def _native_batch_norm(ctx: FxContext):
 
 
 def _batch_norm(ctx: FxContext, x, w, b, mean, var, eps):
+    """akg's `batch_norm` where the affine weights are given (its expansion folds x * a + c
+    per channel, as a model file's batch norm compiles: the same kernels through every
+    door); basic ops without them. The saved statistics are not computed."""
     x = ctx.tensor(x)
     rank = len(x.shape)
+    saved = (Unavailable("the saved mean of a batch norm"), Unavailable("the saved inverse std of a batch norm"))
+    params = [ctx.tensor(v) for v in (w, b, mean, var) if v is not None]
+    if rank >= 2 and len(params) == 4 and all(p.type == TensorType((x.shape[1],), x.dtype) for p in params):
+        return (ctx.emit("batch_norm", [x, *params], "bn", axis=1, epsilon=float(eps)), *saved)
     inv = ctx.emit("rsqrt", [ctx.emit("add", [_channel(ctx, var, rank, "var"), ctx.tensor(eps)], "var_eps")],
                    "inv_std")
     y = ctx.emit("mul", [ctx.emit("sub", [x, _channel(ctx, mean, rank, "mean")], "centred"), inv], "normed")
@@ -357,7 +365,7 @@ def _batch_norm(ctx: FxContext, x, w, b, mean, var, eps):
         y = ctx.emit("mul", [y, _channel(ctx, w, rank, "weight")], "scaled")
     if b is not None:
         y = ctx.emit("add", [y, _channel(ctx, b, rank, "bias")], "shifted")
-    return (y, Unavailable("the saved mean of a batch norm"), Unavailable("the saved inverse std of a batch norm"))
+    return (y, *saved)
 
 
 @ATEN_OPS.register_op("aten.native_layer_norm", "layer norm in basic ops (mean, rstd outputs too)")

@@ -104,6 +104,25 @@ def test_compiled_inference_matches_eager(name):
         assert rel_err(got, want) <= 1e-5
 
 
+def test_batch_norm_folds_into_the_conv_as_from_a_model_file():
+    """Eval batch norm reaches akg as its `batch_norm` op, not torch's basic ops: its
+    expansion folds the statistics and affine weights into one scale and shift per channel,
+    so the conv's kernel reads its weight, bias and two vectors (not five), as the same model
+    loaded from a file does; the torch.compile door runs that kernel."""
+    model, x = make("cnn")
+    model.eval()
+    with torch.no_grad():
+        g, _ = import_fx(to_aten(model, (x,)), (x,), "cnn")
+    ops = [n.op for n in g.nodes]
+    assert ops.count("batch_norm") == 1 and "rsqrt" not in ops and "sub" not in ops, ops
+    conv = next(c for c in akg.api.compile_model(g).calls if "conv2d" in c.name)
+    assert len(conv.params) == 4, [p.shape for p in conv.params]  # weight, conv bias, scale, shift
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="akg")
+        assert rel_err(compiled(x), model(x)) <= 1e-5
+    assert conv.kernel in STATS.compiled[0].calls
+
+
 def train(model, step_fn, x, target, steps=5):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     losses, grads = [], []
