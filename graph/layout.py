@@ -76,13 +76,17 @@ def wants_channels_last(node, weight: np.ndarray, target) -> bool:
     """Whether a conv2d with constant `weight` [O, C/groups, KH, KW] is mapped over output
     channels (its output rows are narrower than a vector, or it is strided, so that a vector
     along its output row would gather its input; it has a vector of channels or more, whole
-    vectors of them when strided) and so reads its weight best with the output channel last.
-    Not depthwise or grouped convs, whose input is read along the channels too."""
+    vectors of them when strided; or its window slides along rows of any width, with four
+    vectors of channels or more and a reduction as deep, `akg.schedules.cpu.channel_rich`) and
+    so reads its weight best with the output channel last. Not depthwise or grouped convs,
+    whose input is read along the channels too."""
     lanes = channels_last_lanes(target, node.outputs[0].dtype, weight.shape[0])
-    if lanes is None or node.attrs["groups"] != 1 or weight.shape[0] < lanes:
+    o, depth = weight.shape[0], int(np.prod(weight.shape[1:]))
+    if lanes is None or node.attrs["groups"] != 1 or o < lanes:
         return False
-    strided = max(int(s) for s in node.attrs["strides"]) > 1 and weight.shape[0] % lanes == 0
-    return node.outputs[0].shape[-1] < lanes or strided
+    strided = max(int(s) for s in node.attrs["strides"]) > 1 and o % lanes == 0
+    rich = weight.shape[-1] > 1 and o >= 4 * lanes and o % lanes == 0 and depth >= 4 * lanes
+    return node.outputs[0].shape[-1] < lanes or strided or rich
 
 
 def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:

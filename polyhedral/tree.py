@@ -44,6 +44,9 @@ class BandInfo:
     #                       (a softmax's exponentials and output: 2; a layer norm's output: 1)
     strided: tuple[int, ...] = ()  # per member: elements read with a constant stride > 1 along
     #                                the last index (a strided conv's input along its output width)
+    windowed: tuple[int, ...] = ()  # per member: elements read through a sliding window along the
+    #                                 last index, the member plus a reduction iterator (a conv's
+    #                                 input along its output width)
 
     @property
     def members(self) -> int:
@@ -101,22 +104,28 @@ def _statement_names(node: isl.ScheduleNode) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _contiguity(model: PolyModel, node: isl.ScheduleNode, strided: bool = False) -> tuple[int, ...]:
+def _contiguity(model: PolyModel, node: isl.ScheduleNode, strided: bool = False,
+                windowed: bool = False) -> tuple[int, ...]:
     """For each band member: the accesses whose last index moves by +-1 with it (and no other
     index moves), each weighted by the size of the tensor it streams through; `strided`: the
-    reads whose last index moves by a constant step of 2 or more instead."""
+    reads whose last index moves by a constant step of 2 or more instead; `windowed`: the reads
+    whose last index moves with it and with a reduction iterator (a sliding window)."""
     mupa = node.band_get_partial_schedule()
     counts = [0] * node.band_n_member()
     members = [_affs_by_statement(mupa.get_at(d)) for d in range(node.band_n_member())]
     for name in _statement_names(node):
         stmt = model.statement(name)
         affs = [m.get(name) for m in members]
-        for acc in stmt.reads if strided else [stmt.write, *stmt.reads]:
+        for acc in stmt.reads if strided or windowed else [stmt.write, *stmt.reads]:
             if not acc.exact or acc.tensor.ndim == 0:
                 continue
             for d, aff in enumerate(affs):
                 step = _last_index_step(stmt, acc, aff) if aff is not None else 0
-                if (step > 1) if strided else (step == 1):
+                if windowed:
+                    hit = step == 1 and _slides(acc)
+                else:
+                    hit = (step > 1) if strided else (step == 1)
+                if hit:
                     counts[d] += int(np.prod(acc.tensor.shape, dtype=np.int64))
     return tuple(counts)
 
@@ -156,6 +165,12 @@ def _last_index_step(stmt, access, member: isl.Aff) -> int:
     return abs(int(last.get(var, 0)))
 
 
+def _slides(access) -> bool:
+    """Does the access's last index also move with a reduction iterator (a conv's `z + rx`)?"""
+    last = linear_coefficients(access.indices[-1]) if access.indices else None
+    return bool(last) and any(v.reduce for v in last)
+
+
 MIN_BLOCK = 4  # elements of a block that a blocked index (floordiv, floormod) runs through
 
 
@@ -187,6 +202,7 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             statements=names,
             contiguity=_contiguity(model, node),
             strided=_contiguity(model, node, strided=True),
+            windowed=_contiguity(model, node, windowed=True),
             inner_contiguity=max((max(_contiguity(model, b), default=0) for b in inner), default=0),
             has_inner=bool(inner),
             reduction_inner=any(not all(b.band_member_get_coincident(d) for d in range(b.band_n_member()))

@@ -158,8 +158,9 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
             # and width 16 the stem 48 -> 19 us (2 Xeon cores, scripts/bench/small_convs.py)
             wide = [m for m in range(n) if info.coincident[m] and info.contiguity[m] > 0
                     and info.extents[m] % lanes == 0 and m != best]
-        if info.reduction_inner and (info.extents[best] < lanes or strided_row(info, best)) and wide \
-                and depth >= 4 * lanes:
+        rich = [m for m in wide if channel_rich(info, m, lanes)]
+        if info.reduction_inner and depth >= 4 * lanes and (
+                (info.extents[best] < lanes or strided_row(info, best)) and wide or rich):
             # under a deep reduction, a loop narrower than a vector (a small conv's output
             # width) yields to a contiguous loop two vectors wide or more (its output channels):
             # a strided conv's 4-wide rows as the vector loop took 51 us, its channels 5 us (16 ->
@@ -167,8 +168,11 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
             # waits on each FMA (16 channels at 8x8 ran ~1.8x slower), and a shallow reduction (a
             # 1x1 conv of 16 channels) does not pay for each point's own accumulators (~2x slower).
             # Rows 10 wide (LeNet-5's second conv, 6 -> 16 channels, 5x5) ran scalar: its 16
-            # channels as the vector loop took 2.65x less time
-            best = max(wide, key=lambda m: (info.contiguity[m], m))
+            # channels as the vector loop took 2.65x less time. A wide row read through a
+            # sliding window (a stride-1 conv's output width) yields to four vectors of channels
+            # or more (`channel_rich`): ResNet-18's 3x3 convs at 56 px (64 channels) and 28 px
+            # (128) ran 1.30x and 1.24x faster, 64 channels at 64 px 2.05x (2 Xeon cores, loaded)
+            best = max(rich or wide, key=lambda m: (info.contiguity[m], m))
         order.remove(best)
         order.append(best)
     ext = [info.extents[m] for m in order]
@@ -260,8 +264,21 @@ def vectorises_across_rows(info: BandInfo, order: list[int], lanes: int) -> bool
     streams more (a conv's output channels along a channels-last weight)."""
     n = info.members
     row = n - 1
-    return (n > 1 and order[-1] != row and (info.extents[row] < lanes or strided_row(info, row))
+    return (n > 1 and order[-1] != row
+            and (info.extents[row] < lanes or strided_row(info, row) or channel_rich(info, order[-1], lanes))
             and lanes <= info.extents[order[-1]] and info.contiguity[row] > 0)
+
+
+def channel_rich(info: BandInfo, member: int, lanes: int) -> bool:
+    """Is `member` four vectors of contiguous data or more (a conv's output channels along a
+    blocked weight, `akg.graph.layout`) beside a row that reads through a sliding window (a
+    conv's output width, `BandInfo.windowed`)? Such a row's vectors are unaligned loads, each
+    feeding one output channel per broadcast weight; the channels' vectors are aligned and each
+    broadcast input feeds all of them."""
+    row = info.members - 1
+    return (member != row and bool(info.windowed) and info.windowed[row] > 0 and info.coincident[member]
+            and info.contiguity[member] > 0 and info.extents[member] >= 4 * lanes
+            and info.extents[member] % lanes == 0)
 
 
 def strided_row(info: BandInfo, member: int) -> bool:

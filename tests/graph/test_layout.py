@@ -135,6 +135,17 @@ def test_strided_conv_weight_is_stored_channels_last_even_with_wide_rows():
     assert stored.name == "w.Oihwo" and array.shape == (2, 16, 3, 3, PANEL)
 
 
+def test_wide_conv_with_many_channels_is_stored_in_blocks():
+    # rows 32 wide at stride 1, but 4 vectors of output channels over a 3x3 x 16 reduction: the
+    # mapping vectorises over the channels (`akg.schedules.cpu.channel_rich`)
+    packed = pack_weights(_conv(out_channels=4 * PANEL, image=32, stride=1))
+    ((stored, array),) = packed.constants.items()
+    assert stored.name == "w.Oihwo" and array.shape == (4, 16, 3, 3, PANEL)
+    # a 1x1 window does not slide along the rows: the weight is left alone
+    one = _conv(out_channels=4 * PANEL, image=32, stride=1, k=1)
+    assert pack_weights(one) is one
+
+
 def test_conv_weight_of_one_block_is_stored_channels_last():
     # 24 output channels: blocks of 16 do not divide them, so one block of all 24 (channels last)
     packed = pack_weights(_conv(out_channels=24, image=4))

@@ -117,6 +117,19 @@ def test_channel_tiles_keep_a_large_weight_slice_in_l2():
     assert band.tile == (1, 0, 0) and not band.pack
 
 
+def test_wide_conv_with_many_channels_is_vectorised_over_them():
+    # rows of 24 slide a 3x3 window (unaligned vector loads, one output channel per broadcast
+    # weight); four vectors of output channels each take every broadcast input instead
+    lanes = get_target("cpu").vector_lanes("float32")
+    graph = _conv_bn_relu(1, 16, 4 * lanes, 24, 3, 1)
+    assert _vectorised_over_channels(graph)
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+    # two vectors of channels, or a 1x1 window (no sliding), keep the row as the vector loop
+    assert not _vectorised_over_channels(_conv_bn_relu(1, 16, 2 * lanes, 24, 3, 1))
+    assert not _vectorised_over_channels(_conv_bn_relu(1, 4 * lanes, 4 * lanes, 24, 1, 1))
+
+
 def test_channel_tiles_read_the_blocked_weight_in_place():
     # 256 output channels over rows of 7, 3x3 x 128 deep: the weight (1.2 MB) exceeds half of a
     # 2 MiB L2, so the channels are cut into cache tiles, each a run of whole blocks of the
