@@ -216,19 +216,40 @@ def padded(name: str, x, pads: tuple[int, int, int, int], fill: float):
                                               const(fill, x.dtype)), f"{name}.pad")
 
 
+def padded_phases(name: str, x, pads: tuple[int, int, int, int], stride: int, fill: float):
+    """x padded as `padded` does, its columns split into `stride` phases: [N, C, H', stride,
+    ceil(W' / stride)], column j at [..., j % stride, j // stride] (cells past W' are `fill`), so
+    that a window moving by `stride` along the row reads one phase contiguously."""
+    pt, pl, pb, pr = pads
+    n, c, h, w = x.shape
+    cols = -(-(w + pl + pr) // stride)
+    return compute((n, c, h + pt + pb, stride, cols),
+                   lambda b, ch, y, p, z: select(inside((y - pt, z * stride + p - pl), (h, w)),
+                                                 x[b, ch, y - pt, z * stride + p - pl], const(fill, x.dtype)),
+                   f"{name}.pad")
+
+
 @defcompute("conv2d")
 def _conv2d_compute(ctx, x, w, strides, padding, dilation, groups):
     (sh, sw), (dh, dw) = pair(strides, "strides"), pair(dilation, "dilation")
     o, cg, kh, kw = w.shape
     per_group = o // groups
     acc = accumulate_dtype(x.dtype)
-    xp = padded(ctx.name, x, pads4(padding), 0.0)
+    # a strided grouped conv (a depthwise conv, whose vectors run along its output rows): the
+    # padded input in phases, so each vector of the row loads one phase contiguously instead of
+    # gathering every stride-th element
+    phased = groups > 1 and sw > 1 and any(pads4(padding))
+    xp = padded_phases(ctx.name, x, pads4(padding), sw, 0.0) if phased else padded(ctx.name, x, pads4(padding), 0.0)
 
     def body(b, f, y, z):
         c, ry, rx = (reduce_axis(cg, f"{ctx.name}.rc"), reduce_axis(kh, f"{ctx.name}.ry"),
                      reduce_axis(kw, f"{ctx.name}.rx"))
         channel = c if groups == 1 else (f // per_group) * cg + c
-        term = cast(acc, xp[b, channel, y * sh + ry * dh, z * sw + rx * dw]) * cast(acc, w[f, c, ry, rx])
+        if phased:  # column z * sw + rx * dw is phase (rx * dw) % sw at z + (rx * dw) // sw
+            pixel = xp[b, channel, y * sh + ry * dh, (rx * dw) % sw, z + (rx * dw) // sw]
+        else:
+            pixel = xp[b, channel, y * sh + ry * dh, z * sw + rx * dw]
+        term = cast(acc, pixel) * cast(acc, w[f, c, ry, rx])
         return reduce("sum", term, [c, ry, rx])
 
     name = ctx.name if acc == x.dtype else ctx.name + ".acc"

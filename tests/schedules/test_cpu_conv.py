@@ -130,6 +130,19 @@ def test_wide_conv_with_many_channels_is_vectorised_over_them():
     assert not _vectorised_over_channels(_conv_bn_relu(1, 4 * lanes, 4 * lanes, 24, 1, 1))
 
 
+@pytest.mark.parametrize("stride", [2, 3])
+def test_strided_depthwise_conv_reads_its_padded_input_in_phases(stride):
+    # a depthwise conv's vectors run along its output rows; strided, each would gather every
+    # stride-th input column, so the padded input is stored in `stride` phases of its columns
+    # and each vector loads one phase contiguously
+    graph = _conv_bn_relu(1, 32, 32, 32, 3, stride, groups=32)
+    kernel, built = _kernel_config(graph)
+    tir = built.tir()
+    assert f"_pad = T.alloc_buffer((1, 32, 34, {stride}, {-(-34 // stride)}))" in tir
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
 def test_channel_tiles_read_the_blocked_weight_in_place():
     # 256 output channels over rows of 7, 3x3 x 128 deep: the weight (1.2 MB) exceeds half of a
     # 2 MiB L2, so the channels are cut into cache tiles, each a run of whole blocks of the
