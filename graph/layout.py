@@ -21,7 +21,10 @@ CNN's later stages, ResNet-18's 7x7), or that is strided (a vector along its out
 gather its input: ResNet's stems and downsampling convs, given whole vectors of output
 channels), has nothing to vectorise along its output width; the CPU
 mapping then vectorises over output channels instead (`akg.schedules.cpu.default_band`), which
-reads the weight along its first axis. `pack_weights` stores such a constant weight
+reads the weight along its first axis. So it does for a stride-1 conv with wide rows and four
+vectors of output channels or more (ResNet-18's 3x3 convs at 56 and 28 px): each broadcast
+input then feeds every vector of channels, where a vector along the row is an unaligned load
+feeding one channel per broadcast weight. `pack_weights` stores such a constant weight
 `[O, C/groups, KH, KW]` with the output channel last, in blocks of the CPU's vector strip
 (`weight_panel` of the output channels, as for matmul panels): `[O/b, C/groups, KH, KW, b]`, or
 `[C/groups, KH, KW, O]` where the strip does not divide the channels; read back through a
