@@ -31,6 +31,17 @@ from akg.graph.parallel.sharding import Sharding
 from akg.graph.parallel.strategy import OpCall, axis_assignments, dims_from
 
 log = logging.getLogger(__name__)
+REFINE_SHARPNESS = (None, 8.0, 2.0)  # None: only the slowest stage weighs m (a subgradient)
+
+
+def _nearness(t: float, top: float, sharpness: float | None) -> float:
+    """How much a stage of time `t` counts as the slowest (`top`): 1 for the slowest, else 0
+    (sharpness None) or (t / top) ** sharpness."""
+    if top <= 0:
+        return 1.0
+    if sharpness is None:
+        return 1.0 if t >= top else 0.0
+    return (t / top) ** sharpness
 
 # --- segments and their classes ----------------------------------------------------------------
 
@@ -234,24 +245,33 @@ def search(graph: Graph, mesh: Mesh, cluster: ClusterSpec | None = None, *, memo
     plan, problem, objective, prediction = solve()
     for _ in range(refine if pp > 1 else 0):
         # 1F1B pays the slowest stage's microbatch work m times, the others' once, and the
-        # update of the slowest updating stage: weigh each segment so (the gradient of the
-        # pipeline time at this cut; other updates 1/pp) and solve again
-        slowest = max(range(len(prediction.stage_times)), key=prediction.stage_times.__getitem__)
-        updating = max(range(len(prediction.stage_updates)), key=prediction.stage_updates.__getitem__)
+        # update of the slowest updating stage: weigh each segment by how close its stage is
+        # to the slowest (sharp: the gradient of the pipeline time at this cut, which can
+        # throw the cost onto another stage; smoother: stages near the slowest weigh near m)
+        # and solve again; the best plan is kept, and the next round starts from it
         stage_of = {k: i for i, keys in enumerate(plan.stages) for k in keys}
-        weight = [(1.0, 1.0 / pp)] * segs.count
-        for n in graph.nodes:
-            st = stage_of[node_key(n)]
-            s = segs.of_node[id(n)]
-            mb, up = weight[s]
-            weight[s] = (float(m) if st == slowest else mb, 1.0 if st == updating else up)
-        try:
-            again = solve(weight)
-        except NoPlanError:
+        times, updates = prediction.stage_times, prediction.stage_updates
+        top, top_up = max(times), max(updates)
+        better = None
+        for sharpness in REFINE_SHARPNESS:
+            weight = [(1.0, 1.0 / pp)] * segs.count
+            for n in graph.nodes:
+                st = stage_of[node_key(n)]
+                near = _nearness(times[st], top, sharpness)
+                weight[segs.of_node[id(n)]] = (1.0 + (m - 1) * near,
+                                               1.0 / pp + (1 - 1.0 / pp) * _nearness(updates[st], top_up, sharpness))
+            try:
+                again = solve(weight)
+            except NoPlanError:
+                continue
+            log.debug("refine on %s (sharpness %s): %.4g -> %.4g s", mesh, sharpness, prediction.step_time,
+                      again[3].step_time)
+            if again[3].memory <= budget * (1 + 1e-9) and again[3].step_time < (
+                    better or (None, None, None, prediction))[3].step_time:
+                better = again
+        if better is None:
             break
-        if again[3].memory > budget * (1 + 1e-9) or again[3].step_time >= prediction.step_time:
-            break
-        plan, problem, objective, prediction = again
+        plan, problem, objective, prediction = better
     if prediction.memory > budget * (1 + 1e-9):
         raise NoPlanError(f"the best plan on {mesh} needs {_gib(prediction.memory)} per device, "
                           f"more than the {_gib(budget)} budget")

@@ -139,6 +139,18 @@ def test_pipeline_stages():
         search(gpt.build(TINY.with_layers(1), 2), Mesh.parse("pp=64"), C)
 
 
+def test_refining_stages_keeps_the_best_plan():
+    """Each refinement round re-solves with segments weighed by their stage's nearness to the
+    slowest; a round's plan is kept only when the whole 1F1B step is faster."""
+    from akg.graph.parallel.search import _nearness
+
+    assert _nearness(2.0, 2.0, None) == 1.0 and _nearness(1.9, 2.0, None) == 0.0
+    assert _nearness(1.0, 2.0, 2.0) == 0.25 and _nearness(3.0, 0.0, 2.0) == 1.0
+    g = gpt.build(TINY.with_layers(4), 2)
+    times = [search(g, Mesh.parse("pp=2,dp=2"), C, microbatches=4, refine=r).predicted["step_time"] for r in (0, 1, 2)]
+    assert times[2] <= times[1] <= times[0]
+
+
 def test_search_is_never_worse_than_the_megatron_grid():
     def graph_of(dp, tp, pp):
         m = 2 * pp if pp > 1 else 1
