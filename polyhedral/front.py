@@ -11,6 +11,7 @@ import islpy as isl
 from akg.errors import ScheduleError
 from akg.polyhedral.deps import Dependences, compute_dependences
 from akg.polyhedral.model import PolyModel, build_model
+from akg.polyhedral.row_partials import fuse_row_partials
 from akg.polyhedral.schedule import schedule as isl_schedule
 from akg.polyhedral.tree import BandInfo, analyze
 
@@ -29,6 +30,7 @@ def schedule_program(program, fusion: str = "smart") -> ScheduledProgram:
         model = build_model(program)
         deps = compute_dependences(model)
         result = isl_schedule(model, deps, fusion)
-        return ScheduledProgram(model, deps, result.schedule, analyze(model, result.schedule), result.fallback)
+        tree = result.schedule if result.fallback else fuse_row_partials(model, result.schedule, deps)
+        return ScheduledProgram(model, deps, tree, analyze(model, tree), result.fallback)
     except isl.Error as e:
         raise ScheduleError(f"{program.name}: polyhedral analysis failed: {e}") from e

@@ -95,6 +95,7 @@ class Promoter:
         self.inner: dict[str, isl.UnionMap] = {}  # mark name -> schedule of the loops below it
         self.deeper: dict[str, isl.UnionSet] = {}  # mark name -> instances under deeper marks
         self.vector: dict[str, isl.UnionMap] = {}  # VECTOR_LAST mark name -> the vector loops below it
+        self.held: dict[str, isl.UnionSet] = {}  # tensor id -> instances an enclosing promotion holds
         if enabled:
             for node in _marks(schedule):
                 name = node.mark_get_id().get_name()
@@ -160,7 +161,10 @@ class Promoter:
         if r_t.is_empty():
             return None  # written only: stores go straight to memory
         acc = w_t.union(r_t)
-        if acc.domain().is_subset(self.deeper[name]):
+        if tid in self.held and acc.domain().is_subset(self.held[tid]):
+            return None  # an enclosing promotion holds it
+        carried = self._carried_below(name, outer, tid, sub)
+        if acc.domain().is_subset(self.deeper[name]) and not carried:
             return None  # a deeper mark (closer to the registers) will hold it
         if not self._reused(name, outer, acc):
             return None
@@ -187,6 +191,8 @@ class Promoter:
                 log.debug("%s not promoted at %s: its writes do not fill the box", tensor.name, name)
                 return None
         perm = self._vector_last(name, outer, w_t, sizes) if name.endswith("." + VECTOR_LAST) else ()
+        if carried:
+            self.held[tid] = self.held[tid].union(sub) if tid in self.held else sub
         return Promotion(tensor, lower, tuple(sizes), copy_in, copy_out, guard, sub, perm=perm,
                          where=footprint.domain())
 
@@ -276,6 +282,22 @@ class Promoter:
         return isl.Set(f"{{ {tid}[{', '.join(f'e{d}' for d in range(tensor.ndim))}] : "
                        + (" and ".join(f"0 <= e{d} < {n}" for d, n in enumerate(tensor.shape)) or "true")
                        + " }", context=self.model.ctx)
+
+    def _carried_below(self, name: str, outer: isl.UnionMap, tid: str, sub: isl.UnionSet) -> bool:
+        """Do values of the tensor flow from one iteration of the first loop below the mark to
+        a later one (partial sums carried from row to row)? A deeper mark would then copy them
+        in and out on every iteration of that loop; this one holds them across it."""
+        inner = self.inner[name]
+        flow = self._flow(tid).intersect_domain(sub).intersect_range(sub)
+        intra = flow.intersect(outer.apply_range(outer.reverse()))
+        for m in maps(intra.apply_domain(inner).apply_range(inner)):
+            n = m.dim(isl.dim_type.out)
+            if n == 0 or m.dim(isl.dim_type.in_) != n:
+                continue
+            zero = isl.Set(f"{{ [{', '.join(f'd{k}' for k in range(n))}] : d0 = 0 }}", context=self.model.ctx)
+            if not m.deltas().is_subset(zero):
+                return True
+        return False
 
     def _reused(self, name: str, outer: isl.UnionMap, accesses: isl.UnionMap) -> bool:
         """Do the loops below the mark touch some element more than once (within one

@@ -47,6 +47,9 @@ class BandInfo:
     windowed: tuple[int, ...] = ()  # per member: elements read through a sliding window along the
     #                                 last index, the member plus a reduction iterator (a conv's
     #                                 input along its output width)
+    blocks: int = 0  # rows of partial sums the outer member carries from row to row (column
+    #                  sums fused into a row band, `polyhedral.row_partials`): it runs in parallel
+    #                  only in chunks of whole blocks of this many iterations
 
     @property
     def members(self) -> int:
@@ -112,7 +115,7 @@ def _contiguity(model: PolyModel, node: isl.ScheduleNode, strided: bool = False,
     whose last index moves with it and with a reduction iterator (a sliding window)."""
     mupa = node.band_get_partial_schedule()
     counts = [0] * node.band_n_member()
-    members = [_affs_by_statement(mupa.get_at(d)) for d in range(node.band_n_member())]
+    members = [affs_by_statement(mupa.get_at(d)) for d in range(node.band_n_member())]
     for name in _statement_names(node):
         stmt = model.statement(name)
         affs = [m.get(name) for m in members]
@@ -130,7 +133,7 @@ def _contiguity(model: PolyModel, node: isl.ScheduleNode, strided: bool = False,
     return tuple(counts)
 
 
-def _affs_by_statement(upa: isl.UnionPwAff) -> dict[str, isl.Aff]:
+def affs_by_statement(upa: isl.UnionPwAff) -> dict[str, isl.Aff]:
     """The affine function of each statement in a band member (None if piecewise)."""
     out = {}
     lst = upa.get_pw_aff_list()
@@ -210,8 +213,23 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             work=sum(_points(s) for s in stmts),
             passes=_passes(node.child(0)),
             row_writers=sum(1 for s in stmts if s.role == "assign" and _points(s) > math.prod(extents)),
+            blocks=_blocks(model, node),
         ))
     return infos
+
+
+def _blocks(model: PolyModel, node: isl.ScheduleNode) -> int:
+    """The iterations of the band's outer member that must stay in one chunk: the extent of
+    any reduction iterator that the member walks (0 when it walks none)."""
+    if not node.band_member_get_coincident(0):
+        return 0
+    blocks = 1
+    for name, aff in affs_by_statement(node.band_get_partial_schedule().get_at(0)).items():
+        stmt = model.statement(name)
+        for i, v in enumerate(stmt.iters):
+            if v.reduce and aff is not None and int(aff.get_coefficient_val(isl.dim_type.in_, i).to_python()):
+                blocks = math.lcm(blocks, v.extent)
+    return blocks if blocks > 1 else 0
 
 
 def _points(stmt) -> int:
@@ -220,11 +238,19 @@ def _points(stmt) -> int:
 
 def _passes(node: isl.ScheduleNode) -> int:
     """Children of a sequence node that hold loops (1 for anything but a sequence); a
-    reduction's initialisation, scheduled by a band of extent 1, is not a pass."""
+    reduction's initialisation, scheduled by a band of extent 1 or only in some iterations
+    (partial sums at the first row of their block, `polyhedral.row_partials`), is not a pass."""
     if node.get_type() != isl.schedule_node_type.sequence:
         return 1
+
+    def inits_only(child: isl.ScheduleNode) -> bool:
+        names = []
+        child.filter_get_filter().foreach_set(lambda s: names.append(s.get_tuple_name()))
+        return all(n.endswith("_init") for n in names)
+
     return sum(1 for k in range(node.n_children())
-               if any(max(_member_extents(b), default=1) > 1 for b in _inner_bands(node.child(k))))
+               if not inits_only(node.child(k))
+               and any(max(_member_extents(b), default=1) > 1 for b in _inner_bands(node.child(k))))
 
 
 def _inner_bands(node: isl.ScheduleNode) -> list[isl.ScheduleNode]:
@@ -411,7 +437,7 @@ def _row_pass(model: PolyModel, node: isl.ScheduleNode, lanes: int) -> bool:
         return False
     if _inner_bands(node.child(0)) or not _has_band_above(node) or _member_extents(node)[0] < 2 * lanes:
         return False
-    member = _affs_by_statement(node.band_get_partial_schedule().get_at(0))
+    member = affs_by_statement(node.band_get_partial_schedule().get_at(0))
     for name in _statement_names(node):
         stmt, aff = model.statement(name), member.get(name)
         if aff is None:

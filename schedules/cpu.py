@@ -23,6 +23,7 @@ from akg.schedules.space import (LEGACY_SWITCHES, Config, Space, Step, check_ste
 
 REGISTER_BYTES = 1024  # accumulators of a register tile by default: 16 AVX-512 registers
 PARALLEL_MIN_POINTS = 1 << 14  # below this many iterations a thread launch costs more
+CHUNKS_PER_CORE = 4  # parallel chunks of an outer loop per core, by default
 CACHE_LEVEL, REGISTER_LEVEL, PROMOTE_LEVEL = "L2", "registers", "L1"
 COLUMN_RUN_BYTES = 1024  # contiguous bytes of a row a column reduction reads per step
 PREFETCH_DISTANCES = (0, 1, 2, 4, 8)  # iterations of a multi-pass band's row loop prefetched ahead
@@ -218,18 +219,21 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     row_tiles = sink and n > 1 and register[-1] >= lanes
     # parallel chunks: split the outermost loop so each core gets a few pieces
     if coin[0] and ext[0] > 1 and tile[0] == 0 and not (n == 1 and register[0]):
-        chunk = max(1, math.ceil(ext[0] / (cores * 4)))
+        chunk = max(1, math.ceil(ext[0] / (cores * CHUNKS_PER_CORE)))
         rows = register[0] if row_tiles else 0
         chunk = max(chunk, rows)  # a chunk holds whole register tiles of rows (below)
         if chunk < ext[0]:
             tile[0] = _largest_fitting(ext[0], chunk, rows or 1)
-    if info.passes > 1 and info.row_writers <= 1 and not sink and coin[-1] and register[-1] == 0:
+    if info.passes > 1 and info.row_writers <= 1 and not sink and coin[-1] and register[-1] == 0 \
+            and not info.blocks:
         # several passes over each row that reduce it to scalars before a last one writes it
         # (a layer norm's mean, variance, output): a block of rows filling half of L1 runs
         # each pass before the next. Each pass stays a loop of its own, which LLVM would
         # otherwise fully unroll and merge, keeping a whole row live in spilled registers
         # (layer norm 4096 x 1024: 0.47 -> 0.40 ms). Not where passes write rows of
-        # temporaries (a softmax's exponentials: 0.63 -> 0.72 ms)
+        # temporaries (a softmax's exponentials: 0.63 -> 0.72 ms), nor in a band that carries
+        # partial column sums from row to row (their rows stay in L1 beside the row's: a
+        # layer-norm backward ran 2.90 -> 2.44 ms one row at a time, on a loaded Xeon)
         row_bytes = max(1, info.work // max(1, math.prod(info.extents)) // info.passes * itemsize)
         rows = (l1_bytes // 2) // row_bytes
         if rows >= 2:
@@ -525,8 +529,11 @@ class CpuRecipe(Recipe):
     packed operand panels, parallel outer loops and vector inner loops."""
 
     def prepare(self, program, dtype: str):
-        from akg.graph.compute.lower import split_reductions
+        from akg.graph.compute.lower import split_column_reductions, split_reductions
 
+        # column sums beside a row loop: one partial per default parallel chunk of the rows
+        # (`polyhedral.row_partials` moves them into the row band)
+        program = split_column_reductions(program, self.target.cores * CHUNKS_PER_CORE)
         return split_reductions(program, self.target.vector_lanes(dtype))
 
     def default_config(self, bands, dtype, fusion="smart") -> Config:
@@ -550,6 +557,9 @@ class CpuRecipe(Recipe):
         plans = []
         for info, bc in zip(bands, band_knobs(config, bands, self.target, dtype)):
             parallel = switches["parallel"] and info.work >= PARALLEL_MIN_POINTS and self.target.cores > 1
+            if info.blocks and not (bc.order[0] == 0 and 0 < bc.tile[0] < info.extents[0]
+                                    and bc.tile[0] % info.blocks == 0):
+                parallel = False  # a chunk (a row, untiled) would split a block of partial sums
             plans.append(BandPlan(bc.order, bc.tile, bc.register, bc.sink, parallel, bc.pack, bc.prefetch))
         vectorize, unroll = switches["vectorize"], switches["unroll"]
         schedule = tree.map_outer_bands(model, schedule,

@@ -236,11 +236,14 @@ def split_reductions(program: Program, lanes: int) -> Program:
     return rfactor_reductions(program, lanes_of)
 
 
-def rfactor_reductions(program: Program, lanes_of) -> Program:
+def rfactor_reductions(program: Program, lanes_of, blocked: bool = False) -> Program:
     """Each reduction for which `lanes_of(op, reduce)` gives lanes >= 2 (a divisor of its first
     reduction axis) as `lanes` partial reductions and a short final one:
     partial[.., l] = reduce_{ro, rest} src(first = ro * lanes + l, rest), out = reduce_l partial
-    (the targets choose which reductions and how many lanes: CPU vector lanes, GPU threads)."""
+    (the targets choose which reductions and how many lanes: CPU vector lanes, GPU threads).
+    `blocked`: each partial reduces one contiguous block of the axis instead, and the partials
+    are the leading dim: partial[l, ..] = reduce_{ro, rest} src(first = l * block + ro, rest)
+    (a column sum's partials over blocks of rows, one per parallel chunk of a row loop)."""
     from akg.graph.compute.expr import reduce, reduce_axis
 
     remap: dict[int, Tensor] = {}
@@ -259,20 +262,66 @@ def rfactor_reductions(program: Program, lanes_of) -> Program:
             src = rewrite(red.source)
 
             def partial_body(*idx, op=op, first=first, rest=rest, src=src, lanes=lanes, reducer=red.reducer):
-                ro = reduce_axis(first.extent // lanes, f"{op.name}.ro")
+                block = first.extent // lanes
+                ro = reduce_axis(block, f"{op.name}.ro")
                 inner = [reduce_axis(r.extent, f"{op.name}.r{k}") for k, r in enumerate(rest)]
-                mapping = dict(zip(op.axes, idx[:-1]))
-                mapping[first] = ro * lanes + idx[-1]
+                if blocked:
+                    mapping = dict(zip(op.axes, idx[1:]))
+                    mapping[first] = idx[0] * block + ro
+                else:
+                    mapping = dict(zip(op.axes, idx[:-1]))
+                    mapping[first] = ro * lanes + idx[-1]
                 mapping.update(zip(rest, inner))
                 return reduce(reducer, substitute(src, mapping), [ro, *inner])
 
-            partial = compute([*shape, lanes], partial_body, f"{op.name}.partial")
+            partial = compute([lanes, *shape] if blocked else [*shape, lanes], partial_body, f"{op.name}.partial")
             lane = reduce_axis(lanes, f"{op.name}.lane")
             remap[id(op.output)] = compute(shape, lambda *i, p=partial, lane=lane, reducer=red.reducer:
-                                           reduce(reducer, p[(*i, lane)], [lane]), op.name)
+                                           reduce(reducer, p[(lane, *i) if blocked else (*i, lane)], [lane]),
+                                           op.name)
         elif body is not op.body:
             remap[id(op.output)] = ComputeOp(op.name, op.axes, body).output
     if not remap:
         return program
     outputs = [remap.get(id(t), t) for t in program.outputs]
     return Program(program.name, program.inputs, outputs, program.params, program.complex_io)
+
+
+def split_column_reductions(program: Program, parts: int) -> Program:
+    """Rewrite each reduction over the rows of a tensor (a column sum: the dgamma and dbeta of a
+    layer-norm backward, a bias gradient) as `parts` partial reductions over contiguous blocks of
+    rows and a short final one, where another op of the program walks the same tensor row by
+    row (reads it, or writes it: the gradient whose column sum is the bias gradient): each
+    partial then reads the rows of one block, which the scheduler can give the row loop's
+    parallel chunk that walks them too (`polyhedral.row_partials`)."""
+    if parts < 2:
+        return program
+    ops = program.ops()
+
+    def downstream(op) -> set[int]:  # ops that read op's result, directly or not
+        out = {id(op.output)}
+        for other in ops:
+            if any(id(ld.tensor) in out for ld in loads_of(other)):
+                out.add(id(other.output))
+        return out
+
+    def parts_of(op, red) -> int:
+        if len(red.axes) != 1 or red.reducer not in ("sum", "max", "min", "prod"):
+            return 0
+        r = red.axes[0]
+        reads = [ld for ld in loads_of(op) if any(v is r for i in ld.indices for v in walk(i))]
+        rows_only = all(ld.indices[0] is r and ld.tensor.ndim >= 2
+                        and not any(v is r for i in ld.indices[1:] for v in walk(i)) for ld in reads)
+        if not reads or not rows_only or r.extent % parts or r.extent // parts < 16:
+            return 0
+        # a row loop beside it that reads or writes those rows, not one after it (a batch
+        # norm's output needs its whole mean first)
+        after = downstream(op)
+        tensors = {id(ld.tensor) for ld in reads}
+        beside = any(other.axes and id(other.output) not in after and id(ld.tensor) in tensors
+                     and ld.indices[0] is other.axes[0] for other in ops if other is not op
+                     for ld in loads_of(other))
+        writer = any(id(other.output) in tensors and other.reduce is None for other in ops)
+        return parts if beside or writer else 0
+
+    return rfactor_reductions(program, parts_of, blocked=True)
