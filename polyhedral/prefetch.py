@@ -36,11 +36,19 @@ def spread(body: tirx.Stmt, streams: list[Stream], prefetch: Callable[[tirx.Buff
             best, most = loop, work
     if best is None:
         return seq([_lines(streams, None, 1, prefetch), body])
-    share = max(-(-s.lines // int(best.extent.value)) for s in streams)
+    # a stream of fewer lines than the pass has iterations (a row's mean and rstd: one line)
+    # is prefetched once, at the top: spread, every iteration would prefetch its last line
+    extent = int(best.extent.value)
+    few = [s for s in streams if s.lines < extent]
+    streams = [s for s in streams if s.lines >= extent]
+    if not streams:
+        return seq([_lines(few, None, 1, prefetch), body])
+    share = max(-(-s.lines // extent) for s in streams)
     spread_loop = tirx.For(best.loop_var, best.min, best.extent, best.kind,
                            seq([_lines(streams, best.loop_var, share, prefetch), best.body]),
                            best.thread_binding, best.annotations)
-    return replace(body, best, spread_loop)
+    spread_body = replace(body, best, spread_loop)
+    return seq([_lines(few, None, 1, prefetch), spread_body]) if few else spread_body
 
 
 def _lines(streams: list[Stream], step, share: int, prefetch) -> tirx.Stmt:

@@ -127,3 +127,12 @@ def test_fused_column_sums_keep_float32_accuracy():
     exact = dy.astype(np.float64).sum(0)
     scale = np.abs(dy).astype(np.float64).sum(0)
     assert np.max(np.abs(out - exact) / scale) < 1e-4
+
+
+def test_one_line_streams_are_prefetched_once_per_row():
+    # the next row's mean and rstd are one cache line each: prefetched once at the top of the
+    # row, not on every iteration of the pass that spreads the row's own prefetches
+    lines = str(akg.build(_layer_norm_backward()).func).splitlines()
+    depth = {name: [len(line) - len(line.lstrip()) for line in lines
+                    if "llvm.prefetch" in line and f"address_of({name}[" in line] for name in ("mean", "dy")}
+    assert len(depth["mean"]) == 1 and len(depth["dy"]) == 1 and depth["mean"][0] < depth["dy"][0]
