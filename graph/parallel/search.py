@@ -206,14 +206,15 @@ def pipeline_axis(mesh: Mesh, pp_axis: str | None) -> str | None:
 
 def search(graph: Graph, mesh: Mesh, cluster: ClusterSpec | None = None, *, memory_budget: float | None = None,
            pinned: Mapping[str, Sharding] | None = None, pp_axis: str | None = None, microbatches: int | None = None,
-           kernels: KernelTimes | None = None, time_limit: float = 60.0, refine: int = 1) -> Plan:
+           kernels: KernelTimes | None = None, time_limit: float = 60.0, refine: int = 2) -> Plan:
     """The cheapest plan for `graph` (one microbatch of a training step, or any graph) on
     `mesh` under `cluster`'s cost model: per-op strategies and input shardings from one
     integer program, pipeline stages along `pp_axis` (default: an axis named `pp`).
     `memory_budget` (bytes per device) defaults to the cluster's device memory; `pinned`
-    fixes the sharding of named inputs or node outputs. With stages, `refine` more programs
-    weigh each segment by how often 1F1B pays it at the last cut (the slowest stage's work m
-    times, the others' once); the cheapest plan is kept. NoPlanError when nothing fits."""
+    fixes the sharding of named inputs or node outputs. With stages, up to `refine` rounds
+    of programs weigh each segment by how near its stage is to the slowest at the last cut
+    (1F1B pays the slowest stage's work m times, the others' once), each round from the best
+    plan so far; the cheapest plan is kept. NoPlanError when nothing fits."""
     from akg.graph.parallel.ilp import Problem
 
     t0 = time.perf_counter()
