@@ -25,9 +25,10 @@ reads the weight along its first axis. So it does for a stride-1 conv with wide 
 vectors of output channels or more (ResNet-18's 3x3 convs at 56 and 28 px): each broadcast
 input then feeds every vector of channels, where a vector along the row is an unaligned load
 feeding one channel per broadcast weight. `pack_weights` stores such a constant weight
-`[O, C/groups, KH, KW]` with the output channel last, in blocks of the CPU's vector strip
-(`weight_panel` of the output channels, as for matmul panels): `[O/b, C/groups, KH, KW, b]`, or
-`[C/groups, KH, KW, O]` where the strip does not divide the channels; read back through a
+`[O, C/groups, KH, KW]` with the output channel last, `[C/groups, KH, KW, O]`, or, for a weight
+over half of L2 (where the mapping takes cache tiles of channels), in blocks of the CPU's vector
+strip (`weight_panel` of the output channels, as for matmul panels): `[O/b, C/groups, KH, KW, b]`
+where the strip divides the channels; read back through a
 transpose (and a reshape) that fusion folds into the conv kernel. Each vector of output
 channels then loads one contiguous slice of the weight instead of gathering 16 elements
 `C * KH * KW` apart (ResNet-18 width 16's 3x3 conv at 4x4, 32 channels, batch 2: ~3x faster with
@@ -109,7 +110,12 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
                 rw.keep(node)
                 continue
             if ins[1] not in channels_last:
-                block = weight_panel(target, ins[1].dtype, weight.shape[0])
+                # blocks of channels where the mapping takes cache tiles of channels (a weight
+                # over half of L2): each tile then reads its block in place; smaller weights stay
+                # channels-last (ResNet-18 width 16's 64-channel convs at 2 px ran 6.4 -> 50 us
+                # with 32-channel blocks under the 4-vector accumulator strip)
+                l2 = getattr(target, "l2_bytes", 0)
+                block = weight_panel(target, ins[1].dtype, weight.shape[0]) if weight.nbytes > l2 // 2 else None
                 channels_last[ins[1]] = _emit_channels_last(rw, ins[1], weight, block)
             rw.emit("conv2d", [ins[0], channels_last[ins[1]]], node.attrs, node.outputs)
             rw.changes += 1

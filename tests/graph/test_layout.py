@@ -146,6 +146,21 @@ def test_wide_conv_with_many_channels_is_stored_in_blocks():
     assert pack_weights(one) is one
 
 
+def test_conv_weight_blocks_only_past_half_of_l2():
+    """On a target, a weight goes in blocks of channels only where the mapping takes cache tiles
+    of channels (over half of L2); a smaller one stays channels-last, read whole."""
+    from dataclasses import replace
+
+    from akg.backends.cpu import host_cpu
+
+    graph = _conv(out_channels=64, channels=32, image=4, stride=1)  # a 72 KiB weight
+    names = lambda t: [v.name for v in pack_weights(graph, target=t).constants]  # noqa: E731
+    assert names(replace(host_cpu(), l2_bytes=1 << 20)) == ["w.ihwo"]
+    lanes = host_cpu().vector_lanes("float32")
+    if 64 % (2 * lanes) == 0 and 64 > 2 * lanes:  # a strip of two vectors divides 64 into blocks
+        assert names(replace(host_cpu(), l2_bytes=64 << 10)) == ["w.Oihwo"]
+
+
 def test_conv_weight_of_one_block_is_stored_channels_last():
     # 24 output channels: blocks of 16 do not divide them, so one block of all 24 (channels last)
     packed = pack_weights(_conv(out_channels=24, image=4))
@@ -168,9 +183,8 @@ def test_conv_kernel_reads_the_channels_last_weight_in_place():
     graph = _conv(out_channels=64, channels=32, image=4, stride=1)
     (kernel,) = partition(graph, target=host_cpu()).kernels
     assert kernel.name.endswith("_conv2d_relu")  # the relayout is folded into the conv kernel
-    lanes = host_cpu().vector_lanes("float32")
-    stored = "w.Oihwo" if 64 % (2 * lanes) == 0 and 64 > 2 * lanes else "w.ihwo"  # blocks of the vector strip
-    assert [v.name for v in kernel.subgraph.graph.constants] == [stored]
+    # channels last: blocks of the vector strip only for weights over half of L2 (this one: 72 KiB)
+    assert [v.name for v in kernel.subgraph.graph.constants] == ["w.ihwo"]
     built = akg.build(kernel.subgraph)
     inputs = random_inputs(graph, 0)
     np.testing.assert_allclose(built(inputs["x"])[0], evaluate(graph, inputs)[0], rtol=1e-4, atol=1e-4)
