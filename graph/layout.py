@@ -114,7 +114,7 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
                 # over half of L2): each tile then reads its block in place; smaller weights stay
                 # channels-last (ResNet-18 width 16's 64-channel convs at 2 px ran 6.4 -> 50 us
                 # with 32-channel blocks under the 4-vector accumulator strip)
-                l2 = getattr(target, "l2_bytes", 0)
+                l2 = 0 if target is None else getattr(target, "l2_bytes", 1 << 20)  # as cpu.default_bands
                 block = weight_panel(target, ins[1].dtype, weight.shape[0]) if weight.nbytes > l2 // 2 else None
                 channels_last[ins[1]] = _emit_channels_last(rw, ins[1], weight, block)
             rw.emit("conv2d", [ins[0], channels_last[ins[1]]], node.attrs, node.outputs)

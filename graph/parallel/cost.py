@@ -52,17 +52,13 @@ def _rate(curve, work: float, default: float) -> float:
     ends held beyond them; `default` without a curve."""
     if not curve:
         return default
+    if work <= curve[0][0] or work >= curve[-1][0]:  # the ends held, exactly
+        return curve[0][1] if work <= curve[0][0] else curve[-1][1]
+    import numpy as np
+
     xs = [math.log(w) for w, _ in curve]
-    if work <= curve[0][0]:
-        return curve[0][1]
-    if work >= curve[-1][0]:
-        return curve[-1][1]
-    x = math.log(work)
-    for (x0, (_, r0)), (x1, (_, r1)) in zip(zip(xs, curve), zip(xs[1:], curve[1:])):
-        if x <= x1:
-            f = (x - x0) / (x1 - x0) if x1 > x0 else 1.0
-            return math.exp(math.log(r0) + f * (math.log(r1) - math.log(r0)))
-    return curve[-1][1]
+    ys = [math.log(r) for _, r in curve]
+    return math.exp(float(np.interp(math.log(work), xs, ys)))
 
 
 @dataclass(frozen=True)

@@ -253,7 +253,7 @@ def search(graph: Graph, mesh: Mesh, cluster: ClusterSpec | None = None, *, memo
         stage_of = {k: i for i, keys in enumerate(plan.stages) for k in keys}
         times, updates = prediction.stage_times, prediction.stage_updates
         top, top_up = max(times), max(updates)
-        better = None
+        better, fastest = None, prediction.step_time
         for sharpness in REFINE_SHARPNESS:
             weight = [(1.0, 1.0 / pp)] * segs.count
             for n in graph.nodes:
@@ -267,9 +267,8 @@ def search(graph: Graph, mesh: Mesh, cluster: ClusterSpec | None = None, *, memo
                 continue
             log.debug("refine on %s (sharpness %s): %.4g -> %.4g s", mesh, sharpness, prediction.step_time,
                       again[3].step_time)
-            if again[3].memory <= budget * (1 + 1e-9) and again[3].step_time < (
-                    better or (None, None, None, prediction))[3].step_time:
-                better = again
+            if again[3].memory <= budget * (1 + 1e-9) and again[3].step_time < fastest:
+                better, fastest = again, again[3].step_time
         if better is None:
             break
         plan, problem, objective, prediction = better
