@@ -102,6 +102,7 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
     widths = set()
     packed: dict[tuple[Value, bool], Value] = {}  # (weight, transposed) -> its unpacked view
     channels_last: dict[Value, Value] = {}  # conv weight -> its [O, C, KH, KW] view
+    by_rows: dict[Value, Value] = {}  # narrow [K, N] weight -> the same weight stored [N, K]
     for node in rw.walk():
         ins = rw.inputs(node)
         if node.op == "conv2d":
@@ -126,6 +127,12 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
             continue
         transposed = bool(node.attrs["transpose_b"])
         k, n = weight.shape[::-1] if transposed else weight.shape
+        if not transposed and narrow_columns(target, ins[1].dtype, k, n):
+            if ins[1] not in by_rows:
+                by_rows[ins[1]] = _emit_rows(rw, ins[1], weight)
+            rw.emit("matmul", [ins[0], by_rows[ins[1]]], {**node.attrs, "transpose_b": True}, node.outputs)
+            rw.changes += 1
+            continue
         width = panel if target is None else weight_panel(target, ins[1].dtype, n)
         if width is None or n % width or n <= width or k < 2:
             rw.keep(node)
@@ -137,11 +144,11 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
         attrs = {**node.attrs, "transpose_b": False}
         rw.emit("matmul", [ins[0], packed[key]], attrs, node.outputs)
         rw.changes += 1
-    if not packed and not channels_last:
+    if not packed and not channels_last and not by_rows:
         return graph
     log.debug("pack_weights on %s: %d weight(s) stored as panels of %s columns, %d conv weight(s) with "
-              "the output channel last", graph.name, len(packed), "/".join(map(str, sorted(widths))),
-              len(channels_last))
+              "the output channel last, %d narrow weight(s) stored by output column", graph.name, len(packed),
+              "/".join(map(str, sorted(widths))), len(channels_last), len(by_rows))
     return dce(rw.finish("pack_weights"))
 
 
@@ -149,7 +156,7 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
 # and the transpose and reshape that read it back as [K, N] (".t": from a transposed weight); from
 # a conv weight: the weight stored channels-last and the transpose that reads it back as OIHW.
 DERIVED_SUFFIXES = (*(f"{t}{tail}" for t in ("", ".t") for tail in (".panels", ".panels.kmajor", ".kn")),
-                    ".ihwo", ".oihw", ".Oihwo", ".Ooihw")
+                    ".ihwo", ".oihw", ".Oihwo", ".Ooihw", ".nk")
 
 
 def derived_names(planned, model) -> dict[str, str]:
@@ -176,6 +183,24 @@ def _emit_panels(rw: _Rewriter, w: Value, weight: np.ndarray, transposed: bool, 
     rw.emit("transpose", [stored], {"perm": [1, 0, 2]}, [moved])
     rw.emit("reshape", [moved], {"shape": [k, n]}, [view])
     return view
+
+
+def narrow_columns(target, dtype: str, k: int, n: int) -> bool:
+    """Whether a constant `[K, N]` matmul weight is better stored `[N, K]` (read with
+    `transpose_b`): its N columns fill less than one vector of `target` while its reduction
+    spans at least one. Vectorised along N such a matmul wastes most of every vector and walks
+    the weight with a stride of N; stored by output column each output is a dot product over a
+    contiguous row (8x128 by 128x10: 3.8 -> 0.3 us on AVX-512; 64x256 by 256x10: 28 -> 5 us)."""
+    lanes = channels_last_lanes(target, dtype, n)
+    return lanes is not None and 1 < n < lanes <= k
+
+
+def _emit_rows(rw: _Rewriter, w: Value, weight: np.ndarray) -> Value:
+    """Add the `[K, N]` weight stored as `[N, K]` (the caller reads it with `transpose_b`)."""
+    k, n = weight.shape
+    stored = Value(f"{w.name}.nk", TensorType((n, k), w.dtype))
+    rw.constants[stored] = np.ascontiguousarray(weight.T)
+    return stored
 
 
 def _emit_channels_last(rw: _Rewriter, w: Value, weight: np.ndarray, block: int | None) -> Value:

@@ -62,6 +62,37 @@ def test_kernel_reads_the_panels_without_a_pack_copy():
     np.testing.assert_allclose(built(inputs["x"])[0], evaluate(graph, inputs)[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("bits, n, k, stored", [(512, 10, 128, True), (256, 10, 128, False), (512, 4, 8, False),
+                                                (512, 1, 128, False)],
+                         ids=["narrower-than-a-vector", "a-vector-wide-on-avx2", "reduction-shorter-than-a-vector",
+                              "one-column"])
+def test_narrow_weight_is_stored_by_output_column(bits, n, k, stored):
+    # A weight narrower than one vector (a classifier's 10 columns) is read with transpose_b from
+    # [N, K]: each output is a dot product over a contiguous row. ONNX exports of PyTorch's
+    # Linear give [K, N], MindSpore's MatMul gives [N, K] with transpose_b: both doors now
+    # compile the same kernel (issue 17: the ONNX door ran MindIR's mlp 0.71x of the graph).
+    graph = _dense(n=n, k=k)
+    packed = pack_weights(graph, target=_Cpu(bits))
+    if not stored:
+        assert packed is graph
+        return
+    (w,) = graph.constants.values()
+    assert [(v.name, a.shape) for v, a in packed.constants.items()] == [("w.nk", (n, k))]
+    np.testing.assert_array_equal(packed.constants[next(iter(packed.constants))], w.T)
+    (mm,) = [node for node in packed.nodes if node.op == "matmul"]
+    assert mm.attrs["transpose_b"]
+    inputs = random_inputs(graph, 1)  # NumPy sums the transposed product in another order
+    np.testing.assert_allclose(evaluate(packed, inputs)[0], evaluate(graph, inputs)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_narrow_weight_kernel_matches_the_one_written_transposed():
+    from akg.backends.cpu import host_cpu
+
+    # the same model written either way compiles to one kernel reading the same [N, K] constant
+    kernels = [partition(_dense(n=10, k=128, transpose_b=tb), target=host_cpu()).kernels for tb in (False, True)]
+    assert [[v.shape for v in k.subgraph.graph.constants] for (k,) in kernels] == [[(10, 128)]] * 2
+
+
 def _Cpu(bits):
     """A CPU target whose vector width is `bits` (the panel width follows its vector strip)."""
     from akg.backends.cpu import CpuTarget
