@@ -21,17 +21,19 @@ import subprocess
 import threading
 import weakref
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tvm
 
-from akg.backends.cuda.bind import Launch, bind_threads
 from akg.backends.cuda.errors import CudaError, GpuMismatchError, GpuResourceError, NoGpuError
 from akg.backends.cuda.nvcc import KernelResources, compile_cubin, compile_ptx
 from akg.backends.cuda.plan import LaunchPlan, launch_plan
 from akg.backends.cuda.target import ARTIFACT_KIND
 from akg.errors import LoweringError
 from akg.target import Artifact, Backend
+
+if TYPE_CHECKING:
+    from akg.backends.cuda.bind import Launch
 
 _KERNEL_DECL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(')
 
@@ -63,6 +65,10 @@ def cuda_source(func, target) -> tuple[str, list[Launch]]:
 
 def generate(func, target):
     """(the bound PrimFunc, its CUDA C, its launches)."""
+    import tvm
+
+    from akg.backends.cuda.bind import bind_threads
+
     bound, launches = bind_threads(func)
     try:
         exe = tvm.compile(tvm.IRModule({"main": bound}), target=target.tvm_target())
@@ -214,6 +220,8 @@ class CudaBackend(Backend):
     def load(self, artifact: Artifact) -> CudaExecutable:
         if artifact.kind != self.artifact_kind:
             raise LoweringError(f"the CUDA backend cannot load an artifact of kind '{artifact.kind}'")
+        from akg.backends.cuda.bind import Launch
+
         data = json.loads(artifact.data.decode())
         launches = tuple(Launch(tuple(g), tuple(b)) for g, b in data["launches"])
         resources = {k: KernelResources(**r) for k, r in data["resources"].items()}
