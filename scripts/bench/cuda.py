@@ -25,10 +25,14 @@ a roofline ESTIMATE from the spec, labelled "estimate (no GPU)". The model:
   one address in consecutive iterations is taken as a register or L1 hit: nvcc keeps it in a
   register), in 32-byte sectors: a warp's 32 lanes along `threadIdx.x` touch
   ceil(span / 32) sectors of a contiguous span, one sector when the address does not move
-  with the lane (a broadcast), 32 when it moves by 32 bytes or more or not affinely. No reuse
-  across warps or blocks is assumed (there is no shared-memory tiling yet, and L2 hits are
-  not modelled), so a matmul reads its operands once per warp of outputs: far more than the
-  compulsory bytes. Intermediates the kernel keeps in global memory (softmax's
+  with the lane (a broadcast), 32 when it moves by 32 bytes or more or not affinely; an address
+  not affine along x whose offset from lane 0 is a constant for each lane of the first warp
+  (a tile copied by the flattened thread id, through a div/mod) counts the distinct sectors
+  of those offsets. No reuse across warps or blocks is assumed beyond what the kernel stages
+  in shared memory itself (L2 hits are not modelled), so a plain matmul reads its operands
+  once per warp of outputs, a tiled one once per block and k-tile. Shared-memory traffic,
+  bank conflicts and register pressure are not modelled either: a kernel computing from
+  shared tiles is bound only by its copies' global traffic and its flops. Intermediates the kernel keeps in global memory (softmax's
   exponentials) count as traffic. The estimated time is the max of the two terms per launch,
   divided by min(1, blocks / SMs) (a launch of 4 blocks keeps 4 SMs busy), summed over
   launches; "est. of ideal" is ideal time / mapping time. It is an estimate, not a bound: L1
@@ -233,6 +237,35 @@ def _lane_step(analyzer, flat, var):
     return steps.pop() if len(steps) == 1 else None
 
 
+def _warp_sectors(flat, threads: dict, itemsize: int) -> int | None:
+    """The sectors the first warp's lanes touch, from each lane's address (threadIdx.x
+    fastest, then y, z) relative to lane 0's, when every such offset is a constant (an
+    address through a div/mod of the thread, a block tile copied by a flattened thread id);
+    lane 0's address taken sector-aligned. None when some offset is not a constant."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    dims = [threads[t] for t in ("threadIdx.x", "threadIdx.y", "threadIdx.z") if t in threads]
+    if not dims:
+        return None
+    total = math.prod(e for _, e in dims)
+
+    def at(lane):
+        expr, rest = flat, lane
+        for var, extent in dims:
+            expr = tirx.Let(var, tirx.const(rest % extent, _dtype(var) or "int32"), expr)
+            rest //= extent
+        return Analyzer().simplify(expr)
+
+    base, sectors = at(0), set()
+    for lane in range(min(WARP, total)):
+        delta = Analyzer().simplify(at(lane) - base)
+        if not isinstance(delta, tirx.IntImm):
+            return None
+        sectors.add(int(delta.value) * itemsize // SECTOR)
+    return len(sectors)
+
+
 def _sectors(step, lanes: int, itemsize: int) -> int:
     if step is None:
         return lanes
@@ -277,8 +310,11 @@ def launch_traffic(bound_func) -> list[LaunchTraffic]:
         threads = ctx["threads"]
         bx, by = threads.get("threadIdx.x", (None, 1))[1], threads.get("threadIdx.y", (None, 1))[1]
         lanes_x = min(WARP, bx)
-        sectors = _sectors(_lane_step(analyzer, flat, threads["threadIdx.x"][0]) if "threadIdx.x" in threads
-                           else 0, lanes_x, itemsize)
+        step = _lane_step(analyzer, flat, threads["threadIdx.x"][0]) if "threadIdx.x" in threads else 0
+        warp = _warp_sectors(flat, threads, itemsize) if step is None else None
+        if warp is not None:  # not affine along x, but each lane's offset a constant: count them
+            return ctx["warps"] * iterations * warp * SECTOR
+        sectors = _sectors(step, lanes_x, itemsize)
         groups = max(1, WARP // lanes_x) if by > 1 else 1
         if groups > 1 and "threadIdx.y" in threads and _lane_step(analyzer, flat, threads["threadIdx.y"][0]) == 0:
             groups = 1

@@ -61,6 +61,22 @@ def test_the_traffic_model_counts_a_warps_sectors(bench):
     assert est["ideal_s"] <= est["mapped_s"]
 
 
+def test_a_warps_sectors_through_a_div_mod_of_its_threads(bench):
+    """A block tile copied by the flattened thread id (a row of 64 per 4 rows of 16 threads):
+    not affine along x, but lane by lane the first warp reads 32 consecutive floats."""
+    from tvm import tirx
+
+    tx, ty, q = tirx.Var("tx", "int32"), tirx.Var("ty", "int32"), tirx.Var("q", "int32")
+    f = q * 256 + ty * 16 + tx
+    flat = tirx.floordiv(f, 64) * 4096 + tirx.floormod(f, 64)
+    threads = {"threadIdx.x": (tx, 16), "threadIdx.y": (ty, 16)}
+    assert bench._lane_step(None, flat, tx) is None
+    assert bench._warp_sectors(flat, threads, 4) == 4 and bench._warp_sectors(flat, threads, 2) == 2
+    column = tirx.floormod(f, 64) * 4096 + tirx.floordiv(f, 64)  # the transposed copy: a sector per lane
+    assert bench._warp_sectors(column, threads, 4) == 32
+    assert bench._warp_sectors(tirx.floormod(f * q, 64), threads, 4) is None  # not a constant per lane
+
+
 def test_sectors_and_the_nearest_spec(bench):
     assert bench._sectors(1, 32, 4) == 4  # coalesced floats
     assert bench._sectors(0, 32, 4) == 1  # a broadcast
