@@ -14,12 +14,14 @@ whose parallel points cannot fill the GPU and whose points reduce many terms (a 
 rows, a full reduction) has its reductions spread over the threads of a block instead
 (`reduce(threads)`: per-thread partials and a shared-memory tree with barriers,
 `cuda_reduce.py`); reductions with few outputs over very many terms are first split into
-partials (`prepare`, `cuda_split.py`). Shared-memory and register promotion of reused tiles
-are not done yet, except a reduction's operand tiles in shared memory (`promote(shared)`,
-`cuda_shared.py`)."""
+partials (`prepare`, `cuda_split.py`). A matmul-like band's reduction reads its operands from
+tiles in shared memory (`promote(shared)`, `cuda_shared.py`) into accumulators in each
+thread's registers, several outputs per thread (`tile(registers)`, `cuda_registers.py`);
+other shared-memory and register promotion is not done yet."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
@@ -207,8 +209,8 @@ def validate_mapping(k: int, m: BandMapping, info: BandInfo, spec) -> None:
         tile_k, pad = (m.shared + (0, 0))[:2]
         if len(m.shared) != 2 or tile_k < 1 or pad < 0:
             raise ScheduleError(f"band {k}: promote(shared) takes (tile_k >= 1, pad >= 0), not {list(m.shared)}")
-        if any(not t for t in m.threads) or any(w != 1 for w in m.work):
-            raise ScheduleError(f"band {k}: shared tiles need every loop of the band mapped, one point per thread")
+        if any(not t for t in m.threads):
+            raise ScheduleError(f"band {k}: shared tiles need every loop of the band mapped")
     if sorted(m.order) != list(range(n)):
         raise ScheduleError(f"band {k}: order {list(m.order)} is not a permutation of {n} loops")
     if not info.permutable and n > 1 and m.order != tuple(range(n)):
@@ -256,6 +258,8 @@ def _thread_choices(extent: int, limit: int) -> list[int]:
 REDUCE_CHOICES = (32, 64, 128, 256, 512, 1024)
 SHARED_K_CHOICES = (8, 16, 32)  # promote(shared): the k-tile
 SHARED_DEFAULT = True  # matmul-like bands get shared tiles by default (`CudaRecipe.shared_default`)
+REGISTER_DEFAULTS = (8, 4, 2)  # ... and w x w outputs per thread, in registers (the largest that fills the SMs)
+REGISTER_BUDGET = 16384  # the space's tiled configs: threads x outputs per thread per block at most
 
 
 @dataclass(frozen=True)
@@ -283,7 +287,7 @@ class CudaBandSpace:
         positions = [p for p in reversed(range(n)) if order[p] in allowed]
         if not positions:
             return BandMapping(order, (0,) * n, (1,) * n)
-        # shared tiles of a single reduction's operands: every member mapped, one point per thread
+        # shared tiles of a single reduction's operands: every member mapped (several outputs per thread in registers)
         tiles = (len(self.reducers) == 1 and self.reducers[0] in TREE_REDUCERS and len(positions) == n <= 3
                  and rng.random() < 0.3)
         dims = n if tiles else rng.randint(1, min(3, len(positions)))
@@ -297,10 +301,14 @@ class CudaBandSpace:
             threads[p] = t
             budget = max(1, budget // t)
             ws = [w for w in WORK_CHOICES if t * w <= e]
-            work[p] = 1 if tiles else rng.choice(ws or [1])
+            work[p] = rng.choice(ws or [1])
             if math.ceil(e / (t * work[p])) > spec.max_grid_dims[i]:
                 work[p] = math.ceil(e / (t * spec.max_grid_dims[i]))
-        shared = (rng.choice(SHARED_K_CHOICES), rng.choice((0, 1))) if tiles and all(w == 1 for w in work) else ()
+        shared = ()
+        if tiles:  # register tiles beside them: a block's accumulators within a budget
+            while math.prod(threads) * math.prod(work) > REGISTER_BUDGET:
+                work[work.index(max(work))] //= 2
+            shared = (rng.choice(SHARED_K_CHOICES), rng.choice((0, 1)))
         return BandMapping(order, tuple(threads), tuple(work), shared=shared)
 
     def size(self) -> int:
@@ -413,7 +421,9 @@ class CudaRecipe(Recipe):
         tile or one broadcast element) for a band of 2 or 3 coincident members computing one
         sum over one axis of at least 16 terms, elementwise ops after it, where some operand
         load that varies along the reduction misses a mapped member (each of its elements is
-        read by several threads of a block: a matmul's A and B). None otherwise."""
+        read by several threads of a block: a matmul's A and B), with register tiles of w x w
+        outputs per thread along x and y, the largest w of `REGISTER_DEFAULTS` that leaves
+        at least a block per SM (else one output per thread). None otherwise."""
         from akg.graph.compute.expr import Const, Load, Var, walk
 
         ops = self._ops
@@ -456,6 +466,17 @@ class CudaRecipe(Recipe):
             validate_mapping(info.index, m, info, self.spec)
         except ScheduleError:
             return None
+        # register tiles: w x w outputs per thread along x and y (cuda_registers.py), the most
+        # that still gives every SM a block; one output per thread where none does
+        for w in REGISTER_DEFAULTS:
+            work = tuple(w if p >= n - 2 and threads[p] > 1 else 1 for p in range(n))
+            tiled = dataclasses.replace(m, work=work)
+            try:
+                validate_mapping(info.index, tiled, info, self.spec)
+            except ScheduleError:
+                continue
+            if math.prod(tiled.grid(info)) >= self.spec.sms:
+                return tiled
         return m
 
     def reducers(self, info: BandInfo) -> tuple[str, ...]:
@@ -507,7 +528,8 @@ class CudaRecipe(Recipe):
         trees = {k: m.reduce for k, m in enumerate(mappings) if m.reduce}
         tiled = [k for k, m in enumerate(mappings) if m.shared]
         if tiled:
-            from akg.schedules.cuda_shared import check, map_shared
+            from akg.schedules.cuda_registers import map_registers
+            from akg.schedules.cuda_shared import check
 
             if trees or len(tiled) > 1:  # the heuristic's tiles give way; a config's are refused
                 mappings = [default_mapping(info, self.spec, self.reducers(info)) if m.shared and
@@ -518,8 +540,8 @@ class CudaRecipe(Recipe):
         if tiled:
             (k,) = tiled
             try:
-                done = map_shared(model, schedule, bands, k, mappings[k], *mappings[k].shared, self.spec, apply_band,
-                                  cache=self._trees)
+                done = map_registers(model, schedule, bands, k, mappings[k], *mappings[k].shared, self.spec,
+                                     apply_band, cache=self._trees)
             except ScheduleError as e:
                 if mappings[k] != self.default_for(bands[k]):
                     raise
@@ -556,7 +578,7 @@ class CudaRecipe(Recipe):
         return done.model, done.schedule
 
     def promote(self, config: Config) -> bool:
-        return False  # shared-memory and register promotion: not yet
+        return False  # the polyhedral promotion pass: unused (shared and register tiles are band rewrites)
 
     def knob_features(self, config, bands) -> list[float]:
         if not bands:

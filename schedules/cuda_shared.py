@@ -2,15 +2,17 @@
 step): the reduction below outer band k is tiled by `tile_k` along its reduction axis, and
 every operand whose elements the threads of a block share (a load that varies with the
 reduction axis: a matmul's A and B tiles) is copied, per block and k-tile, into a shared
-buffer by all the threads of the block, then read from there.
+buffer by all the threads of the block, then read from there. This module makes the tiles
+and the race check; the reduction computed from them, into each thread's register
+accumulators, and the mapped band are `cuda_registers.py`'s.
 
 For out[i] = reduce_k src(T_j[idx_j(i, k)]) with block tiles of `tile[a]` points along each
-output axis a (one per thread) and K terms (the box of load j per block and k-tile follows
-from its indices: `tile[a]` along an index that is output axis a, `tile_k` along one that is
-the reduction axis, 1 along a constant):
+output axis a and K terms (the box of load j per block and k-tile follows from its indices:
+`tile[a]` along an index that is output axis a, `tile_k` along one that is the reduction
+axis, 1 along a constant):
 
     T_j.stile[b, kt, f] = T_j[lower_j(b, kt) + unflatten(f)]     0 past the tensor's end or in the padding
-    out[i]             = reduce_{kt, kk} src(T_j.stile[i / tile, kt, local_j(i % tile, kk)])
+    ...                 = reduce_{kt, kk} src(T_j.stile[b, kt, local_j(offset in the tile, kk)])
 
 with `f` the box flattened row-major, its last dim padded by `pad` elements (a knob against
 bank conflicts), and terms past K reducing the identity. The copies of one block and k-tile
@@ -29,10 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from akg.errors import ScheduleError
-from akg.graph.compute.expr import (ComputeOp, Const, Load, Var, all_of, call, compute, const, rebuild, reduce,
-                                    reduce_axis, select, substitute)
+from akg.graph.compute.expr import (ComputeOp, Const, Load, Var, all_of, call, compute, const, rebuild, select,
+                                    substitute)
 from akg.graph.compute.lower import Program
-from akg.polyhedral.block_tiles import flat_tile_accesses, map_tiled_reduction
+from akg.polyhedral.block_tiles import flat_tile_accesses
 
 TILE_TAG = ".stile"
 BARRIER = "barrier"
@@ -47,8 +49,8 @@ def tile_memory(name: str) -> str | None:
 
 @dataclass(frozen=True)
 class SharedTiles:
-    """What `map_shared` made: the rewritten model, its mapped schedule, the shared tiles'
-    isl ids and their bytes per block."""
+    """A band mapped over shared tiles (`cuda_registers.map_registers`): the rewritten model,
+    its mapped schedule, the shared tiles' isl ids and their bytes per block."""
 
     model: object
     schedule: object
@@ -112,16 +114,12 @@ def shared_bytes(boxes: list[_Box]) -> int:
                for b in boxes)
 
 
-def tile_reduction(program: Program, op: ComputeOp, tiles: dict, tile_k: int, pad: int):
-    """`program` with `op`'s operands tiled into shared tiles (see the module); `tiles` maps
-    id(output axis) -> points per block. Returns (program, new op, copy ops, boxes)."""
-    red = op.reduce
-    (r,) = red.axes
+def copy_ops(op: ComputeOp, boxes: list[_Box], tiles: dict, tile_k: int) -> list:
+    """The copies of each box into its tile, `[*grid, k-tiles, F]` (see the module); `tiles`
+    maps id(output axis) -> points per block."""
+    (r,) = op.reduce.axes
     K = r.extent
     nkt = -(-K // tile_k)
-    boxes = _boxes(op, tiles, tile_k, pad)
-    if not boxes:
-        raise ScheduleError(f"{op.name}: no operand varies along the reduction; nothing to share")
     grid = [-(-a.extent // tiles[id(a)]) for a in op.axes]
     copies = []
     for j, box in enumerate(boxes):
@@ -153,7 +151,18 @@ def tile_reduction(program: Program, op: ComputeOp, tiles: dict, tile_k: int, pa
             return select(all_of(conds), value, const(0, ld.tensor.dtype)) if conds else value
 
         copies.append(compute([*grid, nkt, box.flat], fill, f"{op.name}.{j}{TILE_TAG}{len(box.sizes)}"))
-    kt_ax, kk_ax = reduce_axis(nkt, f"{op.name}.kt"), reduce_axis(tile_k, f"{op.name}.kk")
+    return copies
+
+
+def tiled_source(op: ComputeOp, boxes: list[_Box], copies: list, kt_ax, kk_ax, tile_k: int, local, block):
+    """`op`'s reduction source reading the tiles: a load of a box becomes a load of its tile at
+    the block (`block(axis)`: the block index along an output axis), the k-tile and the flat
+    offset of (`local(axis)`: the offset inside the block's tile, None for 0; kk along the
+    reduction). Loads that do not vary along the reduction are kept; the reduction axis is
+    `kt * tile_k + kk`, terms past its end the identity."""
+    red = op.reduce
+    (r,) = red.axes
+    K = r.extent
 
     def swap(n):
         if not isinstance(n, Load):
@@ -163,19 +172,18 @@ def tile_reduction(program: Program, op: ComputeOp, tiles: dict, tile_k: int, pa
                        for x, y in zip(n.indices, box.load.indices))
             if n.tensor is box.load.tensor and len(n.indices) == len(box.load.indices) and same:
                 flat = None
-                for i, s, n_ in zip(n.indices, box.strides(), box.sizes):
+                for i, s in zip(n.indices, box.strides()):
                     if i is r:
                         o = kk_ax
                     elif isinstance(i, Const):
                         continue
                     else:
-                        o = i % tiles[id(i)] if tiles[id(i)] > 1 else None
+                        o = local(i)
                     if o is None:
                         continue
                     term = o * s if s > 1 else o
                     flat = term if flat is None else flat + term
-                blocks = [a // tiles[id(a)] for a in op.axes]
-                return Load(t, [*blocks, kt_ax, flat if flat is not None else const(0, "int32")])
+                return Load(t, [*(block(a) for a in op.axes), kt_ax, flat if flat is not None else const(0, "int32")])
         return None
 
     source = substitute(rebuild(red.source, swap), {r: kt_ax * tile_k + kk_ax})
@@ -184,11 +192,12 @@ def tile_reduction(program: Program, op: ComputeOp, tiles: dict, tile_k: int, pa
 
         source = select(call("lt", kt_ax * tile_k + kk_ax, const(K, "int32")), source,
                         identity(red.reducer, op.output.dtype))
-    axes = list(op.axes)
-    new = compute([a.extent for a in axes],
-                  lambda *i: substitute(reduce(red.reducer, source, [kt_ax, kk_ax]), dict(zip(axes, i))), op.name)
-    remap = {id(op.output): new}
-    out_ops = []
+    return source
+
+
+def replace_op(program: Program, op: ComputeOp, final) -> Program:
+    """`program` with `op`'s output replaced by the tensor `final` (its readers rebuilt)."""
+    remap = {id(op.output): final}
     for other in program.ops():
         if other is op:
             continue
@@ -196,86 +205,11 @@ def tile_reduction(program: Program, op: ComputeOp, tiles: dict, tile_k: int, pa
                        if isinstance(n, Load) and id(n.tensor) in remap else None)
         if body is not other.body:
             remap[id(other.output)] = ComputeOp(other.name, other.axes, body).output
-            out_ops.append(other)
     outputs = [remap.get(id(t), t) for t in program.outputs]
-    return Program(program.name, program.inputs, outputs, program.params, program.complex_io), new.op, \
-        [c.op for c in copies], boxes
+    return Program(program.name, program.inputs, outputs, program.params, program.complex_io)
 
 
-# --- the mapping -------------------------------------------------------------------------------
-
-
-def map_shared(model, schedule, bands, k: int, mapping, tile_k: int, pad: int, spec, apply_band,
-               barrier: str | None = BARRIER, cache: dict | None = None) -> SharedTiles:
-    """Band k's reduction with its operands in shared tiles (see the module), the band mapped
-    by `mapping` (a BandMapping: every member mapped, one point per thread); every other
-    band by `apply_band(node, k)`. `barrier` None plants the missing barriers the race
-    checker must find. ScheduleError where the band is not one reduction of a single axis
-    over tiles of output axes, or the tiles exceed the spec's shared memory."""
-    from akg.polyhedral.model import build_model
-
-    info = bands[k]
-    by_name = {s.name: s for s in model.statements}
-    ops = {id(by_name[n].op): by_name[n].op for n in info.statements if n in by_name}
-    reductions = [o for o in ops.values() if o.reduce is not None]
-    if len(reductions) != 1:
-        raise ScheduleError(f"band {k}: shared tiles need the band to be one reduction, it computes "
-                            f"{len(reductions)} reductions")
-    (op,) = reductions
-    position = {id(o): by_name[name].position for name in info.statements if name in by_name
-                for o in (by_name[name].op,)}
-    after = sorted((o for o in ops.values() if o is not op), key=lambda o: position[id(o)])
-    for o in after:  # an elementwise epilogue, after the reduction in each thread
-        if position[id(o)] < position[id(op)] or tuple(a.extent for a in o.axes) != tuple(info.extents):
-            raise ScheduleError(f"band {k}: shared tiles need the band's other ops to be elementwise after "
-                                f"{op.name} ({o.name} is not)")
-    red = op.reduce
-    if red is None or red.reducer not in TREE_REDUCERS or len(red.axes) != 1:
-        raise ScheduleError(f"band {k}: shared tiles need a sum/prod/max/min over one axis")
-    n = info.members
-    if len(op.axes) != n or tuple(a.extent for a in op.axes) != tuple(info.extents):
-        raise ScheduleError(f"band {k}: the band's loops are not {op.name}'s output axes")
-    if mapping.reduce or any(not t for t in mapping.threads) or any(w != 1 for w in mapping.work):
-        raise ScheduleError(f"band {k}: shared tiles need every loop of the band mapped, one point per thread")
-    if tile_k < 1 or pad < 0:
-        raise ScheduleError(f"band {k}: shared tile of {tile_k} along the reduction, padding {pad}")
-    # tiles per member: the member at position p (after the order) is op axis order[p]
-    tiles = {id(op.axes[mapping.order[p]]): mapping.threads[p] for p in range(n)}
-    key = (id(op), tuple(sorted(tiles.items())), tile_k, pad)
-    if cache is not None and key in cache:
-        program, new_op, copy_ops, boxes, new_model = cache[key]
-    else:
-        program, new_op, copy_ops, boxes = tile_reduction(model.program, op, tiles, tile_k, pad)
-        new_model = build_model(program, model.ctx)
-        if cache is not None:
-            cache[key] = (program, new_op, copy_ops, boxes, new_model)
-    total = shared_bytes(boxes)
-    if total > spec.shared_per_block:
-        raise ScheduleError(f"band {k}: the shared tiles need {total} bytes of shared memory, "
-                            f"the GPU allows {spec.shared_per_block} per block")
-    old = {(id(s.op), s.role): s.name for s in model.statements}
-    copies = [s for s in new_model.statements if any(s.op is c for c in copy_ops)]
-    copies.sort(key=lambda s: s.position)
-    init = next(s for s in new_model.statements if s.op is new_op and s.role == "init")
-    update = next(s for s in new_model.statements if s.op is new_op and s.role == "update")
-    upd_old = old[(id(op), "update")]
-    names_after = {o.name for o in after}
-    epilogue = sorted((s for s in new_model.statements if s.op.name in names_after), key=lambda s: s.position)
-    targets = {}
-    for s in new_model.statements:
-        if s.op is new_op:
-            exprs = [f"i{d}" for d in range(n)]
-            targets[s.name] = (old[(id(op), s.role)], exprs if s.role == "init" else exprs + [f"{tile_k} * i{n}"])
-        elif s in copies:
-            first = [f"{tiles[id(a)]} * i{d}" for d, a in enumerate(op.axes)]  # the block's first row
-            targets[s.name] = (upd_old, first + [f"{tile_k} * i{n}"])
-        else:
-            prior = next(o for o in model.statements if o.op.name == s.op.name and o.role == s.role)
-            targets[s.name] = (prior.name, [f"i{d}" for d in range(len(s.iters))])
-    mapped = map_tiled_reduction(model, new_model, schedule, targets, k, op, tiles, mapping, init, update,
-                                 copies, epilogue, apply_band, barrier)
-    shared = frozenset(new_model.tensor_ids[c.output] for c in copy_ops)
-    return SharedTiles(new_model, mapped, shared, total)
+# --- the race check ----------------------------------------------------------------------------
 
 
 def check(done: SharedTiles, max_operations: int | None = None) -> None:

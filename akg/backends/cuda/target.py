@@ -67,16 +67,24 @@ class CudaTarget(Target):
     # dims kept[, exchange]): a thread's partial in a register, a tree level as one [threads]
     # array per block, a warp level in a register read across lanes by `__shfl_down_sync`
     scratch_scopes = {"local": ("local", 0), "shared": ("shared", 1), "warp": ("local", 0, "shuffle"),
-                      "tile": ("shared", 1)}  # a reduction's operand tile (`cuda_shared.py`): [F] per block
+                      "tile": ("shared", 1),  # a reduction's operand tile (`cuda_shared.py`): [F] per block
+                      # a thread's accumulators (`cuda_registers.py`): dims kept per output axis,
+                      # its points (a local array indexed by constants once unrolled: registers)
+                      "acc": ("local", 1)}
 
     def lowering(self, config):
         from akg.polyhedral.astgen import LoweringHooks
 
         from akg.schedules.cuda import MAPPED_MARKS
         from akg.schedules.cuda_reduce import scratch_memory
+        from akg.schedules.cuda_registers import accumulator_axes
         from akg.schedules.cuda_shared import tile_memory
 
         def scratch(name: str):
+            axes = accumulator_axes(name)
+            if axes:
+                scope, per_axis = self.scratch_scopes["acc"]
+                return scope, per_axis * axes
             memory = scratch_memory(name) or tile_memory(name)
             if not memory:
                 return None
@@ -99,7 +107,8 @@ class CudaEmuTarget(CudaTarget):
     kind: str = EMU_KIND
     # on the host: a thread's partials stay one per thread (indexed by the thread, so that
     # they survive the end of the serial thread loop at a barrier); a tree level one per block
-    scratch_scopes = {"local": ("global", 1), "shared": ("global", 1), "warp": ("global", 1), "tile": ("global", 1)}
+    scratch_scopes = {"local": ("global", 1), "shared": ("global", 1), "warp": ("global", 1), "tile": ("global", 1),
+                      "acc": ("global", 2)}  # accumulators: per block, the threads' and their points' dims
 
     def backend(self):
         from akg.target import get_backend

@@ -1,7 +1,7 @@
 """Shared-memory tiles of a reduction's operands (`schedules/cuda_shared.py`, step
-`promote(k, shared, (tile_k, pad))`): the block's A and B tiles of each k-tile copied by all
-its threads into shared arrays, a barrier after the copies and one after the k-tile's
-compute. The emulation runs it on the host and matches the reference (partial tiles along
+`promote(k, shared, (tile_k, pad))`, one output per thread; several: test_registers.py): the
+block's A and B tiles of each k-tile copied by all its threads into shared arrays, a barrier
+after the copies and one after the k-tile's compute, each thread's sum in a register. The emulation runs it on the host and matches the reference (partial tiles along
 every axis, padding); the race checker proves it race-free and finds a planted missing
 barrier; tiles beyond the spec's shared memory are refused before nvcc; nvcc builds it and
 reports the shared memory."""
@@ -59,17 +59,18 @@ def test_a_transposed_mapping_matches():
 def test_the_race_checker_proves_the_tiles_and_finds_a_planted_missing_barrier():
     from akg.polyhedral.races import MISSING_BARRIER
     from akg.schedules.cuda import _mapping_of
-    from akg.schedules.cuda_shared import check, map_shared
+    from akg.schedules.cuda_registers import map_registers
+    from akg.schedules.cuda_shared import check
 
     graph = _graph(MATMUL)
     pipeline = pipeline_for(graph, "cuda-emu")
     mapping = _mapping_of(_tiled((8, 32), 16, 1), 0, pipeline.bands[0])
     spec = pipeline.target.spec
-    good = map_shared(pipeline.model, pipeline.schedule, pipeline.bands, 0, mapping, 16, 1, spec, lambda n, k: n)
+    good = map_registers(pipeline.model, pipeline.schedule, pipeline.bands, 0, mapping, 16, 1, spec, lambda n, k: n)
     check(good)
     assert good.bytes == (8 * 17 + 16 * 33) * 4
-    bad = map_shared(pipeline.model, pipeline.schedule, pipeline.bands, 0, mapping, 16, 1, spec, lambda n, k: n,
-                     barrier=None)
+    bad = map_registers(pipeline.model, pipeline.schedule, pipeline.bands, 0, mapping, 16, 1, spec, lambda n, k: n,
+                        barrier=None)
     with pytest.raises(RaceError) as err:
         check(bad)
     assert MISSING_BARRIER in {r.kind for r in err.value.races} and "stile" in str(err.value)
