@@ -14,6 +14,7 @@ tuner records as the candidate's failure."""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import shutil
@@ -107,8 +108,10 @@ def check_resources(name: str, kernels, launches, resources: dict[str, KernelRes
                                    f"the GPU has {spec.registers_per_block} per block")
 
 
+@functools.lru_cache(maxsize=None)
 def gpu_present() -> bool:
-    """Is a CUDA GPU usable here (nvidia-smi lists one)?"""
+    """Is a CUDA GPU usable here (nvidia-smi lists one)? Asked once per process (every tensor
+    the backend makes asks)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return False

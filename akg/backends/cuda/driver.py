@@ -51,6 +51,7 @@ class Driver:
         self.lib = lib
         self.ordinal = ordinal
         self.generation = 0  # bumped by every context reset after a sticky fault
+        self.device: int | None = None
         self._ctx: c_void_p | None = None
         self._lock = threading.RLock()
         self._check(lib.cuInit(c_uint(0)), "cuInit")
@@ -113,6 +114,8 @@ class Driver:
 
     def _reset(self) -> None:
         """After a sticky fault: drop every resource of this process's context (not the device's)."""
+        if self.device is None:  # cuInit or the device lookup failed: no context yet
+            return
         with self._lock:
             self.generation += 1
             if self._ctx is not None:

@@ -588,3 +588,19 @@ def test_timing_a_matmul_on_the_gpu():
     flops = 2 * 512 ** 3 / min(costs)
     print(f"{target}: matmul 512^3 {min(costs) * 1e6:.1f} us, {flops / 1e9:.0f} GFLOP/s")
     assert np.all(backend.to_numpy(outs[0]) == 512)
+
+
+def test_a_driver_that_cannot_start_is_a_no_gpu_error(monkeypatch):
+    from akg.backends.cuda import driver as driver_module
+
+    lib = FakeCuda()
+    lib.cuInit = lambda flags: 100  # CUDA_ERROR_NO_DEVICE
+    with pytest.raises(CudaError, match=r"^cuInit failed: CUDA_ERROR_UNKNOWN"):
+        Driver(lib)
+    monkeypatch.setattr(driver_module, "_DRIVER", None)
+    monkeypatch.setattr(driver_module, "load_library", lambda: lib)
+    with pytest.raises(NoGpuError, match="the CUDA driver cannot start: cuInit failed"):
+        driver_module.get_driver()
+    monkeypatch.setattr(cuda_backend, "gpu_present", lambda: True)
+    with pytest.raises(NoGpuError, match="cannot copy a tensor to the GPU: the CUDA driver cannot start"):
+        get_backend("cuda-cubin").to_device(np.zeros(3))
