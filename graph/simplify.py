@@ -47,7 +47,7 @@ PASSES: Registry[SimplifyPass] = Registry("simplification pass")
 # The order `simplify` runs them in, each round: matmul_operands first, so that a transposed
 # weight stays a weight with the product's transpose flag (as model files store linear layers)
 # rather than being folded into a transposed copy.
-PIPELINE = ("matmul_operands", "fold_constants", "identities", "cse", "dce")
+PIPELINE = ("matmul_operands", "conv_taps", "fold_constants", "identities", "cse", "dce")
 
 
 def defpass(name: str) -> Callable[[Callable[[Graph], Graph]], Callable[[Graph], Graph]]:
@@ -359,6 +359,67 @@ def matmul_operands(graph: Graph) -> Graph:
             rw.emit("batch_matmul", [a, b], attrs, [batched])
             rw.emit("reshape", [batched], {"shape": list(out.type.shape)}, [out])
     return rw.finish("matmul_operands")
+
+
+# --- convolution taps that read only padding ----------------------------------------------------
+
+
+def live_taps(size: int, out: int, k: int, stride: int, dilation: int, pad: int) -> tuple[int, int]:
+    """First and last tap of a window axis that reads the input (not only padding) at some
+    output position: tap t reads rows y * stride + t * dilation - pad, y in [0, out)."""
+    live = []
+    for t in range(k):
+        base = t * dilation - pad  # the row output 0 reads: some y has 0 <= y * stride + base < size
+        if max(0, -(base // stride)) <= min(out - 1, (size - 1 - base) // stride):
+            live.append(t)
+    return (live[0], live[-1]) if live else (0, k - 1)
+
+
+@defpass("conv_taps")
+def conv_taps(graph: Graph) -> Graph:
+    """A conv2d with a constant weight whose first or last window rows (columns) read only
+    padding at every output position becomes a conv2d over the taps that read the input, its
+    weight sliced and its padding reduced by as much (same output). A 3x3 conv with padding 1
+    on a 1x1 input is a 1x1 conv of the centre taps: it reads a ninth of the weight and does a
+    ninth of the work (ResNet-18's last stage at 32x32, ORT's NCHWc convs skip them too)."""
+    from akg.graph.ops.conv import pads4, pair, window_out
+
+    rw = _Rewriter(graph)
+    taken = {v.name for v in graph.values}
+    for node in rw.walk():
+        ins = rw.inputs(node)
+        weight = rw.const(ins[1]) if node.op == "conv2d" and len(ins) == 2 else None
+        if weight is None:
+            rw.keep(node)
+            continue
+        x, w, out = ins[0], ins[1], node.outputs[0]
+        (sh, sw), (dh, dw) = pair(node.attrs["strides"], "strides"), pair(node.attrs["dilation"], "dilation")
+        pt, pl, pb, pr = pads4(node.attrs["padding"])
+        _, _, h, wd = x.shape
+        _, _, kh, kw = w.shape
+        _, _, oh, ow = out.shape
+        r0, r1 = live_taps(h, oh, kh, sh, dh, pt)
+        c0, c1 = live_taps(wd, ow, kw, sw, dw, pl)
+        top, left = pt - r0 * dh, pl - c0 * dw
+        # bottom and right: what the last window still reads past the input, no more
+        bottom = max(0, (oh - 1) * sh + (r1 - r0) * dh + 1 - h - top)
+        right = max(0, (ow - 1) * sw + (c1 - c0) * dw + 1 - wd - left)
+        pads = (top, left, min(bottom, pb), min(right, pr))
+        if (r0, r1, c0, c1) == (0, kh - 1, 0, kw - 1) or min(pads) < 0 or \
+                window_out(h, r1 - r0 + 1, sh, pads[0], pads[2], dh) != oh or \
+                window_out(wd, c1 - c0 + 1, sw, pads[1], pads[3], dw) != ow:
+            rw.keep(node)
+            continue
+        name = f"{w.name}.taps"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        sliced = np.ascontiguousarray(weight[:, :, r0:r1 + 1, c0:c1 + 1])
+        live = Value(name, TensorType(sliced.shape, w.dtype))
+        rw.constants[live] = sliced
+        rw.emit("conv2d", [x, live], {**node.attrs, "padding": list(pads)}, [out])
+        rw.changes += 1
+    return rw.finish("conv_taps")
 
 
 # --- common subexpressions ----------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Simplification passes: golden `.mir` in / `.mir` out per pass, interpreter equivalence on
 random inputs, output names kept, folding limits, fixed points, random graphs."""
 
+import itertools
 import logging
 import os
 from pathlib import Path
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from akg.graph import GraphBuilder, evaluate, random_inputs
 from akg.graph.expand import expand
 from akg.graph.io import emit_mir, load_mir, parse_mir
-from akg.graph.simplify import FOLD_LIMIT, PASSES, PIPELINE, simplify
+from akg.graph.simplify import FOLD_LIMIT, PASSES, PIPELINE, live_taps, simplify
 
 GOLDEN = Path(__file__).parent / "golden" / "simplify"
 UPDATE = os.environ.get("AKG_UPDATE_GOLDEN") == "1"  # rewrite the expected files
@@ -68,10 +69,10 @@ def test_golden_cases_cover_every_pass():
 
 
 def test_pipeline_passes_are_registered_under_their_names():
-    assert list(PIPELINE) == ["matmul_operands", "fold_constants", "identities", "cse", "dce"]
+    assert list(PIPELINE) == ["matmul_operands", "conv_taps", "fold_constants", "identities", "cse", "dce"]
     for name, p in PASSES.items():
         assert p.name == name and p.doc
-    with pytest.raises(Exception, match="no simplification pass for 'nope'.*known: cse"):
+    with pytest.raises(Exception, match="no simplification pass for 'nope'.*known: conv_taps, cse"):
         PASSES.get("nope")
 
 
@@ -155,6 +156,40 @@ def test_dce_keeps_every_output_of_a_live_multi_output_node():
     b.output(top)
     s = simplify(b.build())
     assert [v.name for v in s.nodes[0].outputs] == ["top", "bottom"]
+
+
+def test_live_taps_are_the_taps_reading_the_input_somewhere():
+    for size, k, stride, dilation, pad in itertools.product(range(1, 7), range(1, 6), range(1, 4), range(1, 3),
+                                                           range(4)):
+        if size + 2 * pad < dilation * (k - 1) + 1:
+            continue
+        out = (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+        live = [t for t in range(k) if any(0 <= y * stride + t * dilation - pad < size for y in range(out))]
+        assert live_taps(size, out, k, stride, dilation, pad) == ((live[0], live[-1]) if live else (0, k - 1))
+
+
+@pytest.mark.parametrize("hw,k,stride,dilation,padding,groups", [
+    ((1, 1), (3, 3), 1, 1, [1, 1], 1), ((2, 2), (3, 3), 2, 1, [1, 1], 1), ((1, 3), (3, 3), 1, 1, [1, 1], 2),
+    ((1, 1), (5, 3), 1, 2, [4, 2, 4, 2], 1), ((3, 3), (3, 3), 2, 2, [2, 2], 2), ((1, 1), (7, 7), 2, 1, [3, 3], 1),
+    ((4, 4), (3, 3), 1, 1, [1, 1], 1)])
+def test_conv_taps_keeps_the_output(hw, k, stride, dilation, padding, groups):
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("g")
+    x = b.input("x", (2, 2, *hw))
+    w = b.const(rng.standard_normal((4, 2 // groups, *k)).astype(np.float32), name="w")
+    b.output(b.conv2d(x, w, strides=[stride, stride], padding=padding, dilation=[dilation, dilation],
+                      groups=groups))
+    g = b.build()
+    s = PASSES.get("conv_taps")(g)
+    _assert_same_outputs(g, s)
+    (conv,) = s.nodes
+    out = conv.outputs[0].shape[2:]
+    for axis in range(2):  # every tap left reads the input at some output position
+        size, kk, pad = hw[axis], conv.inputs[1].shape[2 + axis], list(conv.attrs["padding"])[axis]
+        assert live_taps(size, out[axis], kk, stride, dilation, pad) == (0, kk - 1)
+    if hw == (4, 4):
+        assert s is g or s == g  # every tap is live: nothing changes
+    assert PASSES.get("conv_taps")(s) == s
 
 
 def test_simplify_the_examples_is_equivalent(examples_dir):
