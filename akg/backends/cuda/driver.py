@@ -54,6 +54,8 @@ class Driver:
         self.device: int | None = None
         self._ctx: c_void_p | None = None
         self._lock = threading.RLock()
+        # what CUDA 13's cuda.h names cuEventElapsedTime (older drivers have only the first)
+        self._elapsed_time = getattr(lib, "cuEventElapsedTime_v2", None) or lib.cuEventElapsedTime
         self._check(lib.cuInit(c_uint(0)), "cuInit")
         count = c_int(0)
         self._check(lib.cuDeviceGetCount(byref(count)), "cuDeviceGetCount")
@@ -213,7 +215,7 @@ class Driver:
         """Milliseconds between two recorded events, once `end` has happened."""
         self._check(self.lib.cuEventSynchronize(end), "cuEventSynchronize", kernel)
         ms = c_float(0.0)
-        self._check(self.lib.cuEventElapsedTime(byref(ms), start, end), "cuEventElapsedTime", kernel)
+        self._check(self._elapsed_time(byref(ms), start, end), "cuEventElapsedTime", kernel)
         return float(ms.value)
 
 
