@@ -604,3 +604,28 @@ def test_a_driver_that_cannot_start_is_a_no_gpu_error(monkeypatch):
     monkeypatch.setattr(cuda_backend, "gpu_present", lambda: True)
     with pytest.raises(NoGpuError, match="cannot copy a tensor to the GPU: the CUDA driver cannot start"):
         get_backend("cuda-cubin").to_device(np.zeros(3))
+
+
+@needs_nvcc
+def test_the_gpu_check_loads_its_cases_where_akg_has_no_compiler(tmp_path):
+    """scripts/gpu_check.py: cases prepared here load on a machine without TVM or islpy and
+    without akg installed (the lent GPU machines), their references computed there."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[4]
+    script = root / "scripts" / "gpu_check.py"
+    prepared = subprocess.run([sys.executable, str(script), "prepare", str(tmp_path), "--quick", "--candidates", "1"],
+                              capture_output=True, text=True, timeout=600)
+    assert prepared.returncode == 0, prepared.stderr[-2000:]
+    assert "prepared 4 cases for cuda-sm90" in prepared.stdout
+    bare = ("import runpy, sys\n"
+            "sys.modules['tvm'] = None\nsys.modules['islpy'] = None\n"
+            "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+            f"sys.argv = ['gpu_check.py', 'run', '--dry', {str(tmp_path)!r}]\n"
+            f"runpy.run_path({str(script)!r}, run_name='__main__')\n")
+    ran = subprocess.run([sys.executable, "-c", bare], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert "akg's compiler not here" in ran.stdout and "4 references computed, 4 artifacts with launch plans" \
+        in ran.stdout
