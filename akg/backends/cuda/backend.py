@@ -281,8 +281,8 @@ class CudaBackend(Backend):
         return loaded
 
     def _launches(self, exe: CudaExecutable, loaded: _Loaded, tensors) -> list:
-        """(function, grid, block, shared bytes, params, values, kernel) per kernel, for `tensors`
-        in call order (checked against the plan)."""
+        """(cuLaunchKernel's arguments, the argument values they point to, kernel) per kernel,
+        for `tensors` in call order (checked against the plan)."""
         plan = exe.plan
         if len(tensors) != len(plan.arguments):
             raise CudaError(f"{exe.name} takes {len(plan.arguments)} tensors, got {len(tensors)}")
@@ -298,8 +298,9 @@ class CudaBackend(Backend):
         out = []
         for k, (kernel, launch) in enumerate(zip(exe.kernels, exe.launches)):
             params, values = loaded.driver.kernel_params([pointers[i] for i in plan.kernel_args[k]])
-            out.append((loaded.functions[k], launch.grid, launch.block, plan.dynamic_shared[k], params, values,
-                        kernel))
+            args = loaded.driver.launch_args(loaded.functions[k], launch.grid, launch.block, plan.dynamic_shared[k],
+                                             params)
+            out.append((args, values, kernel))
         return out
 
     def entry(self, executable):
@@ -312,8 +313,8 @@ class CudaBackend(Backend):
             launches = self._launches(exe, loaded, tensors)
             with loaded.lock:  # the intermediates are the executable's own: one call at a time
                 driver.activate()  # the context, current on this thread
-                for func, grid, block, shared, params, _values, kernel in launches:
-                    driver.launch(func, grid, block, shared, params, kernel)
+                for args, _values, kernel in launches:
+                    driver.launch(args, kernel)
                     driver.synchronize(kernel)  # a fault names the kernel that made it
 
         call.__name__ = exe.name
@@ -360,8 +361,8 @@ class CudaBackend(Backend):
         number, repeat = max(1, int(number)), max(1, int(repeat))
         with loaded.lock:
             driver.activate()
-            for func, grid, block, shared, params, _values, kernel in launches:
-                driver.launch(func, grid, block, shared, params, kernel)
+            for args, _values, kernel in launches:
+                driver.launch(args, kernel)
             driver.synchronize(exe.name)
             start, end = driver.event(), driver.event()
             generation = driver.generation
@@ -370,8 +371,8 @@ class CudaBackend(Backend):
                 for _ in range(repeat):
                     driver.record(start, exe.name)
                     for _ in range(number):
-                        for func, grid, block, shared, params, _values, kernel in launches:
-                            driver.launch(func, grid, block, shared, params, kernel)
+                        for args, _values, kernel in launches:
+                            driver.launch(args, kernel)
                     driver.record(end, exe.name)
                     costs.append(driver.elapsed_ms(start, end, exe.name) / 1e3 / number)
             finally:

@@ -149,13 +149,19 @@ class Driver:
                     kernel)
         return func
 
-    def launch(self, func: c_void_p, grid, block, shared: int, params, kernel: str) -> None:
-        """`params`: a `(c_void_p * n)` array of pointers to the argument values (what
+    @staticmethod
+    def launch_args(func: c_void_p, grid, block, shared: int, params) -> tuple:
+        """cuLaunchKernel's arguments, as ctypes values made once (a timed loop only calls):
+        `params` is a `(c_void_p * n)` array of pointers to the argument values (what
         `kernel_params` builds)."""
-        self._check(self.lib.cuLaunchKernel(func, c_uint(grid[0]), c_uint(grid[1]), c_uint(grid[2]),
-                                            c_uint(block[0]), c_uint(block[1]), c_uint(block[2]),
-                                            c_uint(shared), c_void_p(0), params, c_void_p(0)),
-                    "cuLaunchKernel", kernel)
+        return (func, c_uint(grid[0]), c_uint(grid[1]), c_uint(grid[2]), c_uint(block[0]), c_uint(block[1]),
+                c_uint(block[2]), c_uint(shared), c_void_p(0), params, c_void_p(0))
+
+    def launch(self, args: tuple, kernel: str) -> None:
+        """Launch a kernel on the default stream (`args` from `launch_args`)."""
+        result = self.lib.cuLaunchKernel(*args)
+        if result:
+            self._check(result, "cuLaunchKernel", kernel)
 
     @staticmethod
     def kernel_params(pointers) -> tuple:
