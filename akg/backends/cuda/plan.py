@@ -23,7 +23,8 @@ _KERNEL_DEF = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\
 _QUALIFIERS = {"__restrict__", "const", "volatile", "__global__"}
 # bytes per element of the C types TVM writes for buffers
 _C_SIZES = {"float": 4, "double": 8, "half": 2, "__half": 2, "nv_bfloat16": 2, "__nv_bfloat16": 2,
-            "signed char": 1, "char": 1, "unsigned char": 1, "bool": 1, "short": 2, "unsigned short": 2,
+            "signed char": 1, "char": 1, "unsigned char": 1, "uchar": 1, "bool": 1, "short": 2,
+            "unsigned short": 2, "ushort": 2,
             "int": 4, "unsigned int": 4, "uint": 4, "long long": 8, "unsigned long long": 8, "int64_t": 8,
             "uint64_t": 8, "int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4,
             "uint32_t": 4, "__nv_fp8_e4m3": 1, "__nv_fp8_e5m2": 1}

@@ -56,6 +56,9 @@ def _check_plan(graph, kernel=None, seed: int = 0, inputs=None):
     expected = [(tuple(t.shape), t.dtype) for t in (*program.inputs, *program.params, *program.outputs)]
     assert [(b.shape, b.dtype) for b in plan.arguments] == expected
     params = kernel_params(source)
+    from akg.backends.cuda.plan import _C_SIZES
+
+    assert all(p.ctype in _C_SIZES for ps in params.values() for p in ps), "a C type of unknown size"
     assert len(plan.kernel_args) == len(kernels) == len(plan.dynamic_shared)
     for k, kernel in enumerate(kernels):
         assert len(plan.kernel_args[k]) == len(params[kernel])
