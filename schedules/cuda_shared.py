@@ -187,12 +187,24 @@ def tiled_source(op: ComputeOp, boxes: list[_Box], copies: list, kt_ax, kk_ax, t
         return None
 
     source = substitute(rebuild(red.source, swap), {r: kt_ax * tile_k + kk_ax})
-    if K % tile_k:
+    if K % tile_k and not (red.reducer == "sum" and _product_of_tiles(source, copies)):
         from akg.schedules.cuda_reduce import identity
 
         source = select(call("lt", kt_ax * tile_k + kk_ax, const(K, "int32")), source,
                         identity(red.reducer, op.output.dtype))
     return source
+
+
+def _product_of_tiles(e, copies: list) -> bool:
+    """Whether `e` is a product (through casts) of tile loads only: each tile holds 0 past
+    the reduction's end, so a term past it is 0 x 0 = 0 and needs no guard (a matmul's A x B)."""
+    from akg.graph.compute.expr import Call, Cast
+
+    while isinstance(e, Cast):
+        e = e.value
+    if isinstance(e, Call) and e.op == "mul":
+        return all(_product_of_tiles(a, copies) for a in e.args)
+    return isinstance(e, Load) and any(e.tensor is t for t in copies)
 
 
 def replace_op(program: Program, op: ComputeOp, final) -> Program:

@@ -55,6 +55,22 @@ def test_register_tiles_match_the_reference_in_emulation(body, threads, work, ti
     _check(graph, kernel)
 
 
+def test_terms_past_k_are_guarded_only_where_the_tiles_zeros_do_not_cancel_them():
+    """K = 50 in k-tiles of 16: a matmul's last terms are 0 x 0 from the zero-filled tiles (no
+    guard per term); sum_k (a x w + 1) would add 1 per missing term, so it keeps its guard."""
+    def plus_one(b):
+        a = b.reshape(b.input("a", (70, 50)), shape=(70, 50, 1))
+        w = b.reshape(b.input("w", (50, 90)), shape=(1, 50, 90))
+        b.output(b.sum(b.add(b.mul(a, w), 1.0), axes=[1]))
+
+    for body, guarded in ((MATMUL, False), (plus_one, True)):
+        graph = _graph(body)
+        kernel = pipeline_for(graph, "cuda-emu").build(_tiled((8, 16), (2, 4), 16, 1))
+        line = next(x for x in kernel.tir().splitlines() if "_racc2[c3, c4, c6, c7] = " in x)  # the update
+        assert ("if_then_else" in line) == guarded
+        _check(graph, kernel)
+
+
 def test_a_transposed_mapping_matches():
     graph = _graph(MATMUL)
     _check(graph, pipeline_for(graph, "cuda-emu").build(_tiled((16, 8), (4, 2), 16, 1, order=(1, 0))))
