@@ -194,7 +194,8 @@ def _runs_on(arch: str, capability: tuple[int, int]) -> bool:
 
 
 class CudaBackend(Backend):
-    """Executables are `CudaExecutable`s; artifacts their JSON (source, cubin, launches)."""
+    """Executables are `CudaExecutable`s; artifacts their JSON (source, cubin, launches, launch
+    plan); device tensors `CudaTensor`s, run and timed through `driver.py`."""
 
     artifact_kind = ARTIFACT_KIND
     source_kind = "cuda"
