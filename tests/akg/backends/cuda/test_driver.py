@@ -8,6 +8,8 @@
   launch dims and argument pointers in order, the event arithmetic of `measure`, every
   CUresult turned into a CudaError naming the call and kernel, a sticky fault resetting the
   context, an executable for another arch refused, the tuner's verification and timing;
+- the same calls through a C library with libcuda's signatures (`SHIM`, compiled here), so
+  that the ctypes values cross a real C ABI (64-bit device pointers, `void**` parameters);
 - `gpu`-marked tests that run the kernel suite and the issue's kernel families on a real GPU
   against the NumPy reference and time a kernel (skipped where nvidia-smi lists none; run
   them with `scripts/gpu_check.sh` on a machine with a GPU)."""
@@ -632,3 +634,121 @@ def test_the_gpu_check_loads_its_cases_where_akg_has_no_compiler(tmp_path):
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     assert "akg's compiler not here" in ran.stdout and "4 references computed, 4 artifacts with launch plans" \
         in ran.stdout
+
+
+# --- the same calls through a C library with libcuda's signatures -------------------------------
+
+SHIM = r"""
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUevent, *CUstream;
+typedef unsigned long long CUdeviceptr;
+
+static char log_text[1 << 16];
+static size_t log_len;
+static int fail_next;
+static void note(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_len += vsnprintf(log_text + log_len, sizeof log_text - log_len, fmt, ap);
+  va_end(ap);
+}
+const char *shim_log(void) { return log_text; }
+void shim_fail_next_launch(int code) { fail_next = code; }
+
+CUresult cuInit(unsigned int flags) { note("init %u\n", flags); return 0; }
+CUresult cuDeviceGetCount(int *count) { *count = 1; return 0; }
+CUresult cuDeviceGet(CUdevice *device, int ordinal) { *device = ordinal; return 0; }
+CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
+  *value = attribute == 75 ? 8 : attribute == 76 ? 6 : -1; return 0; }
+CUresult cuDeviceGetName(char *name, int len, CUdevice device) { snprintf(name, len, "Shim GPU"); return 0; }
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) { *ctx = (void *)0xC0; return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) { return 0; }
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice device) { note("reset\n"); return 0; }
+CUresult cuCtxSetCurrent(CUcontext ctx) { return ctx == (void *)0xC0 ? 0 : 201; }
+CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuModuleLoadData(CUmodule *module, const void *image) {
+  note("load %.8s\n", (const char *)image); *module = (void *)0x40; return 0; }
+CUresult cuModuleUnload(CUmodule module) { return 0; }
+CUresult cuModuleGetFunction(CUfunction *func, CUmodule module, const char *name) {
+  *func = strdup(name); return module == (void *)0x40 ? 0 : 400; }
+CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t size) {
+  *ptr = (CUdeviceptr)(uintptr_t)calloc(1, size); note("alloc %zu\n", size); return 0; }
+CUresult cuMemFree_v2(CUdeviceptr ptr) { free((void *)(uintptr_t)ptr); return 0; }
+CUresult cuMemsetD8_v2(CUdeviceptr ptr, unsigned char value, size_t size) {
+  memset((void *)(uintptr_t)ptr, value, size); return 0; }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t size) {
+  memcpy((void *)(uintptr_t)dst, src, size); return 0; }
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t size) {
+  memcpy(dst, (void *)(uintptr_t)src, size); return 0; }
+/* k_kernel: tmp = 2 x; k_kernel_1: out = tmp + 1 (300 floats), as test_driver's _kernels() */
+CUresult cuLaunchKernel(CUfunction func, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shared, CUstream stream, void **params, void **extra) {
+  if (fail_next) { int code = fail_next; fail_next = 0; return code; }
+  float *a = (float *)(uintptr_t)*(CUdeviceptr *)params[0], *b = (float *)(uintptr_t)*(CUdeviceptr *)params[1];
+  int second = strcmp((const char *)func, "k_kernel_1") == 0;
+  for (int i = 0; i < 300; i++) a[i] = second ? b[i] + 1 : 2 * b[i];
+  note("launch %s %u %u %u %u %u %u %u %p %p %p %p\n", (const char *)func, gx, gy, gz, bx, by, bz, shared, stream,
+       (void *)extra, (void *)a, (void *)b);
+  return 0;
+}
+CUresult cuEventCreate(CUevent *event, unsigned int flags) { *event = malloc(1); return 0; }
+CUresult cuEventDestroy_v2(CUevent event) { free(event); return 0; }
+CUresult cuEventRecord(CUevent event, CUstream stream) { note("record %p\n", stream); return 0; }
+CUresult cuEventSynchronize(CUevent event) { return 0; }
+CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end) { *ms = 2.5f; return 0; }
+CUresult cuGetErrorName(CUresult error, const char **text) {
+  *text = error == 1 ? "CUDA_ERROR_INVALID_VALUE" : "CUDA_ERROR_UNKNOWN"; return 0; }
+CUresult cuGetErrorString(CUresult error, const char **text) {
+  *text = error == 1 ? "invalid argument" : "unknown error"; return 0; }
+"""
+
+
+@pytest.fixture(name="shim")
+def c_shim(tmp_path):
+    """A C library with libcuda's signatures (device memory in host memory, the two kernels of
+    `_by_hand` computed in C) as the backend's driver: the ctypes calls cross a real C ABI."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    import subprocess
+
+    (tmp_path / "shim.c").write_text(SHIM)
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(tmp_path / "libshim.so"), str(tmp_path / "shim.c")],
+                   check=True)
+    lib = ctypes.CDLL(str(tmp_path / "libshim.so"))
+    lib.shim_log.restype = ctypes.c_char_p
+    backend = get_backend("cuda-cubin")
+    backend.set_driver(Driver(lib))
+    yield lib
+    backend.set_driver(None)
+
+
+def test_the_driver_calls_cross_a_c_abi(shim):
+    backend = get_backend("cuda-cubin")
+    exe = _by_hand()
+    x = np.linspace(-3, 3, 300, dtype="float32").reshape(3, 100)
+    tensors = [backend.to_device(x), backend.empty((3, 100), "float32")]
+    backend.entry(exe)(*tensors)
+    np.testing.assert_array_equal(backend.to_numpy(tensors[1]), 2 * x + 1)
+    log = shim.shim_log().decode().splitlines()
+    assert log[0] == "init 0" and "load \x7fELF-fak" in log
+    launches = [line.split() for line in log if line.startswith("launch")]
+    tmp = launches[0][11]
+    assert [lnch[1:12] for lnch in launches] == [
+        ["k_kernel", "5", "1", "1", "64", "1", "1", "0", "(nil)", "(nil)", tmp],
+        ["k_kernel_1", "3", "2", "1", "32", "2", "1", "0", "(nil)", "(nil)", hex(tensors[1].ptr)]]
+    assert launches[0][12] == hex(tensors[0].ptr) and launches[1][12] == tmp  # the plan's pointers, in order
+    costs = backend.measure(exe, tensors, number=5, repeat=2)
+    assert costs == [pytest.approx(2.5e-3 / 5)] * 2
+    shim.shim_fail_next_launch(1)
+    with pytest.raises(CudaError, match=r"^cuLaunchKernel \(k_kernel\) failed: CUDA_ERROR_INVALID_VALUE "
+                                        r"\(invalid argument\)$"):
+        backend.entry(exe)(*tensors)
+    with pytest.raises(GpuMismatchError, match=r"the GPU here \(Shim GPU\) is sm_86"):
+        backend.entry(_by_hand("sm_90"))
