@@ -22,7 +22,15 @@ from akg.schedules.space import (LEGACY_SWITCHES, Config, Space, Step, check_ste
                                  legacy_config)
 
 REGISTER_BYTES = 1024  # accumulators of a register tile by default: 16 AVX-512 registers
-PARALLEL_MIN_POINTS = 1 << 14  # below this many iterations a thread launch costs more
+# Below this many statement instances under a band a thread launch costs more than it saves:
+# a launch, its wake-ups and the join take ~1.5-2 us on a 2-core Xeon VM (more when the other
+# core is busy), so a kernel that runs under ~6 us on one core loses in parallel. An instance
+# of a band with a reduction below (one multiply-add of a conv or matmul, vectorised) is a few
+# times cheaper than one of a band without (an output element): ResNet-18 width 16 at 32 px
+# lost 1.4-1.9 us on each of its 3x3 convs of ~300K multiply-adds and ~1.5 us on every smaller
+# kernel run in parallel (2 Xeon cores, each kernel alone, 1 thread against 2)
+PARALLEL_MIN_POINTS = 1 << 16
+PARALLEL_MIN_REDUCTION_POINTS = 1 << 19
 CHUNKS_PER_CORE = 4  # parallel chunks of an outer loop per core, by default
 CACHE_LEVEL, REGISTER_LEVEL, PROMOTE_LEVEL = "L2", "registers", "L1"
 COLUMN_RUN_BYTES = 1024  # contiguous bytes of a row a column reduction reads per step
@@ -556,7 +564,8 @@ class CpuRecipe(Recipe):
         switches = switches_of(config)
         plans = []
         for info, bc in zip(bands, band_knobs(config, bands, self.target, dtype)):
-            parallel = switches["parallel"] and info.work >= PARALLEL_MIN_POINTS and self.target.cores > 1
+            least = PARALLEL_MIN_REDUCTION_POINTS if info.reduction_inner else PARALLEL_MIN_POINTS
+            parallel = switches["parallel"] and info.work >= least and self.target.cores > 1
             if info.blocks and not (bc.order[0] == 0 and 0 < bc.tile[0] < info.extents[0]
                                     and bc.tile[0] % info.blocks == 0):
                 parallel = False  # a chunk (a row, untiled) would split a block of partial sums
