@@ -258,7 +258,7 @@ def _thread_choices(extent: int, limit: int) -> list[int]:
 REDUCE_CHOICES = (32, 64, 128, 256, 512, 1024)
 SHARED_K_CHOICES = (8, 16, 32)  # promote(shared): the k-tile
 SHARED_DEFAULT = True  # matmul-like bands get shared tiles by default (`CudaRecipe.shared_default`)
-REGISTER_DEFAULTS = (8, 4, 2)  # ... and w x w outputs per thread, in registers (the largest that fills the SMs)
+REGISTER_DEFAULTS = (8, 4, 2)  # ... and w_y x w_x of these outputs per thread, in registers (the most that fill the SMs)
 REGISTER_BUDGET = 16384  # the space's tiled configs: threads x outputs per thread per block at most
 
 
@@ -421,9 +421,10 @@ class CudaRecipe(Recipe):
         tile or one broadcast element) for a band of 2 or 3 coincident members computing one
         sum over one axis of at least 16 terms, elementwise ops after it, where some operand
         load that varies along the reduction misses a mapped member (each of its elements is
-        read by several threads of a block: a matmul's A and B), with register tiles of w x w
-        outputs per thread along x and y, the largest w of `REGISTER_DEFAULTS` that leaves
-        at least a block per SM (else one output per thread). None otherwise."""
+        read by several threads of a block: a matmul's A and B), with register tiles of w_y x
+        w_x outputs per thread along y and x (each of `REGISTER_DEFAULTS` or 1): the most
+        outputs, the squarest, then the most along x, that leave at least a block per SM
+        (else one output per thread). None otherwise."""
         from akg.graph.compute.expr import Const, Load, Var, walk
 
         ops = self._ops
@@ -466,10 +467,15 @@ class CudaRecipe(Recipe):
             validate_mapping(info.index, m, info, self.spec)
         except ScheduleError:
             return None
-        # register tiles: w x w outputs per thread along x and y (cuda_registers.py), the most
-        # that still gives every SM a block; one output per thread where none does
-        for w in REGISTER_DEFAULTS:
-            work = tuple(w if p >= n - 2 and threads[p] > 1 else 1 for p in range(n))
+        # register tiles: w_y x w_x outputs per thread (cuda_registers.py), each of 8, 4, 2, 1:
+        # the most outputs (the squarest, then the most along x) that still give every SM a
+        # block; one output per thread where none does
+        pairs = sorted(itertools.product(REGISTER_DEFAULTS + (1,), repeat=2),
+                       key=lambda yx: (-yx[0] * yx[1], abs(yx[0].bit_length() - yx[1].bit_length()), -yx[1]))
+        for wy, wx in pairs:
+            if wy * wx == 1:
+                break
+            work = tuple((wx if p == n - 1 else wy) if p >= n - 2 and threads[p] > 1 else 1 for p in range(n))
             tiled = dataclasses.replace(m, work=work)
             try:
                 validate_mapping(info.index, tiled, info, self.spec)

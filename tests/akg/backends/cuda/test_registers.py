@@ -145,13 +145,15 @@ def test_nvcc_keeps_the_accumulators_in_registers():
 
 
 def test_the_default_register_tiles_matmul_like_bands():
-    """w x w outputs per thread along x and y, the most that still gives each SM a block."""
+    """w_y x w_x outputs per thread, the most (the squarest, then the most along x) that
+    still give each SM a block."""
     from akg.backends.cuda.target import cuda_emu_target
 
     sms = cuda_emu_target().spec.sms
     cases = [
         (lambda b: b.output(b.matmul(b.input("a", (4096, 64)), b.input("w", (64, 4096)))), (8, 8)),
-        (lambda b: b.output(b.matmul(b.input("a", (1024, 64)), b.input("w", (64, 1024)))), (4, 4)),
+        (lambda b: b.output(b.matmul(b.input("a", (1024, 64)), b.input("w", (64, 1024)))), (4, 8)),  # 16 x 8 blocks
+        (lambda b: b.output(b.matmul(b.input("a", (16000, 64)), b.input("w", (64, 32)))), (8, 2)),  # 32 columns
         (lambda b: b.output(b.batch_matmul(b.input("a", (8, 256, 32)), b.input("w", (8, 32, 256)))), (1, 4, 4)),
         (MATMUL, (1, 1)),  # 70 x 90 outputs: no w gives 108 blocks, one output per thread
     ]
@@ -168,14 +170,14 @@ def test_the_default_register_tiles_matmul_like_bands():
 
 
 def test_the_default_builds_and_matches_with_a_fused_epilogue():
-    """bias + relu after a matmul whose outputs fill the GPU with 2 x 2 per thread (16 x 13
-    blocks of 32 x 32)."""
+    """bias + relu after a matmul whose outputs fill the GPU with 2 x 4 per thread (16 x 7
+    blocks of 32 x 64)."""
     def body(b):
         b.output(b.relu(b.add(b.matmul(b.input("a", (512, 40)), b.input("w", (40, 400))), b.input("c", (400,)))))
 
     graph = _graph(body)
     kernel = akg.build(graph, target="cuda-emu")
-    assert any(s.op == "tile" and s.arg == (2, 2) for s in kernel.config.steps)
+    assert any(s.op == "tile" and s.arg == (2, 4) for s in kernel.config.steps)
     _check(graph, kernel)
 
 
