@@ -174,6 +174,30 @@ def test_many_calls_get_outputs_of_their_own_and_inputs_are_rechecked_as_they_ch
     _same(model(x, y), want)
 
 
+def test_copied_inputs_reuse_one_staging_block_per_thread():
+    # a misaligned input is copied into the thread's staging block, the same memory every call
+    # (it stays in cache); outputs never land there, and other threads stage their own copies
+    graph = _tricky_graph()
+    model = compile_model(graph)
+    x, y = _aligned(np.ones((5, 7), np.float32), offset=4), _aligned(np.full((7, 3), 2.0, np.float32), offset=8)
+    want = _per_kernel(model)(x.copy(), y.copy())
+    driver = model.driver()
+    _same(model(x, y), want)
+    staged = [driver._staged(i).ctypes.data for i in range(2)]
+    assert all(a % 64 == 0 for a in staged)
+    results = [model(x, y) for _ in range(5)]
+    assert [driver._staged(i).ctypes.data for i in range(2)] == staged
+    for r in results:
+        _same(r, want)
+        assert not {a.ctypes.data for a in r} & set(staged)
+    other = []
+    thread = threading.Thread(target=lambda: other.append((model(x, y), driver._staged(0).ctypes.data)))
+    thread.start()
+    thread.join()
+    _same(other[0][0], want)
+    assert other[0][1] != staged[0]
+
+
 def test_empty_inputs_and_outputs_are_accepted():
     """ONNX's CastLike cases pass an empty `like` tensor whose strides are 0 (as onnx's
     numpy_helper makes it), its empty-set reductions a (2, 0, 4) input: NumPy's strides of
