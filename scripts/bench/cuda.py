@@ -17,26 +17,33 @@ a roofline ESTIMATE from the spec, labelled "estimate (no GPU)". The model:
   its rate without tensor cores (`peak_fp16_simt`: akg's mapping uses no MMA yet). A lower
   bound for any kernel on that GPU without tensor cores (cuBLAS's fp16 matmul uses them and
   can beat it).
-- mapping: the same max, with the ops the bound TIR executes ("ops executed": floating-point
-  operations per thread times threads, a reduction tree's and idle guarded lanes' included)
-  and the bytes the mapping's global loads and stores move, read off the bound TIR of each
-  launch: every access of a global buffer counts once per warp per
-  iteration of the serial loops around it that its address depends on (a thread re-reading
-  one address in consecutive iterations is taken as a register or L1 hit: nvcc keeps it in a
-  register), in 32-byte sectors: a warp's 32 lanes along `threadIdx.x` touch
+- mapping: the same max with a third term, with the ops the bound TIR executes ("ops
+  executed": floating-point operations per thread times threads, a reduction tree's and idle
+  guarded lanes' included), the bytes the mapping's global loads and stores move and the
+  shared-memory wavefronts its shared loads and stores take, read off the bound TIR of each
+  launch: every access counts once per warp per iteration of the serial loops around it
+  that its address depends on (a thread re-reading one address in consecutive iterations is
+  taken as a register or L1 hit: nvcc keeps it in a register; so is one in the iterations of
+  an unrolled loop its address does not depend on: nvcc loads it once for the unrolled
+  copies, a register tile's operand reused for a row or column of its outputs). Global
+  accesses are counted in 32-byte sectors: a warp's 32 lanes along `threadIdx.x` touch
   ceil(span / 32) sectors of a contiguous span, one sector when the address does not move
   with the lane (a broadcast), 32 when it moves by 32 bytes or more or not affinely; an address
   not affine along x whose offset from lane 0 is a constant for each lane of the first warp
   (a tile copied by the flattened thread id, through a div/mod) counts the distinct sectors
-  of those offsets. No reuse across warps or blocks is assumed beyond what the kernel stages
-  in shared memory itself (L2 hits are not modelled), so a plain matmul reads its operands
-  once per warp of outputs, a tiled one once per block and k-tile. Shared-memory traffic,
-  bank conflicts and register pressure are not modelled either: a kernel computing from
-  shared tiles is bound only by its copies' global traffic and its flops. Intermediates the kernel keeps in global memory (softmax's
-  exponentials) count as traffic. The estimated time is the max of the two terms per launch,
-  divided by min(1, blocks / SMs) (a launch of 4 blocks keeps 4 SMs busy), summed over
-  launches; "est. of ideal" is ideal time / mapping time. It is an estimate, not a bound: L1
-  and L2 hits make real kernels faster, and latency, occupancy and tail effects slower.
+  of those offsets. Shared accesses are counted in wavefronts, the most distinct 4-byte words
+  the first warp's lanes touch in one of the 32 banks (1: conflict-free or a broadcast; 1
+  too where a lane's offset is not a constant), served one per SM per clock (the clock from
+  the spec's FP32 peak: 64 FP32 lanes per SM on sm_80, 128 from sm_86). No reuse across warps
+  or blocks is assumed beyond what the kernel stages in shared memory itself (L2 hits are not
+  modelled), so a plain matmul reads its operands once per warp of outputs, a tiled one once
+  per block and k-tile; register pressure and latency are not modelled. Intermediates the
+  kernel keeps in global memory (softmax's exponentials) count as traffic. The estimated
+  time is the max of the three terms per launch (the table names the largest: compute,
+  memory or shared), divided by min(1, blocks / SMs) (a launch of 4 blocks keeps 4 SMs busy),
+  summed over launches; "est. of ideal" is ideal time / mapping time. It is an estimate, not
+  a bound: L1 and L2 hits make real kernels faster, and latency, occupancy and tail effects
+  slower.
 
 With a GPU (nvidia-smi lists one; the spec is the preset nearest its compute capability): the
 device-memory bandwidth measured by a 1 GiB device-to-device copy (2 bytes moved per byte
@@ -165,6 +172,7 @@ class LaunchTraffic:
     bytes: float = 0.0
     flops: float = 0.0
     blocks: int = 1
+    shared: float = 0.0  # shared-memory wavefronts (a warp's access: one per bank conflict degree)
 
 
 def _flat_index(buffer, indices):
@@ -237,11 +245,33 @@ def _lane_step(analyzer, flat, var):
     return steps.pop() if len(steps) == 1 else None
 
 
-def _warp_sectors(flat, threads: dict, itemsize: int) -> int | None:
+def _warp_sectors(flat, threads: dict, itemsize: int, others=()) -> int | None:
     """The sectors the first warp's lanes touch, from each lane's address (threadIdx.x
     fastest, then y, z) relative to lane 0's, when every such offset is a constant (an
     address through a div/mod of the thread, a block tile copied by a flattened thread id);
     lane 0's address taken sector-aligned. None when some offset is not a constant."""
+    offsets = _lane_offsets(flat, threads, others)
+    if offsets is None:
+        return None
+    return len({d * itemsize // SECTOR for d in offsets})
+
+
+def _iterations(flat, loops) -> int:
+    """How often a thread issues an access at `flat` inside `loops` ((var, extent, unrolled)):
+    the innermost loops its address does not depend on are dropped (a register or L1 hit), and
+    so is any unrolled loop it does not depend on (nvcc loads it once for the unrolled copies:
+    a register tile's operand)."""
+    loops = list(loops)
+    while loops and not _uses(flat, loops[-1][0]):
+        loops.pop()
+    return math.prod(loop[1] for loop in loops if not (loop[2] and not _uses(flat, loop[0])))
+
+
+def _lane_offsets(flat, threads: dict, others=()) -> list[int] | None:
+    """Each lane's address minus lane 0's for the first warp (threadIdx.x fastest, then y,
+    z), or None when some is not a constant; where one depends on the variables `others`
+    too (a serial loop, a block index inside a div/mod: a padded tile's row), the offsets at
+    0 for all of them (the first iteration of the first block)."""
     from tvm import tirx
     from tvm.sym.analyzer import Analyzer
 
@@ -257,13 +287,32 @@ def _warp_sectors(flat, threads: dict, itemsize: int) -> int | None:
             rest //= extent
         return Analyzer().simplify(expr)
 
-    base, sectors = at(0), set()
+    base, out = at(0), []
     for lane in range(min(WARP, total)):
         delta = Analyzer().simplify(at(lane) - base)
         if not isinstance(delta, tirx.IntImm):
+            if others:
+                fixed = flat
+                for var in others:
+                    fixed = tirx.Let(var, tirx.const(0, _dtype(var) or "int32"), fixed)
+                return _lane_offsets(Analyzer().simplify(fixed), threads)
             return None
-        sectors.add(int(delta.value) * itemsize // SECTOR)
-    return len(sectors)
+        out.append(int(delta.value))
+    return out
+
+
+def _bank_wavefronts(flat, threads: dict, itemsize: int, others=()) -> int | None:
+    """Wavefronts of a warp's shared-memory access: the most distinct 4-byte words that its
+    lanes touch in one of the 32 banks (lane 0's word taken in bank 0); None when a lane's
+    offset is not a constant."""
+    offsets = _lane_offsets(flat, threads, others)
+    if offsets is None:
+        return None
+    words: dict[int, set] = {}
+    for d in offsets:
+        word = d * itemsize // 4
+        words.setdefault(word % 32, set()).add(word)
+    return max(len(w) for w in words.values())
 
 
 def _sectors(step, lanes: int, itemsize: int) -> int:
@@ -302,16 +351,12 @@ def launch_traffic(bound_func) -> list[LaunchTraffic]:
             return 0.0
         seen.add(key)
         itemsize = max(1, tvm.runtime.DataType(buf.dtype).bits // 8)
-        # serial loops: drop the innermost ones the address does not depend on (register/L1 hit)
-        loops = list(ctx["loops"])
-        while loops and not _uses(flat, loops[-1][0]):
-            loops.pop()
-        iterations = math.prod(extent for _, extent in loops)
+        iterations = _iterations(flat, ctx["loops"])
         threads = ctx["threads"]
         bx, by = threads.get("threadIdx.x", (None, 1))[1], threads.get("threadIdx.y", (None, 1))[1]
         lanes_x = min(WARP, bx)
         step = _lane_step(analyzer, flat, threads["threadIdx.x"][0]) if "threadIdx.x" in threads else 0
-        warp = _warp_sectors(flat, threads, itemsize) if step is None else None
+        warp = _warp_sectors(flat, threads, itemsize, _others(ctx)) if step is None else None
         if warp is not None:  # not affine along x, but each lane's offset a constant: count them
             return ctx["warps"] * iterations * warp * SECTOR
         sectors = _sectors(step, lanes_x, itemsize)
@@ -319,6 +364,23 @@ def launch_traffic(bound_func) -> list[LaunchTraffic]:
         if groups > 1 and "threadIdx.y" in threads and _lane_step(analyzer, flat, threads["threadIdx.y"][0]) == 0:
             groups = 1
         return ctx["warps"] * iterations * sectors * groups * SECTOR
+
+    def _others(ctx) -> list:
+        return [loop[0] for loop in ctx["loops"]] + list(ctx.get("block_vars", ()))
+
+    def count_shared(buf, indices, ctx, seen: set) -> float:
+        """A shared-memory access's wavefronts: per warp and iteration, as many as the most
+        distinct 4-byte words its lanes touch in one bank (1: conflict-free or a broadcast)."""
+        if not scope(buf).startswith("shared"):
+            return 0.0
+        flat = analyzer.simplify(_flat_index(buf, indices))
+        key = (buf.name, str(flat))
+        if key in seen:
+            return 0.0
+        seen.add(key)
+        itemsize = max(1, tvm.runtime.DataType(buf.dtype).bits // 8)
+        return ctx["warps"] * _iterations(flat, ctx["loops"]) * (
+            _bank_wavefronts(flat, ctx["threads"], itemsize, _others(ctx)) or 1)
 
     from tvm.ir import Call
 
@@ -341,16 +403,21 @@ def launch_traffic(bound_func) -> list[LaunchTraffic]:
             new["threads"] = dict(new["threads"])
             if tag.startswith("blockIdx"):
                 new["blocks"] = new["blocks"] * extent
+                new["block_vars"] = (*new.get("block_vars", ()), iv.var)
                 new["launch"].blocks = new["blocks"]
             else:
                 new["threads"][tag] = (iv.var, extent)
+            # the index's range, for loops whose trip count depends on it (a tile's copies)
+            analyzer.bind(iv.var, tvm.ir.Range.from_min_extent(0, extent), allow_override=True)
             nthreads = math.prod(e for _, e in new["threads"].values()) if new["threads"] else 1
             new["warps"] = new["blocks"] * math.ceil(nthreads / WARP)
             walk(stmt.body, new)
             return
         if isinstance(stmt, tirx.For):
             extent = analyzer.const_int_bound(stmt.extent).max_value
-            walk(stmt.body, {**ctx, "loops": (*ctx.get("loops", ()), (stmt.loop_var, max(1, int(extent))))})
+            analyzer.bind(stmt.loop_var, tvm.ir.Range.from_min_extent(0, max(1, int(extent))), allow_override=True)
+            unrolled = stmt.kind == tirx.ForKind.UNROLLED
+            walk(stmt.body, {**ctx, "loops": (*ctx.get("loops", ()), (stmt.loop_var, max(1, int(extent)), unrolled))})
             return
         if isinstance(stmt, tirx.BufferStore) and ctx.get("launch") is not None:
             launch = ctx["launch"]
@@ -358,9 +425,11 @@ def launch_traffic(bound_func) -> list[LaunchTraffic]:
             loads = [n for n in _expr_nodes(stmt.value) if _is_load(n)]
             for load in loads + [i for idx in stmt.indices for i in _expr_nodes(idx) if _is_load(i)]:
                 launch.bytes += count(load.source, load.indices, ctx, seen)
+                launch.shared += count_shared(load.source, load.indices, ctx, seen)
             launch.bytes += count(stmt.buffer, stmt.indices, ctx, set())
+            launch.shared += count_shared(stmt.buffer, stmt.indices, ctx, set())
             nthreads = math.prod(e for _, e in ctx["threads"].values()) if ctx["threads"] else 1
-            per_thread = math.prod(e for _, e in ctx.get("loops", ()))
+            per_thread = math.prod(loop[1] for loop in ctx.get("loops", ()))
             launch.flops += ops_of(stmt.value) * per_thread * nthreads * ctx["blocks"]
             return
         for child in _children(stmt):
@@ -384,6 +453,16 @@ def _children(s) -> list:
     return []
 
 
+FP32_LANES = {"sm_80": 64}  # FP32 lanes per SM (an A100's 64; 128 from sm_86 on, H100 included)
+
+
+def shared_wavefronts_per_s(spec) -> float:
+    """Shared-memory wavefronts the GPU serves per second: one per SM per clock (32 banks of
+    4 bytes), the clock taken from the spec's FP32 peak (2 flops per lane per clock)."""
+    lanes = FP32_LANES.get(spec.arch, 64 if spec.compute_capability < (8, 6) else 128)
+    return spec.peak_fp32 / (2 * lanes)
+
+
 def peak_flops(spec, dtype: str) -> float:
     return spec.peak_fp16_simt if dtype == "float16" else spec.peak_fp32
 
@@ -399,13 +478,21 @@ def estimate(kernel, graph, spec, dtype: str, flops: float | None = None) -> dic
     ops = sum(t.flops for t in traffic)
     flops = flops or ops
     mapped_bytes = sum(t.bytes for t in traffic)
+    shared_rate = shared_wavefronts_per_s(spec)
     # a launch of fewer blocks than SMs gets that fraction of the GPU
-    mapped_s = sum(max(t.flops / peak, t.bytes / spec.dram_bandwidth) / min(1.0, t.blocks / spec.sms)
-                   for t in traffic)
+    terms = [((t.flops / peak, "compute"), (t.bytes / spec.dram_bandwidth, "memory"), (t.shared / shared_rate, "shared"),
+              min(1.0, t.blocks / spec.sms)) for t in traffic]
+    mapped_s = sum(max(c[0], m[0], sh[0]) / fill for c, m, sh, fill in terms)
+    limits: dict[str, float] = {}
+    for *parts, fill in terms:
+        top = max(parts)
+        limits[top[1]] = limits.get(top[1], 0.0) + top[0] / fill
     ideal_bytes = compulsory_bytes(graph)
     ideal_s = max(flops / peak, ideal_bytes / spec.dram_bandwidth)
     return {"flops": flops, "ops": ops, "ideal_bytes": ideal_bytes, "mapped_bytes": mapped_bytes, "ideal_s": ideal_s,
-            "mapped_s": mapped_s, "bound": "compute" if flops / peak >= ideal_bytes / spec.dram_bandwidth else "memory"}
+            "mapped_s": mapped_s, "bound": "compute" if flops / peak >= ideal_bytes / spec.dram_bandwidth else "memory",
+            "shared_wavefronts": sum(t.shared for t in traffic),
+            "mapped_bound": max(limits, key=limits.get) if limits else "compute"}
 
 
 def describe(kernel) -> dict:
@@ -499,7 +586,8 @@ def no_gpu_table(rows: list[dict], spec) -> str:
                 f"| {r['workload']} | {v['label']}: `{v['config'].removeprefix('smart: ')}` | "
                 f"{'; '.join(v['launches'])} | {'; '.join(v['resources'])} | {_si(v['ops'], 'op')} | "
                 f"{_si(v['ideal_bytes'], 'B')} | {_si(v['mapped_bytes'], 'B')} | {_ms(v['ideal_s'])} "
-                f"({v['bound']}) | {_ms(v['mapped_s'])} | {v['ideal_s'] / v['mapped_s']:.1%} |")
+                f"({v['bound']}) | {_ms(v['mapped_s'])} ({v.get('mapped_bound', '?')}) | "
+                f"{v['ideal_s'] / v['mapped_s']:.1%} |")
     return "\n".join(lines)
 
 

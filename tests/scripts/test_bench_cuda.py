@@ -77,6 +77,46 @@ def test_a_warps_sectors_through_a_div_mod_of_its_threads(bench):
     assert bench._warp_sectors(tirx.floormod(f * q, 64), threads, 4) is None  # not a constant per lane
 
 
+def test_shared_wavefronts_count_bank_conflicts_and_unrolled_reuse(bench):
+    from tvm import tirx
+
+    tx, ty = tirx.Var("tx", "int32"), tirx.Var("ty", "int32")
+    threads = {"threadIdx.x": (tx, 16), "threadIdx.y": (ty, 16)}
+    assert bench._bank_wavefronts(ty * 16 + tx, threads, 4) == 1  # 32 consecutive floats
+    assert bench._bank_wavefronts(ty * 16, threads, 4) == 1  # two broadcast words, banks 0 and 16
+    assert bench._bank_wavefronts(tx * 32, threads, 4) == 16  # a column of 32-float rows: one bank
+    assert bench._bank_wavefronts(tx * 33, threads, 4) == 1  # ... padded by one
+    assert bench._bank_wavefronts(ty * 16 + tx, threads, 2) == 1  # halves: two lanes per word
+    # an operand in a register tile: loaded once per unrolled output it does not depend on
+    i, j, k = (tirx.Var(n, "int32") for n in "ijk")
+    loops = ((k, 16, False), (i, 8, True), (j, 8, True))
+    assert bench._iterations(k * 128 + j * 16 + tx, loops) == 16 * 8  # B: per k and column j
+    assert bench._iterations(i * 256 + k, loops) == 16 * 8  # A: per k and row i
+    assert bench._iterations(i * 256 + k, ((k, 16, False), (i, 8, False), (j, 8, False))) == 16 * 8
+    assert bench._iterations(k * 128 + j, ((k, 16, False), (i, 8, False), (j, 8, False))) == 16 * 64  # not unrolled
+
+
+@needs_nvcc
+def test_the_model_sees_register_tiles_reuse_of_shared_elements(bench):
+    """Same block tile (32 x 32): 8 x 8 threads with 4 x 4 outputs each read a quarter of
+    the shared elements per multiply-add that 32 x 32 threads with one output each read;
+    unpadded, a warp's 4 rows of the A tile (16 floats apart) meet in pairs in a bank."""
+    import akg
+    from akg.schedules.space import Config, Step
+
+    graph = bench.graph_of(bench._matmul(256, 256, 256, "float32"))
+    est = {}
+    for threads, work, pad in (((32, 32), (1, 1), 0), ((8, 8), (4, 4), 1), ((8, 8), (4, 4), 0)):
+        steps = (Step("order", 0, None, (0, 1)), Step("map", 0, "threads", threads),
+                 Step("tile", 0, "registers", work), Step("promote", 0, "shared", (16, pad)))
+        kernel = akg.build(graph, target="cuda", config=Config("smart", steps))
+        est[work, pad] = bench.estimate(kernel, graph, kernel.target.spec, "float32")
+    one, tiled, conflicts = est[(1, 1), 0], est[(4, 4), 1], est[(4, 4), 0]
+    assert one["mapped_bound"] == "shared" and one["mapped_s"] > max(conflicts["mapped_s"], tiled["mapped_s"])
+    assert 3.5 < one["shared_wavefronts"] / tiled["shared_wavefronts"] <= 4
+    assert 1.3 < conflicts["shared_wavefronts"] / tiled["shared_wavefronts"] < 1.6  # 12 wavefronts a term, not 8
+
+
 def test_sectors_and_the_nearest_spec(bench):
     assert bench._sectors(1, 32, 4) == 4  # coalesced floats
     assert bench._sectors(0, 32, 4) == 1  # a broadcast
