@@ -258,7 +258,7 @@ def _thread_choices(extent: int, limit: int) -> list[int]:
 REDUCE_CHOICES = (32, 64, 128, 256, 512, 1024)
 SHARED_K_CHOICES = (8, 16, 32)  # promote(shared): the k-tile
 SHARED_DEFAULT = True  # matmul-like bands get shared tiles by default (`CudaRecipe.shared_default`)
-REGISTER_DEFAULTS = (8, 4, 2)  # ... and w_y x w_x of these outputs per thread, in registers (the most that fill the SMs)
+REGISTER_DEFAULTS = (8, 4, 2)  # ... and w_y x w_x of these (or 1) outputs per thread, in registers
 REGISTER_BUDGET = 16384  # the space's tiled configs: threads x outputs per thread per block at most
 
 

@@ -480,8 +480,8 @@ def estimate(kernel, graph, spec, dtype: str, flops: float | None = None) -> dic
     mapped_bytes = sum(t.bytes for t in traffic)
     shared_rate = shared_wavefronts_per_s(spec)
     # a launch of fewer blocks than SMs gets that fraction of the GPU
-    terms = [((t.flops / peak, "compute"), (t.bytes / spec.dram_bandwidth, "memory"), (t.shared / shared_rate, "shared"),
-              min(1.0, t.blocks / spec.sms)) for t in traffic]
+    terms = [((t.flops / peak, "compute"), (t.bytes / spec.dram_bandwidth, "memory"),
+              (t.shared / shared_rate, "shared"), min(1.0, t.blocks / spec.sms)) for t in traffic]
     mapped_s = sum(max(c[0], m[0], sh[0]) / fill for c, m, sh, fill in terms)
     limits: dict[str, float] = {}
     for *parts, fill in terms:

@@ -27,7 +27,8 @@ MATMUL = lambda b: b.output(b.matmul(b.input("a", (70, 50)), b.input("w", (50, 9
 EPILOGUE = lambda b: b.output(b.relu(b.add(b.matmul(b.input("a", (70, 50)), b.input("w", (50, 90))),  # noqa: E731
                                             b.input("c", (90,)))))
 HALF = lambda b: b.output(b.matmul(b.input("a", (64, 48), "float16"), b.input("w", (48, 40), "float16")))  # noqa: E731
-HALF_ODD = lambda b: b.output(b.matmul(b.input("a", (70, 50), "float16"), b.input("w", (50, 90), "float16")))  # noqa: E731
+HALF_ODD = lambda b: b.output(b.matmul(b.input("a", (70, 50), "float16"),  # noqa: E731
+                                       b.input("w", (50, 90), "float16")))
 BATCH = lambda b: b.output(b.batch_matmul(b.input("a", (3, 33, 40)), b.input("w", (3, 40, 20))))  # noqa: E731
 
 
