@@ -87,6 +87,22 @@ def _vectorised_over_channels(graph) -> bool:
     return conv_band.order[-1] != len(conv_band.order) - 1 and conv_band.sink
 
 
+def test_rows_narrower_than_a_vector_are_tiled_one_output_row_at_a_time():
+    # a 16-channel conv's 8-wide rows get no register tile: its accumulators are one output
+    # row of all channels at a time (512 bytes), not the whole image's
+    lanes = get_target("cpu").vector_lanes("float32")
+    if lanes <= 8:
+        pytest.skip("8-wide rows are a whole vector here")
+    graph = _conv_bn_relu(2, 16, 16, 8, 3, 1)
+    kernel, built = _kernel_config(graph)
+    conv_band = bands_of(built.config)[-1]
+    assert conv_band.sink and not any(conv_band.register)
+    assert conv_band.tile[-2] == 1 and conv_band.tile[-1] == 0
+    assert "_local = T.alloc_buffer((1, 16, 1, 8)" in built.tir()
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
 def test_one_vector_of_channels_takes_rows_that_have_no_vector_shape():
     """One vector of output channels: rows 10 wide (LeNet-5's second conv) have no vector
     shape, so the channels are the vector loop; rows 8 wide keep the row (a vector of 8)."""
