@@ -62,9 +62,15 @@ def _windows(x: np.ndarray, k: tuple[int, int], s: tuple[int, int], d: tuple[int
 
 # --- conv2d -----------------------------------------------------------------------------------
 
+def _four_pads(padding: tuple[int, ...]) -> tuple[int, ...]:
+    """[p] and [ph, pw] spelled as [top, left, bottom, right] (other lengths are left for the
+    shape check to refuse)."""
+    return pads4(padding) if len(padding) in (1, 2) else padding
+
+
 _CONV_ATTRS = [
     Attr("strides", "ints", (1, 1), check=_positive),
-    Attr("padding", "ints", (0, 0, 0, 0), check=_nonneg),
+    Attr("padding", "ints", (0, 0, 0, 0), check=_nonneg, canonical=_four_pads),
     Attr("dilation", "ints", (1, 1), check=_positive),
     Attr("groups", "int", 1, check=lambda g: None if g > 0 else "must be positive"),
 ]
@@ -115,7 +121,7 @@ def conv2d(x, w, strides, padding, dilation, groups):
 _POOL_ATTRS = [
     Attr("kernel", "ints", check=_positive),
     Attr("strides", "ints", None, optional=True, check=_positive),
-    Attr("padding", "ints", (0, 0, 0, 0), check=_nonneg),
+    Attr("padding", "ints", (0, 0, 0, 0), check=_nonneg, canonical=_four_pads),
     Attr("ceil_mode", "bool", False),
 ]
 

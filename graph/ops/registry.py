@@ -48,7 +48,9 @@ class Attr:
     """One declared attribute: name, kind (see ATTR_KINDS), default, optional extra check.
 
     `optional=True` admits None (for example `axes=None` meaning all axes). `check` gets the
-    canonical value and returns an error message or None.
+    canonical value and returns an error message or None. `canonical` maps a checked value to
+    the one spelling of its meaning (a conv's `padding=[1, 1]` to `[1, 1, 1, 1]`), so that
+    two imports of the same op have equal attributes, hence the same workload key.
     """
 
     name: str
@@ -57,6 +59,7 @@ class Attr:
     optional: bool = False
     choices: tuple | None = None
     check: Callable[[Any], str | None] | None = None
+    canonical: Callable[[Any], Any] | None = None
 
     def __post_init__(self):
         if self.kind not in ATTR_KINDS:
@@ -135,6 +138,8 @@ class Attr:
             problem = self.check(out)
             if problem:
                 raise AttrError(f"op '{op}': attribute '{self.name}' {problem}, got {out!r}")
+        if self.canonical is not None:
+            out = self.canonical(out)
         return out
 
 

@@ -202,7 +202,9 @@ def test_out_of_range_attribute(op, attrs, fragment):
 def test_attribute_canonicalisation():
     attrs = get_op("conv2d").check_attrs({"strides": 2, "padding": np.array([1, 1]).tolist()})
     assert attrs["strides"] == (2,)
-    assert attrs["padding"] == (1, 1)
+    assert attrs["padding"] == (1, 1, 1, 1)  # one spelling: [top, left, bottom, right]
+    assert get_op("conv2d").check_attrs({"padding": 2})["padding"] == (2, 2, 2, 2)
+    assert get_op("conv2d").check_attrs({"padding": [1, 2, 3, 4]})["padding"] == (1, 2, 3, 4)
     assert attrs["dilation"] == (1, 1) and attrs["groups"] == 1
     assert list(attrs) == ["strides", "padding", "dilation", "groups"]
     assert get_op("cast").check_attrs({"to": "f16"})["to"] == "float16"
