@@ -47,7 +47,8 @@ PASSES: Registry[SimplifyPass] = Registry("simplification pass")
 # The order `simplify` runs them in, each round: matmul_operands first, so that a transposed
 # weight stays a weight with the product's transpose flag (as model files store linear layers)
 # rather than being folded into a transposed copy.
-PIPELINE = ("matmul_operands", "conv_taps", "fold_constants", "identities", "cse", "dce")
+PIPELINE = ("matmul_operands", "conv_taps", "fold_constants", "fold_scales", "identities", "canonical_attrs", "cse",
+            "dce")
 
 
 def defpass(name: str) -> Callable[[Callable[[Graph], Graph]], Callable[[Graph], Graph]]:
@@ -293,6 +294,63 @@ def identities(graph: Graph) -> Graph:
     return rw.finish("identities")
 
 
+# --- one spelling per meaning ---------------------------------------------------------------------
+
+
+def _canonical(node: Node, ins: Sequence[Value]) -> dict | None:
+    """`node`'s attributes spelled one way where they have several (None: already so): a
+    reshape's -1 as the size it stands for, a reduction's axes non-negative and sorted."""
+    from akg.graph.ops.registry import REDUCE
+
+    attrs = dict(node.attrs)
+    if node.op == "reshape":
+        attrs["shape"] = tuple(node.outputs[0].shape)
+    elif node.opdef.kind == REDUCE and ins:
+        rank = ins[0].type.rank
+        if "axes" in attrs and attrs["axes"] is not None:
+            attrs["axes"] = tuple(sorted({a % rank for a in attrs["axes"]})) if rank else attrs["axes"]
+        if "axis" in attrs and rank:
+            attrs["axis"] = attrs["axis"] % rank
+    return None if attrs == dict(node.attrs) else attrs
+
+
+@defpass("canonical_attrs")
+def canonical_attrs(graph: Graph) -> Graph:
+    """The same op spelled one way, so that two imports of one model give equal kernels (the
+    same workload keys, so one tuning record serves both): a reshape's target shape with its
+    -1 resolved, a reduction's axes non-negative and sorted, and a constant of one element
+    that an elementwise op broadcasts a scalar (`x * [0.25]` and `x * 0.25`)."""
+    from akg.graph.ops.registry import ELEMWISE
+
+    rw = _Rewriter(graph)
+    taken = {v.name for v in graph.values}
+    scalars: dict[Value, Value] = {}
+    for node in rw.walk():
+        ins = rw.inputs(node)
+        attrs = _canonical(node, ins)
+        if node.opdef.kind == ELEMWISE and len(ins) == 2 and len(node.outputs) == 1:
+            for i, v in enumerate(ins):
+                a = rw.constants.get(v)
+                other = ins[1 - i]
+                if a is None or a.size != 1 or a.ndim == 0 or other.type.shape != node.outputs[0].shape:
+                    continue
+                if v not in scalars:
+                    name = f"{v.name}.scalar"
+                    while name in taken:
+                        name += "_"
+                    taken.add(name)
+                    scalars[v] = Value(name, TensorType((), v.dtype))
+                    rw.constants[scalars[v]] = a.reshape(())
+                ins[i] = scalars[v]
+                attrs = dict(node.attrs) if attrs is None else attrs
+        if attrs is None:
+            rw.keep(node)
+            continue
+        rw.emit(node.op, ins, attrs, node.outputs)
+        rw.changes += 1
+    return rw.finish("canonical_attrs")
+
+
 # --- matrix-product operands --------------------------------------------------------------------
 
 
@@ -303,6 +361,20 @@ def _swaps_last_two(node: _Pending | None) -> bool:
     rank = node.inputs[0].type.rank
     perm = transpose_perm(rank, node.attrs["perm"])
     return rank >= 2 and perm == (*range(rank - 2), rank - 1, rank - 2)
+
+
+def _inner_last(node: _Pending | None, uses: Mapping[Value, int]) -> tuple[int, ...] | None:
+    """For a transpose used only by a product whose permutation moves its source's last dim
+    to the second-to-last place (a key transposed for attention, `(0, 2, 3, 1)`): the
+    permutation `q` that keeps that dim last, so that the product reads `transpose(x, q)` with
+    its transpose flag flipped (the way a model file writes `Q @ K^T`). None otherwise."""
+    if node is None or node.op != "transpose" or uses.get(node.outputs[0], 0) != 1:
+        return None
+    rank = node.inputs[0].type.rank
+    perm = transpose_perm(rank, node.attrs["perm"])
+    if rank < 2 or perm[-2] != rank - 1 or perm[-1] == rank - 1:
+        return None
+    return (*perm[:-2], perm[-1], perm[-2])
 
 
 def _merged_batch(node: _Pending | None, merged: Value) -> Value | None:
@@ -321,9 +393,17 @@ def _merged_batch(node: _Pending | None, merged: Value) -> Value | None:
 def matmul_operands(graph: Graph) -> Graph:
     """Layout ops around matrix products folded into them, as frameworks' decompositions
     spell them out: a transpose of an operand's last two dims becomes the product's
-    transpose flag; a batch_matmul of reshapes that merge the same leading batch dims
+    transpose flag, and so does the swap within a transpose that moves its source's last dim
+    to the second-to-last place (`_inner_last`: ONNX exports of attention write K^T as one
+    transpose); a batch_matmul of reshapes that merge the same leading batch dims
     (torch's matmul of 4-d tensors: view to 3-d, bmm, view back) becomes a batch_matmul over
     those dims, reshaped (and the reshape back then cancels in `identities`)."""
+    uses: dict[Value, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            uses[v] = uses.get(v, 0) + 1
+    for v in graph.outputs:
+        uses[v] = uses.get(v, 0) + 1
     rw = _Rewriter(graph)
     taken = {v.name for v in graph.values}
     for node in rw.walk():
@@ -348,6 +428,20 @@ def matmul_operands(graph: Graph) -> Graph:
             if _swaps_last_two(producer):
                 attrs[key] = not attrs[key]
                 a, b = (producer.inputs[0], b) if operand == 0 else (a, producer.inputs[0])
+                changed = True
+                continue
+            inner = _inner_last(producer, uses)
+            if inner is not None:  # transpose(x, p) = swap_last_two(transpose(x, q)), q keeping x's last dim last
+                name = f"{(a, b)[operand].name}.rows"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                source = producer.inputs[0]
+                shape = tuple(source.type.shape[i] for i in inner)
+                moved = Value(name, TensorType(shape, source.type.dtype))
+                rw.emit("transpose", [source], {"perm": list(inner)}, [moved])
+                attrs[key] = not attrs[key]
+                a, b = (moved, b) if operand == 0 else (a, moved)
                 changed = True
         if not changed:
             rw.keep(node)
@@ -420,6 +514,78 @@ def conv_taps(graph: Graph) -> Graph:
         rw.emit("conv2d", [x, live], {**node.attrs, "padding": list(pads)}, [out])
         rw.changes += 1
     return rw.finish("conv_taps")
+
+
+# --- scales folded into constant weights ---------------------------------------------------------
+
+
+def _channel_scale(scale: np.ndarray, out_shape: tuple, axis: int) -> np.ndarray | None:
+    """The per-channel vector (length `out_shape[axis]`) that `scale` multiplies a product of
+    `out_shape` by, or None when it varies along another axis or would widen the product."""
+    rank = len(out_shape)
+    if scale.ndim > rank:
+        return None
+    full = scale.reshape((1,) * (rank - scale.ndim) + scale.shape)
+    if any(d != 1 for i, d in enumerate(full.shape) if i != axis) or full.shape[axis] not in (1, out_shape[axis]):
+        return None
+    return np.broadcast_to(full.reshape(-1), (out_shape[axis],))
+
+
+@defpass("fold_scales")
+def fold_scales(graph: Graph) -> Graph:
+    """A product by a constant weight (conv2d, 2-d matmul) whose only use is a multiplication
+    by a constant per output channel becomes the product by the scaled weight: conv(x, W) * s
+    = conv(x, W * s[o]), x @ W * s = x @ (W * s). An inference batch norm after a conv (its
+    folded scale) or a scaled linear layer then costs nothing per element, as PyTorch's ONNX
+    export folds it; the same model then compiles to the same kernels through every door.
+    Float weights used by nothing else only: a shared weight would be copied."""
+    uses: dict[Value, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            uses[v] = uses.get(v, 0) + 1
+    outputs = set(graph.outputs)
+    taken = {v.name for v in graph.values}
+    rw = _Rewriter(graph)
+    for node in rw.walk():
+        ins = rw.inputs(node)
+        if node.op != "mul" or len(ins) != 2:
+            rw.keep(node)
+            continue
+        out = node.outputs[0]
+        for y, s in (ins, ins[::-1]):
+            scale, product = rw.const(s), rw.producer.get(y)
+            if scale is None or product is None or y.type != out.type or uses.get(y) != 1 or y in outputs:
+                continue
+            if product.op not in ("conv2d", "matmul") or len(product.inputs) != 2:
+                continue
+            w = product.inputs[1]
+            weight = rw.constants.get(w)
+            if weight is None or uses.get(w) != 1 or w in outputs or not np.issubdtype(weight.dtype, np.floating):
+                continue
+            if product.op == "matmul" and (weight.ndim != 2 or len(out.shape) != 2):
+                continue
+            axis = 1 if product.op == "conv2d" else len(out.shape) - 1
+            vector = _channel_scale(scale, tuple(out.shape), axis)
+            if vector is None:
+                continue
+            if product.op == "conv2d":
+                scaled = weight * vector.reshape(-1, 1, 1, 1)
+            elif product.attrs["transpose_b"]:
+                scaled = weight * vector[:, None]
+            else:
+                scaled = weight * vector[None, :]
+            name = f"{w.name}.scaled"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            folded = Value(name, w.type)
+            rw.constants[folded] = scaled.astype(weight.dtype)
+            rw.emit(product.op, [product.inputs[0], folded], product.attrs, [out])  # the old product: dead
+            rw.changes += 1
+            break
+        else:
+            rw.keep(node)
+    return rw.finish("fold_scales")
 
 
 # --- common subexpressions ----------------------------------------------------------------------

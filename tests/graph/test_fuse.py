@@ -68,7 +68,11 @@ def check_partition(graph, p: Partition, limits: FusionLimits = FusionLimits(), 
     # running the kernels in order, passing values by name, gives the graph's outputs
     inputs = random_inputs(graph, seed)
     for v, want, got in zip(graph.outputs, evaluate(graph, inputs), p.evaluate(inputs)):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=v.name)
+        # a scale folded into a weight (simplify.fold_scales) rounds once more: float32 noise
+        # of a sum of hundreds of products, ~1e-6 of its magnitude
+        floating = np.issubdtype(want.dtype, np.floating)
+        scale = float(np.max(np.abs(want), initial=1.0, where=np.isfinite(want))) if floating else 1.0
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * scale, equal_nan=True, err_msg=v.name)
 
 
 def _reduce_depth(k) -> int:
@@ -90,9 +94,9 @@ EXPECTED = {
         ["loss.max", "loss.shifted", "loss.exp", "loss.sum", "loss.logsum", "loss.logp", "loss.onehot",
          "loss.masked", "loss.picked", "loss.total", "loss"],  # cross-entropy: 4 chained reductions
     ],
-    "resnet_block": [  # batch norm folds into a per-channel affine epilogue
-        ["conv1", "bn1.xa", "bn1", "relu1"],
-        ["conv2", "bn2.xa", "bn2", "residual", "out"],
+    "resnet_block": [  # batch norm folds into a per-channel shift, its scale into the conv weight
+        ["bn1.xa", "bn1", "relu1"],
+        ["bn2.xa", "bn2", "residual", "out"],
     ],
     "transformer_block": [
         ["0", "query", "query.heads", "query.t"],
@@ -323,7 +327,8 @@ def test_conv_batch_norm_relu_is_one_kernel_even_unsimplified():
     for simplify in (True, False):
         p = partition(g, simplify=simplify)
         assert len(p.kernels) == 2 and p.kernels[0].ops[0] == "conv2d" and p.kernels[1].ops == ("max_pool2d",)
-        assert p.cuts[0].reason == "a kernel with conv2d %c takes no reduction (max_pool2d %pool)"
+        conv = "bn.xa" if simplify else "c"  # simplified, the conv computes the scaled %bn.xa
+        assert p.cuts[0].reason == f"a kernel with conv2d %{conv} takes no reduction (max_pool2d %pool)"
         check_partition(g, p)
     assert len(partition(g, simplify=False).kernels[0].nodes) > len(partition(g).kernels[0].nodes)
 

@@ -85,6 +85,22 @@ def test_narrow_weight_is_stored_by_output_column(bits, n, k, stored):
     np.testing.assert_allclose(evaluate(packed, inputs)[0], evaluate(graph, inputs)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("bits, n, stored", [(512, 120, True), (512, 84, True), (512, 10, False), (512, 64, False)],
+                         ids=["120-columns", "84-columns", "narrower-than-a-vector", "panels"])
+def test_wide_transposed_weight_is_stored_k_major(bits, n, stored):
+    # [N, K] read with transpose_b, N a vector wide or more but no multiple of the strip (no
+    # panels): stored [K, N]; narrow weights stay [N, K], panel-sized ones go into panels
+    graph = _dense(n=n, k=40, transpose_b=True)
+    packed = pack_weights(graph, target=_Cpu(bits))
+    names = [v.name for v in packed.constants]
+    assert (names == ["w.t.k_n"]) == stored
+    if stored:
+        (mm,) = [node for node in packed.nodes if node.op == "matmul"]
+        assert not mm.attrs["transpose_b"] and packed.constants[next(iter(packed.constants))].shape == (40, n)
+        inputs = random_inputs(graph, 1)
+        np.testing.assert_allclose(evaluate(packed, inputs)[0], evaluate(graph, inputs)[0], rtol=1e-5, atol=1e-5)
+
+
 def test_narrow_weight_kernel_matches_the_one_written_transposed():
     from akg.backends.cpu import host_cpu
 

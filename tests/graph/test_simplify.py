@@ -69,10 +69,11 @@ def test_golden_cases_cover_every_pass():
 
 
 def test_pipeline_passes_are_registered_under_their_names():
-    assert list(PIPELINE) == ["matmul_operands", "conv_taps", "fold_constants", "identities", "cse", "dce"]
+    assert list(PIPELINE) == ["matmul_operands", "conv_taps", "fold_constants", "fold_scales", "identities",
+                              "canonical_attrs", "cse", "dce"]
     for name, p in PASSES.items():
         assert p.name == name and p.doc
-    with pytest.raises(Exception, match="no simplification pass for 'nope'.*known: conv_taps, cse"):
+    with pytest.raises(Exception, match="no simplification pass for 'nope'.*known: canonical_attrs, conv_taps, cse"):
         PASSES.get("nope")
 
 
@@ -192,15 +193,70 @@ def test_conv_taps_keeps_the_output(hw, k, stride, dilation, padding, groups):
     assert PASSES.get("conv_taps")(s) == s
 
 
+def _scaled_product(op, scale_shape, *, transpose_b=False, shared_weight=False, output_product=False,
+                    dtype=np.float32):
+    rng = np.random.default_rng(1)
+    b = GraphBuilder("g")
+    if op == "conv2d":
+        x = b.input("x", (2, 3, 5, 5), dtype)
+        w = b.const(rng.standard_normal((4, 3, 3, 3)).astype(dtype), name="w")
+        y = b.conv2d(x, w, strides=[1, 1], padding=[1, 1], dilation=[1, 1], groups=1)
+    else:
+        x = b.input("x", (6, 8), dtype)
+        w = b.const(rng.standard_normal((5, 8) if transpose_b else (8, 5)).astype(dtype), name="w")
+        y = b.matmul(x, w, transpose_b=transpose_b)
+    s = b.const((rng.standard_normal(scale_shape) + 2).astype(dtype), name="s")
+    outs = [b.add(b.mul(y, s), b.const(np.ones(scale_shape, dtype), name="shift"))]
+    if shared_weight:
+        outs.append(b.relu(w))
+    if output_product:
+        outs.append(y)
+    for o in outs:
+        b.output(o)
+    return b.build()
+
+
+@pytest.mark.parametrize("op,scale_shape,transpose_b", [
+    ("conv2d", (1, 4, 1, 1), False), ("conv2d", (4, 1, 1), False), ("conv2d", (), False), ("conv2d", (1,), False),
+    ("matmul", (5,), False), ("matmul", (1, 5), True), ("matmul", (), True)],
+    ids=["conv-nchw-scale", "conv-chw-scale", "conv-scalar", "conv-one", "matmul", "matmul-transposed-b",
+         "matmul-scalar"])
+def test_fold_scales_moves_a_channel_scale_into_the_weight(op, scale_shape, transpose_b):
+    # an inference batch norm after a conv is a per-channel mul and add: the mul goes into the
+    # weight, as PyTorch's ONNX export does, so both doors compile the same kernels
+    g = _scaled_product(op, scale_shape, transpose_b=transpose_b)
+    s = PASSES.get("dce")(PASSES.get("fold_scales")(g))
+    assert [n.op for n in s.nodes] == [op, "add"]
+    assert [v.name for v in s.constants if v.name.startswith("w")] == ["w.scaled"]
+    _assert_same_outputs_close(g, s)
+    assert PASSES.get("fold_scales")(s) == s
+
+
+@pytest.mark.parametrize("case", ["scale-along-rows", "shared-weight", "product-is-an-output", "integer"])
+def test_fold_scales_leaves_what_it_cannot_fold(case):
+    g = {"scale-along-rows": lambda: _scaled_product("matmul", (6, 1)),
+         "shared-weight": lambda: _scaled_product("conv2d", (1, 4, 1, 1), shared_weight=True),
+         "product-is-an-output": lambda: _scaled_product("conv2d", (1, 4, 1, 1), output_product=True),
+         "integer": lambda: _scaled_product("matmul", (5,), dtype=np.int32)}[case]()
+    assert PASSES.get("fold_scales")(g) == g
+
+
+def _assert_same_outputs_close(before, after):
+    inputs = random_inputs(before, 0)  # the scaled weight rounds once more than the product
+    for a, b in zip(evaluate(before, inputs), evaluate(after, inputs)):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+
 def test_simplify_the_examples_is_equivalent(examples_dir):
     for name in ("mlp", "resnet_block", "transformer_block"):
         g = expand(load_mir(examples_dir / f"{name}.mir"))
         s = simplify(g)
         assert [v.name for v in s.outputs] == [v.name for v in g.outputs]
-        _assert_same_outputs(g, s)
-    # batch norm's per-channel statistics fold away: only convs and the affine epilogues stay
+        _assert_same_outputs_close(g, s)  # resnet_block's batch-norm scales go into its conv weights
+    # batch norm's per-channel statistics fold away and its scale goes into the conv weights:
+    # only convs and their shifts stay
     r = simplify(expand(load_mir(examples_dir / "resnet_block.mir")))
-    assert [n.op for n in r.nodes] == ["conv2d", "mul", "add", "relu", "conv2d", "mul", "add", "add", "relu"]
+    assert [n.op for n in r.nodes] == ["conv2d", "add", "relu", "conv2d", "add", "add", "relu"]
 
 
 def test_passes_log_their_rewrites_at_debug(caplog):
