@@ -247,6 +247,7 @@ def door_contenders(row: dict, graph, tensors, ordered, onnx_path: Path, checked
             via_onnx = akg.compile(onnx_path, target="cpu")
             checked("akg via ONNX", via_onnx(*ordered))
             row["onnx_kernels"] = len(via_onnx.calls)
+            row["onnx_workloads"] = [c.kernel for c in via_onnx.calls]
             row["onnx_peak_bytes"] = via_onnx.plan.peak_bytes
             out["akg_onnx_s"] = lambda: via_onnx(*ordered)
         except Exception as e:  # noqa: BLE001  (reported in the row, the run goes on)
@@ -263,6 +264,7 @@ def door_contenders(row: dict, graph, tensors, ordered, onnx_path: Path, checked
         row["akg_torch_fallback"] = STATS.fallbacks != before
         graphs = STATS.compiled[compiled:]
         row["torch_kernels"] = sum(len(g.calls) for g in graphs)
+        row["torch_workloads"] = [k for g in graphs for k in g.calls]
         row["torch_peak_bytes"] = sum(g.peak_bytes for g in graphs)
         out["akg_torch_s"] = lambda: via_torch(*tensors)
         floor = torch.compile(torch_function(graph), backend=graph_behind_torch_compile(graph_model, tensors), dynamic=False)
@@ -330,6 +332,7 @@ def bench_model(name: str, graph, trials: int, workdir: Path, kernel_rounds: int
     row["kernels"] = len(default.calls)
     row["distinct_kernels"] = len(default.kernels)
     row["call_names"] = [c.name for c in default.calls]
+    row["workloads"] = [c.kernel for c in default.calls]
     row["flops"] = kernel_flops(graph)
     row["peak_bytes"], row["naive_bytes"] = default.plan.peak_bytes, default.plan.naive_bytes
     checked("akg default", default(**inputs))
@@ -426,6 +429,10 @@ def doors_table(rows) -> str:
             peak = r.get(f"{door}_peak_bytes")
             if peak is not None and peak != r["peak_bytes"]:
                 notes.append(f"{door} peak {peak / 1e6:.2f} MB, the graph {r['peak_bytes'] / 1e6:.2f} MB")
+            keys = r.get(f"{door}_workloads")
+            if keys is not None and keys != r["workloads"]:  # a kernel's workload key: ops, shapes, dtypes, no names
+                differ = sum(a != b for a, b in zip(keys, r["workloads"])) + abs(len(keys) - len(r["workloads"]))
+                notes.append(f"{door}: {differ} kernel call(s) differ from the graph's")
         calls = " / ".join(str(r.get(k, "-")) for k in ("kernels", "onnx_kernels", "torch_kernels"))
         lines.append(f"| {r['model']} | {fmt_ms(base)} | {fmt_ms(r.get('akg_onnx_s'))} "
                      f"| {ratio(r.get('akg_onnx_s'), base)} | {fmt_ms(r.get('akg_torch_s'))} "
