@@ -318,8 +318,9 @@ def _canonical(node: Node, ins: Sequence[Value]) -> dict | None:
 def canonical_attrs(graph: Graph) -> Graph:
     """The same op spelled one way, so that two imports of one model give equal kernels (the
     same workload keys, so one tuning record serves both): a reshape's target shape with its
-    -1 resolved, a reduction's axes non-negative and sorted, and a constant of one element
-    that an elementwise op broadcasts a scalar (`x * [0.25]` and `x * 0.25`)."""
+    -1 resolved, a reduction's axes non-negative and sorted, a constant of one element that
+    an elementwise op broadcasts a scalar (`x * [0.25]` and `x * 0.25`), and the mean of an
+    NCHW image over its rows and columns a `global_avg_pool2d`."""
     from akg.graph.ops.registry import ELEMWISE
 
     rw = _Rewriter(graph)
@@ -328,6 +329,11 @@ def canonical_attrs(graph: Graph) -> Graph:
     for node in rw.walk():
         ins = rw.inputs(node)
         attrs = _canonical(node, ins)
+        if node.op == "mean" and ins[0].type.rank == 4 and ins[0].dtype.startswith("float") and \
+                (attrs or node.attrs)["axes"] == (2, 3):  # an NCHW image's mean: a global average pool
+            rw.emit("global_avg_pool2d", ins, {"keepdims": node.attrs["keepdims"]}, node.outputs)
+            rw.changes += 1
+            continue
         if node.opdef.kind == ELEMWISE and len(ins) == 2 and len(node.outputs) == 1:
             for i, v in enumerate(ins):
                 a = rw.constants.get(v)

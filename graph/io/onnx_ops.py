@@ -310,9 +310,13 @@ ONNX_OPS.add("Sum", "add", _variadic("add"))
 ONNX_OPS.add("Mean", "add, div", _variadic("add", mean=True))
 
 
-@ONNX_OPS.register_op("Clip", "maximum, minimum")
+@ONNX_OPS.register_op("Clip", "maximum, minimum (relu6 for float Clip(0, 6), as torch's ReLU6 exports)")
 def _clip(c: Ctx):
     x = c.v(0)
+    bounds = [c.imp.known(c.args[i]) if c.has(i) else None for i in (1, 2)]
+    if x.dtype.startswith("float") and all(b is not None and b.size == 1 for b in bounds) and \
+            [float(b.reshape(())) for b in bounds] == [0.0, 6.0]:
+        return c.make("relu6", x)  # the op the other doors import ReLU6 as: the same kernels
     if c.has(1):
         x = c.make("maximum", x, c.v(1), what="low")
     if c.has(2):

@@ -83,6 +83,17 @@ def test_attributes_left_out_take_the_spec_defaults():
     np.testing.assert_allclose(m, x.mean(keepdims=True), atol=1e-6)
 
 
+@pytest.mark.parametrize("low, high, ops", [(0.0, 6.0, ["relu6"]), (0.0, 5.0, ["maximum", "minimum"])])
+def test_clip_to_0_6_imports_as_relu6(low, high, ops):
+    # torch's ReLU6 exports as Clip(0, 6): as relu6, the kernels equal the other doors' ones
+    x = np.linspace(-3, 9, 24, dtype=np.float32).reshape(4, 6)
+    model = make_model([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], [tensor("x", F32, [4, 6])],
+                       [tensor("y", F32, [4, 6])], [const("lo", np.float32(low)), const("hi", np.float32(high))])
+    graph = load_model(model)
+    assert [n.op for n in graph.nodes] == ops
+    np.testing.assert_array_equal(akg.run(model, {"x": x})[0], np.clip(x, low, high))
+
+
 def test_multi_output_ops_integer_and_bool_tensors():
     table = np.arange(20, dtype=np.float32).reshape(10, 2)
     nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"], axis=0),  # int64 ids, negative too
