@@ -72,7 +72,7 @@ def test_narrow_conv_is_vectorised_over_output_channels():
     # per image and output row, a register tile of the row's 4 positions x all channels
     assert conv_band.tile == (1, 1, 0, 0) and conv_band.register[2] == 4
     tir = built.tir()
-    assert "w_ihwo" in tir
+    assert "_ihwo" in tir  # the weight stored channels-last (batch norm's scale folded in: w_scaled_ihwo)
     # the accumulators keep the channels last, so each vector of them is contiguous
     assert f"_local = T.alloc_buffer((1, 1, 4, {2 * lanes})" in tir
     inputs = random_inputs(graph, 0)
