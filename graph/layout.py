@@ -110,8 +110,7 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
     widths = set()
     packed: dict[tuple[Value, bool], Value] = {}  # (weight, transposed) -> its unpacked view
     channels_last: dict[Value, Value] = {}  # conv weight -> its [O, C, KH, KW] view
-    by_rows: dict[Value, Value] = {}  # narrow [K, N] weight -> the same weight stored [N, K]
-    by_columns: dict[Value, Value] = {}  # wide [N, K] weight (not in panels) -> stored [K, N]
+    flipped: dict[tuple[Value, bool], Value] = {}  # (weight, transposed) -> the weight stored transposed
     for node in rw.walk():
         ins = rw.inputs(node)
         if node.op == "conv2d":
@@ -136,34 +135,33 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
             continue
         transposed = bool(node.attrs["transpose_b"])
         k, n = weight.shape[::-1] if transposed else weight.shape
-        if not transposed and narrow_columns(target, ins[1].dtype, k, n):
-            if ins[1] not in by_rows:
-                by_rows[ins[1]] = _emit_rows(rw, ins[1], weight)
-            rw.emit("matmul", [ins[0], by_rows[ins[1]]], {**node.attrs, "transpose_b": True}, node.outputs)
+        width = panel if target is None else weight_panel(target, ins[1].dtype, n)
+        panelled = width is not None and n % width == 0 and n > width and k >= 2
+        if transposed:  # [N, K]: to [K, N] where no panels take it and N fills a vector
+            flip = not panelled and wide_columns(target, ins[1].dtype, k, n)
+        else:  # [K, N]: to [N, K] where N is under a vector
+            flip = narrow_columns(target, ins[1].dtype, k, n)
+        key = (ins[1], transposed)
+        if flip:
+            if key not in flipped:
+                flipped[key] = _emit_flipped(rw, ins[1], weight, ".t.k_n" if transposed else ".nk")
+            rw.emit("matmul", [ins[0], flipped[key]], {**node.attrs, "transpose_b": not transposed}, node.outputs)
             rw.changes += 1
             continue
-        width = panel if target is None else weight_panel(target, ins[1].dtype, n)
-        if width is None or n % width or n <= width or k < 2:
-            if transposed and wide_columns(target, ins[1].dtype, k, n):
-                if ins[1] not in by_columns:
-                    by_columns[ins[1]] = _emit_columns(rw, ins[1], weight)
-                rw.emit("matmul", [ins[0], by_columns[ins[1]]], {**node.attrs, "transpose_b": False}, node.outputs)
-                rw.changes += 1
-                continue
+        if not panelled:
             rw.keep(node)
             continue
-        key = (ins[1], transposed)
         if key not in packed:
             packed[key] = _emit_panels(rw, ins[1], weight, transposed, k, n, width)
             widths.add(width)
         attrs = {**node.attrs, "transpose_b": False}
         rw.emit("matmul", [ins[0], packed[key]], attrs, node.outputs)
         rw.changes += 1
-    if not packed and not channels_last and not by_rows and not by_columns:
+    if not packed and not channels_last and not flipped:
         return graph
     log.debug("pack_weights on %s: %d weight(s) stored as panels of %s columns, %d conv weight(s) with "
-              "the output channel last, %d narrow weight(s) stored [N, K], %d wide one(s) [K, N]", graph.name,
-              len(packed), "/".join(map(str, sorted(widths))), len(channels_last), len(by_rows), len(by_columns))
+              "the output channel last, %d matmul weight(s) stored transposed", graph.name,
+              len(packed), "/".join(map(str, sorted(widths))), len(channels_last), len(flipped))
     return dce(rw.finish("pack_weights"))
 
 
@@ -220,18 +218,9 @@ def wide_columns(target, dtype: str, k: int, n: int) -> bool:
     return lanes is not None and n >= lanes and k >= 2
 
 
-def _emit_columns(rw: _Rewriter, w: Value, weight: np.ndarray) -> Value:
-    """Add the `[N, K]` weight stored as `[K, N]` (the caller reads it without `transpose_b`)."""
-    n, k = weight.shape
-    stored = Value(f"{w.name}.t.k_n", TensorType((k, n), w.dtype))
-    rw.constants[stored] = np.ascontiguousarray(weight.T)
-    return stored
-
-
-def _emit_rows(rw: _Rewriter, w: Value, weight: np.ndarray) -> Value:
-    """Add the `[K, N]` weight stored as `[N, K]` (the caller reads it with `transpose_b`)."""
-    k, n = weight.shape
-    stored = Value(f"{w.name}.nk", TensorType((n, k), w.dtype))
+def _emit_flipped(rw: _Rewriter, w: Value, weight: np.ndarray, suffix: str) -> Value:
+    """Add the 2-d weight stored transposed, as `<w><suffix>` (the caller flips `transpose_b`)."""
+    stored = Value(f"{w.name}{suffix}", TensorType(weight.shape[::-1], w.dtype))
     rw.constants[stored] = np.ascontiguousarray(weight.T)
     return stored
 

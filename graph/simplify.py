@@ -101,6 +101,17 @@ class _Rewriter:
         self.producer: dict[Value, _Pending] = {}
         self.changes = 0
         self._position = 0
+        self._taken: set[str] | None = None  # the names in use, once `fresh` is asked
+
+    def fresh(self, base: str) -> str:
+        """A value name not yet in the graph nor given out: `base`, or `base` with `_`s."""
+        if self._taken is None:
+            self._taken = {v.name for v in self.graph.values}
+        name = base
+        while name in self._taken:
+            name += "_"
+        self._taken.add(name)
+        return name
 
     def walk(self) -> Iterable[Node]:
         """The old graph's nodes, in order; what is emitted meanwhile takes each one's place."""
@@ -324,7 +335,6 @@ def canonical_attrs(graph: Graph) -> Graph:
     from akg.graph.ops.registry import ELEMWISE
 
     rw = _Rewriter(graph)
-    taken = {v.name for v in graph.values}
     scalars: dict[Value, Value] = {}
     for node in rw.walk():
         ins = rw.inputs(node)
@@ -341,10 +351,7 @@ def canonical_attrs(graph: Graph) -> Graph:
                 if a is None or a.size != 1 or a.ndim == 0 or other.type.shape != node.outputs[0].shape:
                     continue
                 if v not in scalars:
-                    name = f"{v.name}.scalar"
-                    while name in taken:
-                        name += "_"
-                    taken.add(name)
+                    name = rw.fresh(f"{v.name}.scalar")
                     scalars[v] = Value(name, TensorType((), v.dtype))
                     rw.constants[scalars[v]] = a.reshape(())
                 ins[i] = scalars[v]
@@ -369,12 +376,19 @@ def _swaps_last_two(node: _Pending | None) -> bool:
     return rank >= 2 and perm == (*range(rank - 2), rank - 1, rank - 2)
 
 
-def _inner_last(node: _Pending | None, uses: Mapping[Value, int]) -> tuple[int, ...] | None:
+def _single_use(graph: Graph) -> set[Value]:
+    """The values that one node reads and that are no graph output (rewriting their producer
+    for that node leaves nothing else reading the old value)."""
+    outputs = set(graph.outputs)
+    return {v for v, users in graph.users().items() if len(users) == 1 and v not in outputs}
+
+
+def _inner_last(node: _Pending | None, single: set[Value]) -> tuple[int, ...] | None:
     """For a transpose used only by a product whose permutation moves its source's last dim
     to the second-to-last place (a key transposed for attention, `(0, 2, 3, 1)`): the
     permutation `q` that keeps that dim last, so that the product reads `transpose(x, q)` with
     its transpose flag flipped (the way a model file writes `Q @ K^T`). None otherwise."""
-    if node is None or node.op != "transpose" or uses.get(node.outputs[0], 0) != 1:
+    if node is None or node.op != "transpose" or node.outputs[0] not in single:
         return None
     rank = node.inputs[0].type.rank
     perm = transpose_perm(rank, node.attrs["perm"])
@@ -404,14 +418,8 @@ def matmul_operands(graph: Graph) -> Graph:
     transpose); a batch_matmul of reshapes that merge the same leading batch dims
     (torch's matmul of 4-d tensors: view to 3-d, bmm, view back) becomes a batch_matmul over
     those dims, reshaped (and the reshape back then cancels in `identities`)."""
-    uses: dict[Value, int] = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            uses[v] = uses.get(v, 0) + 1
-    for v in graph.outputs:
-        uses[v] = uses.get(v, 0) + 1
+    single = _single_use(graph)
     rw = _Rewriter(graph)
-    taken = {v.name for v in graph.values}
     for node in rw.walk():
         if node.op not in ("matmul", "batch_matmul"):
             rw.keep(node)
@@ -422,10 +430,7 @@ def matmul_operands(graph: Graph) -> Graph:
         if node.op == "batch_matmul":
             a4, b4 = _merged_batch(rw.producer.get(a), a), _merged_batch(rw.producer.get(b), b)
             if a4 is not None and b4 is not None and a4.type.shape[:-2] == b4.type.shape[:-2]:
-                name = f"{out.name}.batched"
-                while name in taken:
-                    name += "_"
-                taken.add(name)
+                name = rw.fresh(f"{out.name}.batched")
                 batched = Value(name, TensorType((*a4.type.shape[:-2], *out.type.shape[-2:]), out.type.dtype))
                 a, b = a4, b4
         changed = batched is not None
@@ -436,12 +441,9 @@ def matmul_operands(graph: Graph) -> Graph:
                 a, b = (producer.inputs[0], b) if operand == 0 else (a, producer.inputs[0])
                 changed = True
                 continue
-            inner = _inner_last(producer, uses)
+            inner = _inner_last(producer, single)
             if inner is not None:  # transpose(x, p) = swap_last_two(transpose(x, q)), q keeping x's last dim last
-                name = f"{(a, b)[operand].name}.rows"
-                while name in taken:
-                    name += "_"
-                taken.add(name)
+                name = rw.fresh(f"{(a, b)[operand].name}.rows")
                 source = producer.inputs[0]
                 shape = tuple(source.type.shape[i] for i in inner)
                 moved = Value(name, TensorType(shape, source.type.dtype))
@@ -485,7 +487,6 @@ def conv_taps(graph: Graph) -> Graph:
     from akg.graph.ops.conv import pads4, pair, window_out
 
     rw = _Rewriter(graph)
-    taken = {v.name for v in graph.values}
     for node in rw.walk():
         ins = rw.inputs(node)
         weight = rw.const(ins[1]) if node.op == "conv2d" and len(ins) == 2 else None
@@ -510,10 +511,7 @@ def conv_taps(graph: Graph) -> Graph:
                 window_out(wd, c1 - c0 + 1, sw, pads[1], pads[3], dw) != ow:
             rw.keep(node)
             continue
-        name = f"{w.name}.taps"
-        while name in taken:
-            name += "_"
-        taken.add(name)
+        name = rw.fresh(f"{w.name}.taps")
         sliced = np.ascontiguousarray(weight[:, :, r0:r1 + 1, c0:c1 + 1])
         live = Value(name, TensorType(sliced.shape, w.dtype))
         rw.constants[live] = sliced
@@ -545,12 +543,7 @@ def fold_scales(graph: Graph) -> Graph:
     folded scale) or a scaled linear layer then costs nothing per element, as PyTorch's ONNX
     export folds it; the same model then compiles to the same kernels through every door.
     Float weights used by nothing else only: a shared weight would be copied."""
-    uses: dict[Value, int] = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            uses[v] = uses.get(v, 0) + 1
-    outputs = set(graph.outputs)
-    taken = {v.name for v in graph.values}
+    single = _single_use(graph)
     rw = _Rewriter(graph)
     for node in rw.walk():
         ins = rw.inputs(node)
@@ -560,13 +553,13 @@ def fold_scales(graph: Graph) -> Graph:
         out = node.outputs[0]
         for y, s in (ins, ins[::-1]):
             scale, product = rw.const(s), rw.producer.get(y)
-            if scale is None or product is None or y.type != out.type or uses.get(y) != 1 or y in outputs:
+            if scale is None or product is None or y.type != out.type or y not in single:
                 continue
             if product.op not in ("conv2d", "matmul") or len(product.inputs) != 2:
                 continue
             w = product.inputs[1]
             weight = rw.constants.get(w)
-            if weight is None or uses.get(w) != 1 or w in outputs or not np.issubdtype(weight.dtype, np.floating):
+            if weight is None or w not in single or not np.issubdtype(weight.dtype, np.floating):
                 continue
             if product.op == "matmul" and (weight.ndim != 2 or len(out.shape) != 2):
                 continue
@@ -580,10 +573,7 @@ def fold_scales(graph: Graph) -> Graph:
                 scaled = weight * vector[:, None]
             else:
                 scaled = weight * vector[None, :]
-            name = f"{w.name}.scaled"
-            while name in taken:
-                name += "_"
-            taken.add(name)
+            name = rw.fresh(f"{w.name}.scaled")
             folded = Value(name, w.type)
             rw.constants[folded] = scaled.astype(weight.dtype)
             rw.emit(product.op, [product.inputs[0], folded], product.attrs, [out])  # the old product: dead

@@ -101,6 +101,20 @@ def test_wide_transposed_weight_is_stored_k_major(bits, n, stored):
         np.testing.assert_allclose(evaluate(packed, inputs)[0], evaluate(graph, inputs)[0], rtol=1e-5, atol=1e-5)
 
 
+def test_one_weight_read_both_ways_is_stored_once_per_way():
+    # x @ w (10 columns: stored [N, K]) and y @ w^T (120 columns, no panels: stored [K, N])
+    w = np.random.default_rng(0).standard_normal((120, 10)).astype(np.float32)
+    b = GraphBuilder("both")
+    wc = b.const(w, name="w")
+    b.output(b.matmul(b.input("x", (4, 120)), wc), b.matmul(b.input("y", (4, 10)), wc, transpose_b=True))
+    graph = b.build()
+    packed = pack_weights(graph, target=_Cpu(512))
+    assert sorted(v.name for v in packed.constants) == ["w.nk", "w.t.k_n"]
+    inputs = random_inputs(graph, 1)
+    for got, want in zip(evaluate(packed, inputs), evaluate(graph, inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_narrow_weight_kernel_matches_the_one_written_transposed():
     from akg.backends.cpu import host_cpu
 
