@@ -50,6 +50,9 @@ class BandInfo:
     blocks: int = 0  # rows of partial sums the outer member carries from row to row (column
     #                  sums fused into a row band, `polyhedral.row_partials`): it runs in parallel
     #                  only in chunks of whole blocks of this many iterations
+    image_axes: tuple[int, ...] = ()  # per member: the index of the 4-d tensors written below
+    #                                   (an NCHW image: 0 N, 1 C, 2 H, 3 W) that it moves alone, by
+    #                                   one (-1: none)
 
     @property
     def members(self) -> int:
@@ -153,6 +156,11 @@ def _last_index_step(stmt, access, member: isl.Aff) -> int:
     the last tensor index when it moves no other index (0 otherwise). A member that merges
     loops (64 * head + d after a head-merging reshape) steps its unit-coefficient iterator; the
     others move only once per many steps, so that iterator decides."""
+    return _index_step(stmt, access, member, len(access.indices) - 1)
+
+
+def _index_step(stmt, access, member: isl.Aff, index: int) -> int:
+    """`_last_index_step` for the access's index `index`."""
     n_in = len(stmt.iters)
     coeffs = [int(member.get_coefficient_val(isl.dim_type.in_, i).to_python()) for i in range(n_in)]
     unit = [i for i, c in enumerate(coeffs) if abs(c) == 1]
@@ -162,10 +170,9 @@ def _last_index_step(stmt, access, member: isl.Aff) -> int:
     per_index = [_blocked_coefficients(e, var) for e in access.indices]
     if any(c is None for c in per_index):
         return 0
-    *lead, last = per_index
-    if any(var in c for c in lead):
+    if not per_index or any(var in c for k, c in enumerate(per_index) if k != index):
         return 0
-    return abs(int(last.get(var, 0)))
+    return abs(int(per_index[index].get(var, 0)))
 
 
 def _slides(access) -> bool:
@@ -214,8 +221,30 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             passes=_passes(node.child(0)),
             row_writers=sum(1 for s in stmts if s.role == "assign" and _points(s) > math.prod(extents)),
             blocks=_blocks(model, node),
+            image_axes=_image_axes(model, node),
         ))
     return infos
+
+
+def _image_axes(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
+    """For each band member: the index of the 4-d tensors written below (an NCHW image's N, C,
+    H or W) that moves by one with it, no other index moving; the largest tensor decides, -1
+    where the member moves none."""
+    mupa = node.band_get_partial_schedule()
+    members = [affs_by_statement(mupa.get_at(d)) for d in range(node.band_n_member())]
+    best = [(0, -1)] * len(members)  # (elements of the tensor, index)
+    for name in _statement_names(node):
+        stmt = model.statement(name)
+        acc = stmt.write
+        if acc is None or not acc.exact or acc.tensor.ndim != 4:
+            continue
+        size = int(np.prod(acc.tensor.shape, dtype=np.int64))
+        for d, m in enumerate(members):
+            aff = m.get(name)
+            for index in range(4):
+                if aff is not None and size > best[d][0] and _index_step(stmt, acc, aff, index) == 1:
+                    best[d] = (size, index)
+    return tuple(index for _, index in best)
 
 
 def _blocks(model: PolyModel, node: isl.ScheduleNode) -> int:
