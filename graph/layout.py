@@ -46,6 +46,12 @@ stored one way for each width, whichever way the model wrote it: `[N, K]`, read 
 vectors along N). Model files differ here (MindSpore writes `[N, K]` with `transpose_b`,
 PyTorch's ONNX export `[K, N]`); the same model then compiles to the same kernels through
 every door, and to the faster of the two.
+
+Computed operands are not stored, but the same holds for them: a batch matmul that reads a
+computed right operand `[.., N, K]` with `transpose_b` (an attention's K^T) reads it through a
+transpose to `[.., K, N]` instead (`reads_rows_across`), which fusion folds into the kernel that
+computes it, so that kernel writes K already transposed and the scores' vectors along N load
+contiguously.
 """
 
 from __future__ import annotations
@@ -105,12 +111,14 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
     """Constant right operands of matmul stored as `[N / panel, K, panel]` panels (with a
     `target`, each weight's panel width is `weight_panel(target, ...)` instead of `panel`), and
     constant conv weights that the mapping reads along the output channels stored with the
-    output channel last (`wants_channels_last`)."""
+    output channel last (`wants_channels_last`); a batch matmul's computed right operand read
+    with `transpose_b` read through a transpose to `[.., K, N]` (`reads_rows_across`)."""
     rw = _Rewriter(graph)
     widths = set()
     packed: dict[tuple[Value, bool], Value] = {}  # (weight, transposed) -> its unpacked view
     channels_last: dict[Value, Value] = {}  # conv weight -> its [O, C, KH, KW] view
     flipped: dict[tuple[Value, bool], Value] = {}  # (weight, transposed) -> the weight stored transposed
+    flipped_values: dict[Value, Value] = {}  # computed K^T -> the same values written [.., K, N]
     for node in rw.walk():
         ins = rw.inputs(node)
         if node.op == "conv2d":
@@ -127,6 +135,20 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
                 block = weight_panel(target, ins[1].dtype, weight.shape[0]) if weight.nbytes > l2 // 2 else None
                 channels_last[ins[1]] = _emit_channels_last(rw, ins[1], weight, block)
             rw.emit("conv2d", [ins[0], channels_last[ins[1]]], node.attrs, node.outputs)
+            rw.changes += 1
+            continue
+        if node.op == "batch_matmul" and node.attrs.get("transpose_b") and ins[1] not in rw.constants \
+                and reads_rows_across(target, ins[1]):
+            # K^T of an attention (a computed [B, N, K], read with transpose_b): vectors along N
+            # would gather every K-th element; its producer writes it [B, K, N] instead
+            if ins[1] not in flipped_values:
+                flipped_values[ins[1]] = Value(rw.fresh(f"{ins[1].name}.k_n"),
+                                               TensorType((*ins[1].shape[:-2], ins[1].shape[-1], ins[1].shape[-2]), ins[1].dtype))
+                rank = len(ins[1].shape)
+                perm = [*range(rank - 2), rank - 1, rank - 2]
+                rw.emit("transpose", [ins[1]], {"perm": perm}, [flipped_values[ins[1]]])
+            rw.emit("batch_matmul", [ins[0], flipped_values[ins[1]]], {**node.attrs, "transpose_b": False},
+                    node.outputs)
             rw.changes += 1
             continue
         weight = rw.constants.get(ins[1]) if node.op == "matmul" and len(ins) == 2 else None
@@ -157,7 +179,7 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
         attrs = {**node.attrs, "transpose_b": False}
         rw.emit("matmul", [ins[0], packed[key]], attrs, node.outputs)
         rw.changes += 1
-    if not packed and not channels_last and not flipped:
+    if not packed and not channels_last and not flipped and not flipped_values:
         return graph
     log.debug("pack_weights on %s: %d weight(s) stored as panels of %s columns, %d conv weight(s) with "
               "the output channel last, %d matmul weight(s) stored transposed", graph.name,
@@ -216,6 +238,20 @@ def wide_columns(target, dtype: str, k: int, n: int) -> bool:
     400x120: 7.1 -> 4.0 us; 8x1000 by 1000x100: 57 -> 18 us; 256x512 by 512x120: 655 -> 285 us)."""
     lanes = channels_last_lanes(target, dtype, n)
     return lanes is not None and n >= lanes and k >= 2
+
+
+def reads_rows_across(target, b: Value) -> bool:
+    """Whether a computed right operand `[.., N, K]` of a batch matmul read with `transpose_b`
+    is better written `[.., K, N]` by its producer (a transpose that fusion folds into the
+    producing kernel's stores): its N columns fill a vector of `target` (the CPU then
+    vectorises along N, which on `[N, K]` gathers every K-th element: an attention's Q K^T
+    over 12 heads x 128 x 64 took 212 us, 71 us on the producer's `[K, N]`, whose matmul went
+    436 -> 472 us with its transposed stores; 2 Xeon cores), as `wide_columns` decides for a
+    constant weight."""
+    if len(b.shape) < 3:
+        return False
+    n, k = b.shape[-2:]
+    return wide_columns(target, b.dtype, k, n)
 
 
 def _emit_flipped(rw: _Rewriter, w: Value, weight: np.ndarray, suffix: str) -> Value:

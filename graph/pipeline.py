@@ -100,8 +100,8 @@ PASSES: tuple[GraphPass, ...] = (
                                    "(akg.graph.storage)"),
     GraphPass("expand", _expand, "composite ops -> basic ops (akg.graph.expand)"),
     GraphPass("simplify", _simplify, "CSE, DCE, constant folding, identities (akg.graph.simplify)"),
-    GraphPass("layout", _layout, "constant matmul weights stored as panels for the target "
-                                 "(akg.graph.layout.pack_weights)"),
+    GraphPass("layout", _layout, "constant matmul weights stored as panels for the target, a "
+                                 "computed K^T read [K, N] (akg.graph.layout.pack_weights)"),
     GraphPass("fuse", _fuse, "basic ops -> kernels, a Partition (akg.graph.fuse)"),
 )
 

@@ -100,7 +100,7 @@ EXPECTED = {
     ],
     "transformer_block": [
         ["0", "query", "query.heads", "query.t"],
-        ["1", "key", "key.heads", "key.t"],
+        ["1", "key", "key.heads", "key.t", "key.t.k_n"],  # K written [K, N] for Q K^T (graph/layout)
         ["2", "value", "value.heads", "value.t"],
         ["scores", "scaled"],
         ["probs.max", "probs.shifted", "probs.exp", "probs.sum", "probs"],  # softmax
@@ -151,9 +151,9 @@ def test_mlp_kernels_inputs_outputs_and_cuts(example_partitions):
 def test_transformer_repeated_kernels_share_workload_keys(example_partitions):
     _, p = example_partitions["transformer_block"]
     keys = [k.subgraph.workload_key for k in p.kernels]
-    assert keys[0] == keys[1] == keys[2]  # the query / key / value projections
+    assert keys[0] == keys[2] != keys[1]  # the query / value projections (the key's writes K^T)
     assert keys[7] == keys[10]  # the two layer norms
-    assert len(set(keys)) == 8
+    assert len(set(keys)) == 9
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -450,6 +450,6 @@ def test_show_fusion(capsys, examples_dir):
 
     assert main(["show", "--fusion", str(examples_dir / "transformer_block.mir")]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("fusion of @transformer_block: 11 kernel(s) from 61 basic op(s)")  # 12: weight relayouts
+    assert out.startswith("fusion of @transformer_block: 11 kernel(s) from 62 basic op(s)")  # 12: weight relayouts, 1: K^T
     assert "k4 transformer_block.k4_max_sub_exp  (5 ops)" in out
     assert "cut:    %scaled: k3 -> k4: a kernel with batch_matmul %scores takes no reduction" in out

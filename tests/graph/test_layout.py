@@ -249,3 +249,44 @@ def test_conv_kernel_reads_the_channels_last_weight_in_place():
     built = akg.build(kernel.subgraph)
     inputs = random_inputs(graph, 0)
     np.testing.assert_allclose(built(inputs["x"])[0], evaluate(graph, inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+def _attention_scores(heads=4, seq=48, dim=16):
+    """softmax(Q K^T) of computed Q and K ([heads, seq, dim]: K read with transpose_b)."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("scores")
+    x = b.input("x", (seq, heads * dim))
+    q, k = (b.transpose(b.reshape(b.matmul(x, b.const(rng.standard_normal((heads * dim, heads * dim))
+                                                          .astype(np.float32), name=n)), shape=[seq, heads, dim]), perm=[1, 0, 2])
+            for n in ("wq", "wk"))
+    b.output(b.softmax(b.batch_matmul(q, k, transpose_b=True), axis=-1))
+    return b.build()
+
+
+@pytest.mark.parametrize("bits, seq, flipped", [(512, 48, True), (512, 8, False), (256, 8, True)],
+                         ids=["seq-fills-a-vector", "seq-under-a-vector", "avx2-seq-fills-a-vector"])
+def test_computed_k_transposed_is_written_k_major_by_its_producer(bits, seq, flipped):
+    # Q K^T read K [heads, N, K] along N (a gather per vector); its producer writes it
+    # [heads, K, N] instead, where N fills a vector (as for a constant weight, `wide_columns`)
+    graph = _attention_scores(seq=seq)
+    packed = pack_weights(graph, target=_Cpu(bits))
+    (bmm,) = [node for node in packed.nodes if node.op == "batch_matmul"]
+    assert bmm.attrs["transpose_b"] != flipped
+    if flipped:
+        assert bmm.inputs[1].name.endswith(".k_n") and bmm.inputs[1].shape == (4, 16, seq)
+    inputs = random_inputs(graph, 1)
+    np.testing.assert_allclose(evaluate(packed, inputs)[0], evaluate(graph, inputs)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_computed_k_transposed_folds_into_its_producers_kernel():
+    from akg.backends.cpu import host_cpu
+    from akg.verify import Reference, compare
+
+    graph = _attention_scores()
+    kernels = partition(graph, target=host_cpu()).kernels
+    (scores,) = [k for k in kernels if any(n.op == "batch_matmul" for n in k.subgraph.graph.nodes)]
+    (bmm,) = [n for n in scores.subgraph.graph.nodes if n.op == "batch_matmul"]
+    assert not bmm.attrs["transpose_b"] and not any(n.op == "transpose" for n in scores.subgraph.graph.nodes)
+    model = akg.compile_model(graph)
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, model(**inputs), Reference.of(graph, inputs)) == []
