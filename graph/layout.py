@@ -137,7 +137,7 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
             rw.emit("conv2d", [ins[0], channels_last[ins[1]]], node.attrs, node.outputs)
             rw.changes += 1
             continue
-        if node.op == "batch_matmul" and node.attrs.get("transpose_b") and ins[1] not in rw.constants \
+        if node.op == "batch_matmul" and node.attrs.get("transpose_b") and _computed(rw, ins[1]) \
                 and reads_rows_across(target, ins[1]):
             # K^T of an attention (a computed [B, N, K], read with transpose_b): vectors along N
             # would gather every K-th element; its producer writes it [B, K, N] instead
@@ -238,6 +238,16 @@ def wide_columns(target, dtype: str, k: int, n: int) -> bool:
     400x120: 7.1 -> 4.0 us; 8x1000 by 1000x100: 57 -> 18 us; 256x512 by 512x120: 655 -> 285 us)."""
     lanes = channels_last_lanes(target, dtype, n)
     return lanes is not None and n >= lanes and k >= 2
+
+
+def _computed(rw: _Rewriter, v: Value) -> bool:
+    """Is `v` computed by a kernel: produced by an op other than a reshape or transpose, or
+    through a chain of those (which fusion folds into that kernel's stores)? Not a constant or
+    a graph input, whose transposed copy would be a kernel of its own."""
+    pending = rw.producer.get(rw.get(v))
+    while pending is not None and pending.op in ("reshape", "transpose"):
+        pending = rw.producer.get(rw.get(pending.inputs[0]))
+    return pending is not None
 
 
 def reads_rows_across(target, b: Value) -> bool:

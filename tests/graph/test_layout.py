@@ -290,3 +290,14 @@ def test_computed_k_transposed_folds_into_its_producers_kernel():
     model = akg.compile_model(graph)
     inputs = random_inputs(graph, 0)
     assert compare(graph, model(**inputs), Reference.of(graph, inputs)) == []
+
+
+def test_k_transposed_given_as_an_input_is_read_as_given():
+    # a graph input (or a constant) has no kernel to write it transposed: a copy of its own
+    # would cost a kernel call, so the batch matmul keeps transpose_b
+    b = GraphBuilder("scores")
+    q, k = b.input("q", (4, 48, 16)), b.input("k", (4, 48, 16))
+    b.output(b.batch_matmul(q, b.transpose(b.transpose(k, perm=[0, 2, 1]), perm=[0, 2, 1]), transpose_b=True))
+    packed = pack_weights(b.build(), target=_Cpu(512))
+    (bmm,) = [node for node in packed.nodes if node.op == "batch_matmul"]
+    assert bmm.attrs["transpose_b"]
