@@ -269,21 +269,8 @@ def _pool_source(ctx, x, kernel, strides, padding, ceil_mode, fill):
     k, s, p, out = pool_geometry(TensorType(x.shape, x.dtype), kernel, strides, padding, ceil_mode)
     extra = (max(0, (out[2] - 1) * s[0] + k[0] - (x.shape[2] + p[0] + p[2])),
              max(0, (out[3] - 1) * s[1] + k[1] - (x.shape[3] + p[1] + p[3])))
-    pads = (p[0], p[1], p[2] + extra[0], p[3] + extra[1])
-    if s[1] > 1 and any(pads):
-        # a padded copy is made anyway: in phases, as for a strided depthwise conv, so that
-        # each vector of an output row loads one phase contiguously instead of gathering
-        # (ResNet-18's 3x3/2 max-pool at 112 px: 297 -> 235 us alone, 2 Xeon cores)
-        return k, s, p, out, padded_phases(ctx.name, x, pads, s[1], fill)
-    return k, s, p, out, padded(ctx.name, x, pads, fill)
-
-
-def _window(xp, s, b, c, row, z, rx):
-    """The pixel of output column z's window tap rx in `_pool_source`'s padded input (its
-    phases where the stride along the row is 2 or more)."""
-    if len(xp.shape) == 5:
-        return xp[b, c, row, rx % s[1], z + rx // s[1]]
-    return xp[b, c, row, z * s[1] + rx]
+    xp = padded(ctx.name, x, (p[0], p[1], p[2] + extra[0], p[3] + extra[1]), fill)
+    return k, s, p, out, xp
 
 
 @defcompute("max_pool2d")
@@ -292,7 +279,7 @@ def _max_pool_compute(ctx, x, kernel, strides, padding, ceil_mode):
 
     def body(b, c, y, z):
         ry, rx = reduce_axis(k[0], f"{ctx.name}.ry"), reduce_axis(k[1], f"{ctx.name}.rx")
-        return reduce("max", _window(xp, s, b, c, y * s[0] + ry, z, rx), [ry, rx])
+        return reduce("max", xp[b, c, y * s[0] + ry, z * s[1] + rx], [ry, rx])
 
     return compute(out, body, ctx.name)
 
@@ -304,7 +291,7 @@ def _avg_pool_compute(ctx, x, kernel, strides, padding, ceil_mode, count_include
 
     def window_sum(b, c, y, z):
         ry, rx = reduce_axis(k[0], f"{ctx.name}.ry"), reduce_axis(k[1], f"{ctx.name}.rx")
-        return reduce("sum", cast(acc, _window(xp, s, b, c, y * s[0] + ry, z, rx)), [ry, rx])
+        return reduce("sum", cast(acc, xp[b, c, y * s[0] + ry, z * s[1] + rx]), [ry, rx])
 
     total = compute(out, window_sum, ctx.name + ".sum")
     h, w = x.shape[2:]

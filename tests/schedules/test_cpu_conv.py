@@ -277,17 +277,11 @@ POOLS = {  # op, attrs, image
 
 
 @pytest.mark.parametrize("op, attrs, image", POOLS.values(), ids=POOLS.keys())
-def test_strided_padded_pools_read_their_padded_input_in_phases(op, attrs, image):
-    # a pool moving by `stride` along its output row read every stride-th column of its padded
-    # copy (a gather per vector); the copy is stored in phases of its columns instead, as for
-    # a strided depthwise conv (ResNet-18's 3x3/2 max-pool at 112 px: 297 -> 235 us alone)
+def test_strided_padded_pools_match_the_reference(op, attrs, image):
     b = GraphBuilder("pool")
     x = b.input("x", (1, 16, image, image))
     b.output(getattr(b, op)(x, **attrs))
     graph = b.build()
-    _, built = _kernel_config(graph)
-    stride = attrs["strides"][1]
-    assert f", {stride}, " in next(line for line in built.tir().splitlines() if "_pad = T.alloc_buffer" in line)
     inputs = random_inputs(graph, 0)
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
 
