@@ -283,6 +283,11 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     return BandConfig(tuple(order), tuple(tile), tuple(register), sink, pack, prefetch)
 
 
+def parallel_threshold(info: BandInfo) -> int:
+    """Statement instances a band needs before its outer loop runs in parallel."""
+    return PARALLEL_MIN_REDUCTION_POINTS if info.reduction_inner else PARALLEL_MIN_POINTS
+
+
 def image_rows_member(info: BandInfo, order: list[int], cores: int) -> int | None:
     """The member to run outermost, split across the cores, in a band that writes images (NCHW)
     and would split them by channels: the one walking their rows, when it has rows enough for
@@ -294,8 +299,7 @@ def image_rows_member(info: BandInfo, order: list[int], cores: int) -> int | Non
     the depthwise conv that wrote its input; 2 Xeon cores). A band split by images (a batch of
     two or more) is consistent already, and one that runs on a single core keeps its order.
     None where nothing is to move."""
-    least = PARALLEL_MIN_REDUCTION_POINTS if info.reduction_inner else PARALLEL_MIN_POINTS
-    if cores < 2 or info.work < least or not info.image_axes or info.image_axes[order[0]] != 1:
+    if cores < 2 or info.work < parallel_threshold(info) or not info.image_axes or info.image_axes[order[0]] != 1:
         return None
     rows = [m for m in order[1:-1] if info.image_axes[m] == 2 and info.coincident[m] and info.extents[m] >= 4 * cores]
     return rows[0] if rows else None
@@ -596,8 +600,7 @@ class CpuRecipe(Recipe):
         switches = switches_of(config)
         plans = []
         for info, bc in zip(bands, band_knobs(config, bands, self.target, dtype)):
-            least = PARALLEL_MIN_REDUCTION_POINTS if info.reduction_inner else PARALLEL_MIN_POINTS
-            parallel = switches["parallel"] and info.work >= least and self.target.cores > 1
+            parallel = switches["parallel"] and info.work >= parallel_threshold(info) and self.target.cores > 1
             if info.blocks and not (bc.order[0] == 0 and 0 < bc.tile[0] < info.extents[0]
                                     and bc.tile[0] % info.blocks == 0):
                 parallel = False  # a chunk (a row, untiled) would split a block of partial sums
