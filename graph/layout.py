@@ -142,11 +142,7 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
             # K^T of an attention (a computed [B, N, K], read with transpose_b): vectors along N
             # would gather every K-th element; its producer writes it [B, K, N] instead
             if ins[1] not in flipped_values:
-                flipped_values[ins[1]] = Value(rw.fresh(f"{ins[1].name}.k_n"),
-                                               TensorType((*ins[1].shape[:-2], ins[1].shape[-1], ins[1].shape[-2]), ins[1].dtype))
-                rank = len(ins[1].shape)
-                perm = [*range(rank - 2), rank - 1, rank - 2]
-                rw.emit("transpose", [ins[1]], {"perm": perm}, [flipped_values[ins[1]]])
+                flipped_values[ins[1]] = _emit_k_major(rw, ins[1])
             rw.emit("batch_matmul", [ins[0], flipped_values[ins[1]]], {**node.attrs, "transpose_b": False},
                     node.outputs)
             rw.changes += 1
@@ -262,6 +258,14 @@ def reads_rows_across(target, b: Value) -> bool:
         return False
     n, k = b.shape[-2:]
     return wide_columns(target, b.dtype, k, n)
+
+
+def _emit_k_major(rw: _Rewriter, b: Value) -> Value:
+    """Add `b` ([.., N, K]) read through a transpose of its last two dims, as `<b>.k_n`."""
+    rank, shape = len(b.shape), tuple(b.shape)
+    moved = Value(rw.fresh(f"{b.name}.k_n"), TensorType((*shape[:-2], shape[-1], shape[-2]), b.dtype))
+    rw.emit("transpose", [b], {"perm": [*range(rank - 2), rank - 1, rank - 2]}, [moved])
+    return moved
 
 
 def _emit_flipped(rw: _Rewriter, w: Value, weight: np.ndarray, suffix: str) -> Value:
