@@ -34,7 +34,7 @@ from akg.polyhedral.intrinsics import FAST_F32
 from akg.polyhedral.prefetch import Stream, spread
 from akg.polyhedral.tirstmt import seq as _seq
 from akg.polyhedral.promote import Promoter, Promotion, local_index
-from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_UNROLL,
+from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_UNROLL, PREFETCH_NEST,
                                  MARK_VECTORIZE)
 
 _BLOCKED_SUM_DTYPES = ("float16", "bfloat16", "float32")  # float64 sums need no blocking
@@ -110,6 +110,7 @@ class TirLowering:
         self.reduce_chains = hooks.reduce_chains
         self.reduce_block = hooks.reduce_block
         self._prefetch_pending = 0  # distance of a prefetch mark the next loop takes
+        self._prefetch_nest = False  # ... spread over the nest of its body (`prefetch.spread`)
         self._fence = hooks.fence or (lambda value, dtype: value)
         self._alloc = hooks.local_alloc or tirx.AllocBuffer
         self.promoter = promoter
@@ -331,6 +332,7 @@ class TirLowering:
             return self._promoted(node, inner)
         if name.startswith(MARK_PREFETCH + ".") and self.hooks.prefetch is not None:
             self._prefetch_pending = int(name.split(".")[1])
+            self._prefetch_nest = name.endswith("." + PREFETCH_NEST)
             try:
                 return self.stmt(inner)
             finally:
@@ -357,6 +359,7 @@ class TirLowering:
         bound = self.analyzer.const_int_bound(count)
         body_node = node.for_get_body()
         distance, self._prefetch_pending = self._prefetch_pending, 0
+        nest, self._prefetch_nest = self._prefetch_nest, False
 
         def loop(extent, for_kind) -> tirx.Stmt:
             var = tirx.Var(it, "int32")
@@ -367,9 +370,10 @@ class TirLowering:
             trips = int(extent.value) if isinstance(extent, tirx.IntImm) else max(1, int(bound.max_value))
             self.loop_stack.append((it, trips, _KIND_NAMES[for_kind]))
             try:
-                streams = self._prefetch_streams(it, body_node, distance * inc) if distance else []
+                streams = self._prefetch_streams(it, body_node, distance * inc, nest) if distance else []
                 body = self.stmt(body_node)
-                return tirx.For(var, 0, extent, for_kind, spread(body, streams, self.hooks.prefetch) if streams else body)
+                return tirx.For(var, 0, extent, for_kind, spread(body, streams, self.hooks.prefetch, nest)
+                                 if streams else body)
             finally:
                 self.loop_stack.pop()
 
@@ -439,39 +443,53 @@ class TirLowering:
         lanes = [trips for _, trips, kind in self.loop_stack if kind == "vector"]
         return bool(lanes) and lanes[-1] * 32 <= self.reduce_bits
 
-    def _prefetch_streams(self, it: str, body_node: isl.AstNode, ahead: int) -> list[Stream]:
+    def _flat_view(self, buf: tirx.Buffer) -> tirx.Buffer:
+        """A 1-d view of a parameter's buffer (declared once per kernel)."""
+        for view, data in self.aliases:
+            if data.same_as(buf.data) and len(view.shape) == 1 and view.name.endswith("_flat"):
+                return view
+        size = int(np.prod([int(d) for d in buf.shape], dtype=np.int64))
+        view = tirx.decl_buffer((size,), buf.dtype, name=f"{buf.name}_flat", data=buf.data)
+        self.aliases.append((view, buf.data))
+        return view
+
+    def _prefetch_streams(self, it: str, body_node: isl.AstNode, ahead: int, nest: bool = False) -> list[Stream]:
         """What an iteration of loop `it` prefetches of what the iteration `ahead` steps later
         reads from the kernel's arguments: for each argument read below whose first element
         moves by a constant stride along `it`, the cache lines of that stride (inner loops at
         their first iteration), placed by `prefetch.spread`."""
         saved = dict(self.loop_vars)
-        calls: list[isl.AstExpr] = []
+        calls: list[tuple[isl.AstExpr, tuple]] = []  # a call and the loops around it below `it`
 
-        def visit(n: isl.AstNode) -> None:
+        def visit(n: isl.AstNode, around: tuple) -> None:
             t = n.get_type()
             if t == isl.ast_node_type.block:
                 children = n.block_get_children()
                 for i in range(children.n_ast_node()):
-                    visit(children.get_at(i))
+                    visit(children.get_at(i), around)
             elif t == isl.ast_node_type.for_:
-                try:
-                    self.loop_vars[n.for_get_iterator().get_id().get_name()] = self.expr(n.for_get_init())
-                except LoweringError:
-                    return
-                visit(n.for_get_body())
+                visit(n.for_get_body(), (*around, (n.for_get_iterator().get_id().get_name(), n.for_get_init())))
             elif t == isl.ast_node_type.if_:
-                visit(n.if_get_then_node())
+                visit(n.if_get_then_node(), around)
             elif t == isl.ast_node_type.mark:
-                visit(n.mark_get_node())
+                visit(n.mark_get_node(), around)
             elif t == isl.ast_node_type.user:
-                calls.append(n.user_get_expr())
+                calls.append((n.user_get_expr(), around))
+
+        def at_first_iterations(around: tuple) -> None:
+            # the inner loops at their first iteration, each from the value of `it` now bound
+            # (a loop isl emits over absolute indices starts where `it`'s block starts)
+            for name, init in around:
+                self.loop_vars[name] = self.expr(init)
 
         seen: dict[int, tuple] = {}
         try:
-            visit(body_node)
+            visit(body_node, ())
             here_value = self.loop_vars[it]
-            for call in calls:
+            for call, around in calls:
                 stmt = self.model.statement(call.get_op_arg(0).get_id().get_name())
+                if stmt.role == "init":
+                    continue  # writes only
                 args = [call.get_op_arg(i) for i in range(1, call.get_op_n_arg())]
                 for load in (n for n in walk(stmt.expr) if isinstance(n, Load)):
                     t = load.tensor
@@ -481,6 +499,7 @@ class TirLowering:
                     try:
                         for shift in (0, 1):
                             self.loop_vars[it] = self.analyzer.simplify(here_value + (ahead + shift))
+                            at_first_iterations(around)
                             env = dict(zip(stmt.iters, (self.expr(a) for a in args)))
                             at[shift] = self.analyzer.simplify(self._flat(t, load.indices, env))
                     except Exception:  # noqa: BLE001  (an index this loop nest does not bind)
@@ -496,7 +515,8 @@ class TirLowering:
         streams = []
         for t, start, stride in seen.values():
             per_line = max(1, self.hooks.line_bytes // np.dtype(t.dtype).itemsize)
-            streams.append(Stream(self.buffers[id(t)], start, min(-(-stride // per_line), 512), per_line))
+            streams.append(Stream(self.buffers[id(t)], start, min(-(-stride // per_line), 512), per_line,
+                                  self._flat_view(self.buffers[id(t)]) if nest else None))
         return streams
 
     def _vector_reduction(self, it: str, init, extent: int, body_node: isl.AstNode) -> tirx.Stmt | None:

@@ -24,11 +24,15 @@ class Stream(NamedTuple):
     start: tirx.PrimExpr  # the first element read, flat
     lines: int  # cache lines an iteration reads of it
     per_line: int  # elements per cache line
+    view: tirx.Buffer | None = None  # a flat (1-d) view of the buffer: a line's address without div/mod
 
 
-def spread(body: tirx.Stmt, streams: list[Stream], prefetch: Callable[[tirx.BufferLoad], tirx.Stmt]) -> tirx.Stmt:
+def spread(body: tirx.Stmt, streams: list[Stream], prefetch: Callable[[tirx.BufferLoad], tirx.Stmt],
+           nest: bool = False) -> tirx.Stmt:
     """`body` of a loop with the prefetches of `streams` spread over the iterations of its
-    pass that computes most; without such a pass, at the top of the iteration."""
+    pass that computes most; without such a pass, at the top of the iteration. `nest`: over
+    the iterations of the whole nest of serial loops around that pass's loop (a block of a
+    reduction: every register tile's steps through the block), not that loop's alone."""
     best, most = None, 0
     for loop in _serial_vector_passes(body):
         work = int(loop.extent.value) * _arithmetic(loop.body)
@@ -38,6 +42,8 @@ def spread(body: tirx.Stmt, streams: list[Stream], prefetch: Callable[[tirx.Buff
         return seq([_lines(streams, None, 1, prefetch), body])
     # a stream of fewer lines than the pass has iterations (a row's mean and rstd: one line)
     # is prefetched once, at the top: spread, every iteration would prefetch its last line
+    if nest:
+        return _spread_nest(body, best, streams, prefetch)
     extent = int(best.extent.value)
     few = [s for s in streams if s.lines < extent]
     streams = [s for s in streams if s.lines >= extent]
@@ -49,6 +55,56 @@ def spread(body: tirx.Stmt, streams: list[Stream], prefetch: Callable[[tirx.Buff
                            best.thread_binding, best.annotations)
     spread_body = replace(body, best, spread_loop)
     return seq([_lines(few, None, 1, prefetch), spread_body]) if few else spread_body
+
+
+def _spread_nest(body: tirx.Stmt, best: tirx.For, streams: list[Stream], prefetch) -> tirx.Stmt:
+    """The prefetches at the top of `best`'s body, a share of the lines per iteration of the
+    serial loops of constant extent around it (flattened), each line once."""
+    chain = _enclosing(body, best) or [best]
+    chain = [f for f in chain if f.kind == tirx.ForKind.SERIAL and isinstance(f.extent, tirx.IntImm)][:1]
+    total = int(np.prod([int(f.extent.value) for f in chain], dtype=np.int64))
+    step = tirx.const(0, "int32")
+    for f in chain:
+        step = step * int(f.extent.value) + f.loop_var
+    stmts = []
+    for s in streams:
+        if s.lines >= total:
+            share = -(-s.lines // total)
+            p = tirx.Var("pf", "int32")
+            line = step * share + p
+            stmts.append(tirx.For(p, 0, share, tirx.ForKind.SERIAL,
+                                  tirx.IfThenElse(line < s.lines, prefetch(_element(s, line)), None)))
+        else:  # one line every total / lines iterations, evenly
+            stmts.append(tirx.IfThenElse(tirx.floormod(step * s.lines, total) < s.lines,
+                                         prefetch(_element(s, tirx.floordiv(step * s.lines, total))), None))
+    best = chain[0]
+    spread_loop = tirx.For(best.loop_var, best.min, best.extent, best.kind, seq([*stmts, best.body]),
+                           best.thread_binding, best.annotations)
+    return replace(body, best, spread_loop)
+
+
+def _element(s: Stream, line: tirx.PrimExpr) -> tirx.BufferLoad:
+    """The element at the start of cache line `line` of a stream (clamped to the buffer)."""
+    size = int(np.prod([int(d) for d in s.buffer.shape], dtype=np.int64))
+    flat = tirx.min(s.start + line * s.per_line, size - 1)
+    if s.view is not None:
+        return tirx.BufferLoad(s.view, [flat])
+    index = []
+    for extent in reversed(s.buffer.shape):  # the flat element's indices, innermost last
+        index.insert(0, tirx.floormod(flat, int(extent)))
+        flat = tirx.floordiv(flat, int(extent))
+    return tirx.BufferLoad(s.buffer, index)
+
+
+def _enclosing(stmt: tirx.Stmt, target: tirx.For) -> list[tirx.For] | None:
+    """The loops of `stmt` around `target`, outermost first, `target` last (None: not found)."""
+    if stmt.same_as(target):
+        return [target]
+    for sub in substatements(stmt):
+        found = _enclosing(sub, target)
+        if found is not None:
+            return ([stmt] if isinstance(stmt, tirx.For) else []) + found
+    return None
 
 
 def _lines(streams: list[Stream], step, share: int, prefetch) -> tirx.Stmt:

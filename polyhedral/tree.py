@@ -21,7 +21,8 @@ MARK_UNROLL = "unroll"
 MARK_PROMOTE = "promote"  # "promote.<band>.<level>[.vlast]": memory promotion point
 VECTOR_LAST = "vlast"  # a promote mark's flag: written boxes laid out with the vector loop's dim last
 MARK_PACK = "pack"  # "pack.<band>.<lanes>": read-only operands copied into a blocked local layout
-MARK_PREFETCH = "prefetch"  # "prefetch.<distance>": the loop below prefetches `distance` iterations ahead
+MARK_PREFETCH = "prefetch"  # "prefetch.<distance>[.nest]": the loop below prefetches `distance` iterations ahead
+PREFETCH_NEST = "nest"  # a prefetch mark's flag: spread over the loops of the body (a reduction's block)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class BandInfo:
     blocks: int = 0  # rows of partial sums the outer member carries from row to row (column
     #                  sums fused into a row band, `polyhedral.row_partials`): it runs in parallel
     #                  only in chunks of whole blocks of this many iterations
+    reduction_outer: int = 0  # trips of the outer loop of the reduction below (a conv's input
+    #                           channels, a matmul's K), 0 where none
     image_axes: tuple[int, ...] = ()  # per member: the index of the 4-d tensors written below
     #                                   (an NCHW image: 0 N, 1 C, 2 H, 3 W) that it moves alone, by
     #                                   one (-1: none)
@@ -222,8 +225,19 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             row_writers=sum(1 for s in stmts if s.role == "assign" and _points(s) > math.prod(extents)),
             blocks=_blocks(model, node),
             image_axes=_image_axes(model, node),
+            reduction_outer=_reduction_outer(inner),
         ))
     return infos
+
+
+def _reduction_band(bands: list[isl.ScheduleNode]) -> isl.ScheduleNode | None:
+    """The first of `bands` whose outer member carries a dependence (a reduction's loop)."""
+    return next((b for b in bands if not b.band_member_get_coincident(0)), None)
+
+
+def _reduction_outer(inner: list[isl.ScheduleNode]) -> int:
+    band = _reduction_band(inner)
+    return _member_extents(band)[0] if band is not None else 0
 
 
 def _image_axes(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
@@ -567,3 +581,57 @@ def sink_below_inner(node: isl.ScheduleNode, coincident, marks: list[str | None]
 def distribute(node: isl.ScheduleNode, coincident) -> isl.ScheduleNode:
     """Move a band whose child is a sequence below the sequence (see `_distribute`)."""
     return _distribute(node, coincident)
+
+
+def block_reduction(node: isl.ScheduleNode, size: int) -> tuple[isl.ScheduleNode, bool]:
+    """Insert above `node` (a band over the outputs of one reduction, with the reduction's
+    initialisation, the reduction and its epilogue in a sequence below) a loop over blocks of
+    `size` iterations of the reduction's outermost loop: every output's partial sums advance
+    one block at a time, so the operands of a block (a slice of a conv's weight) serve all the
+    outputs below `node` before the next block is read. The initialisation runs in the first
+    block, the statements after the reduction in the last. Legal because the updates of each
+    output keep their order and the band's members are coincident. Returns `node` (now below
+    the new loop) and True, or `node` unchanged and False where the tree below is not one
+    reduction in a sequence, or the reduction is no longer than one block."""
+    below = node.child(0)
+    if not _is(below, isl.schedule_node_type.sequence) or size < 1:
+        return node, False
+    reducing = [k for k in range(below.n_children()) if _reduction_band(_inner_bands(below.child(k)))]
+    if len(reducing) != 1:
+        return node, False
+    (at,) = reducing
+    band = _reduction_band(_inner_bands(below.child(at)))
+    loop = band.band_get_partial_schedule().get_at(0).intersect_domain(band.get_domain())
+    image = isl.Set.from_union_set(isl.UnionMap.from_union_pw_aff(loop).range())
+    lo, hi = int(image.dim_min_val(0).to_python()), int(image.dim_max_val(0).to_python())
+    blocks = -(-(hi - lo + 1) // size)
+    if blocks < 2:
+        return node, False
+    affs = affs_by_statement(loop)
+    if any(a is None for a in affs.values()) or set(_statement_names(below.child(at).child(0))) != set(affs):
+        return node, False  # a piecewise loop, or statements beside the reduction's own
+    upa = None
+
+    def add(pa: isl.PwAff) -> None:
+        nonlocal upa
+        u = isl.UnionPwAff.from_pw_aff(pa)
+        upa = u if upa is None else upa.union_add(u)
+
+    for k in range(below.n_children()):
+        sets = []
+        below.child(k).filter_get_filter().intersect(node.get_domain()).foreach_set(sets.append)
+        for s in sets:
+            name = s.get_tuple_name()
+            if k == at and name in affs:
+                aff = affs[name].add_constant_val(isl.Val(-lo, context=s.get_ctx()))
+                add(isl.PwAff.from_aff(aff.scale_down_val(isl.Val(size, context=s.get_ctx())).floor())
+                    .intersect_domain(s))
+            else:  # before the reduction: in the first block; after it: in the last
+                value = 0 if k < at else blocks - 1
+                add(isl.PwAff.from_aff(isl.Aff.zero_on_domain(isl.LocalSpace.from_space(s.get_space()))
+                                       .add_constant_val(isl.Val(value, context=s.get_ctx())))
+                    .intersect_domain(s))
+    mupa = isl.MultiUnionPwAff.from_union_pw_aff(upa)
+    outer = node.insert_partial_schedule(mupa)
+    outer = _set_flags(outer, [False], True)
+    return outer.child(0), True

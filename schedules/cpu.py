@@ -35,6 +35,7 @@ CHUNKS_PER_CORE = 4  # parallel chunks of an outer loop per core, by default
 CACHE_LEVEL, REGISTER_LEVEL, PROMOTE_LEVEL = "L2", "registers", "L1"
 COLUMN_RUN_BYTES = 1024  # contiguous bytes of a row a column reduction reads per step
 PREFETCH_DISTANCES = (0, 1, 2, 4, 8)  # iterations of a multi-pass band's row loop prefetched ahead
+REDUCTION_BLOCKS = (8, 16, 32, 64)  # iterations of a reduction's outer loop per block, for the tuner
 
 
 def vector_strip(extent: int, lanes: int) -> int:
@@ -59,21 +60,28 @@ class BandConfig:
     sink: bool = False
     pack: bool = False  # copy operands reused across the other tiles into a blocked local buffer
     # software prefetch, in iterations of the loop over rows (or row blocks) of a band whose
-    # rows several passes read (a layer norm, softmax): 0 leaves it to the hardware prefetcher
+    # rows several passes read (a layer norm, softmax), or over the blocks of a blocked
+    # reduction: 0 leaves it to the hardware prefetcher
     prefetch: int = 0
+    # a blocked reduction: iterations of the reduction's outer loop (a conv's input channels)
+    # per block, inside the cache tile and outside its register tiles, so that a block of the
+    # operands (a slice of the weight) serves every register tile of the cache tile while it is
+    # in L1, and the partial sums of the cache tile wait in a local buffer; 0: not blocked
+    block: int = 0
 
     def __post_init__(self):
         for name in ("order", "tile", "register"):
             object.__setattr__(self, name, tuple(int(v) for v in getattr(self, name)))
         object.__setattr__(self, "prefetch", int(self.prefetch))
+        object.__setattr__(self, "block", int(self.block))
 
 
 def cpu_config(fusion: str = "smart", bands=None, **switches) -> Config:
     """The Config of CPU knobs: per-band `BandConfig`s (None: the heuristic's) and the switches
     vectorize, unroll, parallel, promote, fast_math (each on unless given False)."""
     config = legacy_config(fusion, bands, **switches)
-    extra = tuple(Step("prefetch", k, None, b.prefetch) for k, b in enumerate(bands or ())
-                  if isinstance(b, BandConfig) and b.prefetch)
+    extra = tuple(Step(op, k, None, value) for k, b in enumerate(bands or ()) if isinstance(b, BandConfig)
+                  for op, value in (("prefetch", b.prefetch), ("block", b.block)) if value)
     return Config(fusion, config.steps + extra) if extra else config
 
 
@@ -86,7 +94,7 @@ def switches_of(config: Config) -> dict[str, bool]:
 
 def _band_of(config: Config, k: int, members: int) -> BandConfig:
     order, tile, register, sink, pack = tuple(range(members)), (0,) * members, (0,) * members, False, False
-    prefetch = 0
+    prefetch = block = 0
     for s in config.band_steps(k):
         if s.op == "order":
             order = s.arg
@@ -104,9 +112,13 @@ def _band_of(config: Config, k: int, members: int) -> BandConfig:
             prefetch = s.arg
             if not isinstance(prefetch, int) or prefetch < 0:
                 raise ScheduleError(f"band {k}: prefetch distance {prefetch!r} is not a count of iterations")
+        elif s.op == "block":
+            block = s.arg
+            if not isinstance(block, int) or block < 0:
+                raise ScheduleError(f"band {k}: reduction block {block!r} is not a count of iterations")
         else:
             raise ScheduleError(f"band {k}: step '{s}' does not apply to a band on the CPU")
-    return BandConfig(order, tile, register, sink, pack, prefetch)
+    return BandConfig(order, tile, register, sink, pack, prefetch, block)
 
 
 def bands_of(config: Config) -> tuple[BandConfig, ...] | None:
@@ -193,7 +205,8 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     if info.reduction_inner and all(coin) and vectorises_across_rows(info, order, lanes):
         # the channels' vectors accumulate across the whole reduction, whichever loop of it
         # reads most contiguously (the input rows are broadcast, not vector-loaded)
-        return channel_vector_band(order, ext, lanes, itemsize, register_bytes, depth, l2_bytes)
+        return channel_vector_band(order, ext, lanes, itemsize, register_bytes, depth, l2_bytes,
+                                   info.reduction_outer, l1_bytes)
     sink = info.reduction_inner and all(coin) and info.contiguity[order[-1]] >= max(info.inner_contiguity, 1)
 
     register = [0] * n
@@ -275,6 +288,19 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
             tile[-2] = 1
     # matmul-like bands: pack the operand panel that the other tiles reuse
     pack = sink and n == 2 and tile[-1] != 0
+    if (pack and register[-1] and depth * ext[-1] * itemsize > l2_bytes // 2
+            and ext[0] * register[-1] * itemsize <= BLOCK_SUMS_BYTES and ext[0] * depth * itemsize <= l2_bytes // 4):
+        # a weight larger than half of L2 under a few rows (an encoder's dense layers at a
+        # sequence of 128): the reduction in blocks, as for convs (`_blocked_reduction`); with
+        # many rows each weight tile serves enough of them from L2 already. BERT-base's FFN
+        # (128 x 768 x 3072 + gelu), weights from memory: 2.23 -> 1.88 ms (2 Xeon cores). Every
+        # strip of columns reads all the rows' blocks again: not where those rows fill L2 (the
+        # FFN's 3072 -> 768 projection: 2.13 -> 2.49 ms in the model, its 1.5 MB input re-read
+        # 24 times in slices of 64 columns)
+        blocked = _blocked_reduction(order, ext, register, register[-1], itemsize, depth, info.reduction_outer,
+                                     l1_bytes)
+        if blocked is not None:
+            return blocked
     # several passes over each row (a softmax, a layer norm): the next row (block) streams in
     # while this one computes, its prefetches spread over the pass that computes most
     # (`polyhedral.prefetch.spread`); a 4096 x 1024 softmax went from 66% to 87% of the stream
@@ -338,7 +364,8 @@ def strided_row(info: BandInfo, member: int) -> bool:
 ROW_BLOCK = 8  # output positions per register tile of a channel-vector band
 
 def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: int,
-                        register_bytes: int, depth: int = 0, l2_bytes: int = 1 << 20) -> BandConfig:
+                        register_bytes: int, depth: int = 0, l2_bytes: int = 1 << 20, outer: int = 0,
+                        l1_bytes: int = 32 << 10) -> BandConfig:
     """The mapping of a reduction band whose last member (the written tensor's row, a conv's
     output width) is narrower than a vector, so the band's most contiguous other loop went
     innermost instead (a conv's output channels, read along a channels-last weight; see
@@ -352,6 +379,7 @@ def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: 
     n = len(order)
     budget = max(lanes, register_bytes // itemsize // lanes * lanes)  # channels of accumulators
     row = order.index(n - 1)  # the output row's loop
+    pack = False
     rows = _largest_fitting(ext[row], ROW_BLOCK)
     strip = max(lanes, budget // rows // lanes * lanes)
     tile = [1] * (n - 1) + [0]
@@ -360,17 +388,59 @@ def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: 
     register[row] = rows if rows > 1 else 0
     register[-1] = strip if ext[-1] > strip else 0
     # a weight larger than half of L2 (`depth` reduction points per output point, e.g. C x KH x
-    # KW) would stream whole from memory for every row: the channels are cut into cache tiles
-    # whose weight slices fit, and the tile loop goes outermost (`pack`) so each slice serves all
-    # rows. ResNet-18's 3x3 convs at 14 and 7 px (256 and 512 channels): 1.59 -> 1.06 ms and
-    # 3.81 -> 2.99 ms with cold caches, as in the model (1.15 -> 0.82, 1.88 -> 1.62 ms warm)
-    pack = False
+    # KW) comes from memory in a model, where every other kernel's data has gone through the
+    # caches since: the reduction runs in blocks of its outer loop (`outer`: input channels),
+    # every output position of a strip of channels advancing one block at a time, so a block of
+    # the weight (half of L1) serves all of them from L1 while the next one is prefetched.
+    # ResNet-18's 3x3 convs at 7 px (512 channels) and 14 px (256), weights from memory:
+    # 1.14 -> 0.80 and 0.79 -> 0.71 ms (packed slices of channels before; 2 Xeon cores)
     if depth and register[-1] and depth * ext[-1] * itemsize > l2_bytes // 2 and math.prod(ext[:-1]) > 1:
+        blocked = _blocked_reduction(order, ext, register, strip, itemsize, depth, outer, l1_bytes)
+        if blocked is not None:
+            return blocked
         fits = (l2_bytes // 2) // (depth * itemsize) // strip * strip
         channels = _largest_fitting(ext[-1], max(2 * strip, fits), strip)
         if 2 * strip <= channels < ext[-1]:
             tile[-1], pack = channels, True
+    elif (depth and register[-1] == 2 * lanes and depth * register[-1] * itemsize > l1_bytes and row > 0
+          and ext[row - 1] >= 2 and register[row] * 2 * lanes * itemsize <= register_bytes):
+        # the weight slice of a two-vector strip deeper than L1 (3 x 3 x 64 x 32 floats: 73 KB)
+        # streams from L2 for every register tile: one vector of channels over two image rows
+        # keeps as many accumulators and halves the weight each FMA waits for (ResNet-18's 3x3
+        # convs at 56 px, 64 channels, and at 28 px, 128: 687 -> 665 and 813 -> 735 us alone, 2
+        # Xeon cores)
+        register[-1] = lanes
+        tile[row - 1] = register[row - 1] = 2
     return BandConfig(tuple(order), tuple(tile), tuple(register), True, pack)
+
+
+BLOCK_SUMS_BYTES = 32 << 10  # a blocked reduction's partial sums per cache tile (the promotion budget)
+
+
+def _blocked_reduction(order, ext, register, strip: int, itemsize: int, depth: int, outer: int,
+                       l1_bytes: int) -> BandConfig | None:
+    """The blocked-reduction mapping of a channel-vector band (see `channel_vector_band`): one
+    strip of channels per cache tile with as many output positions as its partial sums allow
+    (rows whole first), the register tiles as before, blocks of the reduction's outer loop
+    whose weight slice fills half of L1, the next block prefetched. None where the reduction's
+    outer loop is unknown or too short for two blocks."""
+    if outer < 2:
+        return None
+    per_step = max(1, depth // outer) * strip * itemsize  # weight bytes per iteration of the outer loop
+    block = max((b for b in (1, 2, 4, *REDUCTION_BLOCKS) if b * per_step <= l1_bytes // 2), default=1)
+    if 2 * block > outer:
+        return None
+    n = len(order)
+    tile, reg = [0] * n, list(register)
+    tile[-1] = strip if strip < ext[-1] else 0
+    positions = max(1, BLOCK_SUMS_BYTES // (strip * itemsize))
+    for pos in reversed(range(n - 1)):  # the row first, then the loops around it
+        take = _largest_fitting(ext[pos], max(1, min(ext[pos], positions)))
+        tile[pos] = take if take < ext[pos] else 0
+        positions //= take
+        if not reg[pos] and take > 1:
+            reg[pos] = 1  # one point of an outer loop per register tile
+    return BandConfig(tuple(order), tuple(tile), tuple(reg), True, False, 1, block)
 
 
 def default_bands(infos: list[BandInfo], target, dtype: str = "float32") -> tuple[BandConfig, ...]:
@@ -430,14 +500,22 @@ class BandSpace:
             choices = [r for r in self.tiles[m] if r == 0 or r < bound]
             register.append(rng.choice(choices))
         prefetch = rng.choice(self.prefetches) if len(self.prefetches) > 1 else 0
-        return BandConfig(order, tile, tuple(register), rng.random() < 0.5, rng.random() < 0.5, prefetch)
+        block = rng.choice(self.blocks) if rng.random() < 0.5 else 0
+        return BandConfig(order, tile, tuple(register), rng.random() < 0.5, rng.random() < 0.5, prefetch, block)
 
     @property
     def prefetches(self) -> tuple[int, ...]:
-        return PREFETCH_DISTANCES if self.info.passes > 1 else (0,)
+        return PREFETCH_DISTANCES if self.info.passes > 1 or len(self.blocks) > 1 else (0,)
+
+    @property
+    def blocks(self) -> tuple[int, ...]:
+        """Reduction block sizes (`BandConfig.block`): 0 (none), or a power of two that leaves
+        the reduction's outer loop two blocks or more."""
+        outer = self.info.reduction_outer if self.info.reduction_inner else 0
+        return (0, *(b for b in REDUCTION_BLOCKS if 2 * b <= outer))
 
     def size(self) -> int:
-        n = len(self.orders) * 4 * len(self.prefetches)
+        n = len(self.orders) * 4 * len(self.prefetches) * len(self.blocks)
         for m in range(self.info.members):
             n *= len(self.tiles[m]) ** 2
         return n
@@ -450,7 +528,8 @@ class BandSpace:
                         for sink in (False, True):
                             for pack in (False, True):
                                 for prefetch in self.prefetches:
-                                    yield BandConfig(order, tile, reg, sink, pack, prefetch)
+                                    for block in self.blocks:
+                                        yield BandConfig(order, tile, reg, sink, pack, prefetch, block)
 
 
 def band_space(info: BandInfo) -> BandSpace:
@@ -520,7 +599,7 @@ class CpuSpace(Space):
             order = rng.choice(bs.orders)
             bands[k] = BandConfig(order, tuple(bc.tile[bc.order.index(m)] for m in order),
                                   tuple(bc.register[bc.order.index(m)] for m in order), bc.sink, bc.pack,
-                                  bc.prefetch)
+                                  bc.prefetch, bc.block)
         elif roll < 0.2:
             bands[k] = replace(bc, sink=not bc.sink)
         elif roll < 0.27:
@@ -528,6 +607,9 @@ class CpuSpace(Space):
         elif roll < 0.34 and len(bs.prefetches) > 1:
             i = bs.prefetches.index(bc.prefetch) if bc.prefetch in bs.prefetches else 0
             bands[k] = replace(bc, prefetch=bs.prefetches[max(0, min(len(bs.prefetches) - 1, i + rng.choice((-1, 1))))])
+        elif roll < 0.41 and len(bs.blocks) > 1:
+            i = bs.blocks.index(bc.block) if bc.block in bs.blocks else 0
+            bands[k] = replace(bc, block=bs.blocks[max(0, min(len(bs.blocks) - 1, i + rng.choice((-1, 1))))])
         else:
             pos = rng.randrange(len(bc.order))
             m = bc.order[pos]
@@ -566,6 +648,7 @@ class BandPlan:
     parallel: bool
     pack: bool = False
     prefetch: int = 0
+    block: int = 0
 
 
 class CpuRecipe(Recipe):
@@ -604,7 +687,7 @@ class CpuRecipe(Recipe):
             if info.blocks and not (bc.order[0] == 0 and 0 < bc.tile[0] < info.extents[0]
                                     and bc.tile[0] % info.blocks == 0):
                 parallel = False  # a chunk (a row, untiled) would split a block of partial sums
-            plans.append(BandPlan(bc.order, bc.tile, bc.register, bc.sink, parallel, bc.pack, bc.prefetch))
+            plans.append(BandPlan(bc.order, bc.tile, bc.register, bc.sink, parallel, bc.pack, bc.prefetch, bc.block))
         vectorize, unroll = switches["vectorize"], switches["unroll"]
         schedule = tree.map_outer_bands(model, schedule,
                                         lambda node, k: _apply_band(node, k, plans[k], vectorize, unroll))
@@ -655,6 +738,8 @@ def _apply_band(node, index: int, bp: BandPlan, vectorize: bool, unroll: bool):
     # accumulators of a vector loop that is not the written row (a conv vectorised over its
     # output channels) are kept with that loop's dim last, so their vectors are contiguous
     vector_last = f".{VECTOR_LAST}" if bp.sink and bp.order[-1] != n - 1 else ""
+    if bp.block and bp.sink and reg_tiled and all(coincident) and not tree.is_innermost(node):
+        return _blocked_band(node, index, bp, tile, register, vectorize, unroll, vector_last)
     pack = bp.pack and tiled and n > 1 and tile[-1] != extents[-1] and all(coincident)
     if tiled and pack:
         # the last member's tile loop goes outermost, and operands that depend only on it
@@ -703,3 +788,24 @@ def _apply_band(node, index: int, bp: BandPlan, vectorize: bool, unroll: bool):
     # would copy the whole inner nest once per register-tile point, and LLVM takes minutes
     marks = tree.register_marks(coincident, vectorize, unroll and reg_tiled and innermost, innermost)
     return tree.insert_marks_on_members(node, marks)
+
+
+def _blocked_band(node, index: int, bp: BandPlan, tile, register, vectorize: bool, unroll: bool, vector_last: str):
+    """A band whose reduction runs in blocks (`BandConfig.block`): cache tile loops (parallel),
+    the partial sums of a cache tile held in a local buffer (channels last where the vector
+    loop walks them), the loop over the reduction's blocks (prefetching the next block's
+    operands, spread over the register tiles), the register tiles, and under them the block's
+    reduction with the register loops sunk below it. Packing is not needed: a block of the
+    operands is read once per cache tile, from memory, while the previous block computes."""
+    coincident = tree.band_coincident(node)
+    node = tree.tile_band(node, tile)
+    if bp.parallel and coincident[0]:
+        node = tree.mark(node, MARK_PARALLEL)
+    node = tree.mark(tree.child(node), f"{MARK_PROMOTE}.{index}.0{vector_last}")
+    node, blocked = tree.block_reduction(node, bp.block)
+    if blocked and bp.prefetch:
+        node = tree.child(tree.mark(tree.parent(node), f"{MARK_PREFETCH}.{bp.prefetch}.{tree.PREFETCH_NEST}"))
+    node = tree.tile_band(node, register)
+    node = tree.mark(tree.child(node), f"{MARK_PROMOTE}.{index}.1{vector_last}")
+    marks = tree.register_marks(coincident, vectorize, unroll, True)
+    return tree.sink_below_inner(node, coincident, marks)

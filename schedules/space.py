@@ -32,6 +32,8 @@ STEP_KINDS: dict[str, tuple[int, str | None]] = {
     "promote": (7, None),  # level: where reused tiles are kept (local buffers)
     "fast_math": (8, FAST_MATH),  # vectorisable exp/erf/tanh/sigmoid instead of libm calls
     "prefetch": (9, None),  # arg: how many iterations of the band's outer loop ahead to prefetch
+    "block": (10, None),  # arg: iterations of the reduction's outer loop per block; every tile of
+    #                      the band's cache tile advances one block at a time (a blocked reduction)
 }
 MAP_CAPABILITIES = {"cores": PARALLEL, "blocks": THREADS, "threads": THREADS}
 

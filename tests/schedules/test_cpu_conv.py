@@ -3,6 +3,8 @@ narrower than a vector is vectorised over its output channels, read along a chan
 weight (`akg.graph.layout`); every small, strided, 1x1 and depthwise shape of the benchmark's
 CNNs still matches the reference, with the layout and mapping the model pipeline chooses."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,7 @@ import akg
 from akg.api import compile_model
 from akg.graph import GraphBuilder, random_inputs
 from akg.graph.fuse import partition
-from akg.schedules.cpu import bands_of, channel_vector_band
+from akg.schedules.cpu import bands_of, channel_vector_band, cpu_config
 from akg.target import get_target
 from akg.verify import Reference, compare
 
@@ -122,15 +124,40 @@ def test_wide_conv_keeps_the_output_width_innermost():
     assert conv_band.tile != (1, 1, 1, 0)
 
 
-def test_channel_tiles_keep_a_large_weight_slice_in_l2():
+def test_a_large_weight_is_read_in_blocks_of_input_channels():
     # ResNet-18's last 3x3 convs: 512 channels x 4608 reduction points (9.4 MB of weights) over
-    # rows of 7; slices of 64 channels (1.2 MB) fit half of a 2 MiB L2 and go outermost, so the
-    # weight streams once per call, not once per row
+    # rows of 7. In a model the weight comes from memory: one strip of 32 channels per cache
+    # tile over the whole 7 x 7 image, its partial sums (6 KB) held while the 512 input channels
+    # go by in blocks of 16 (16 x 9 x 32 floats: half of a 48 KiB L1), the next block prefetched
+    band = channel_vector_band([1, 2, 0], [7, 7, 512], 16, 4, 1024, depth=4608, l2_bytes=2 << 20, outer=512,
+                               l1_bytes=48 << 10)
+    assert (band.tile, band.register, band.block, band.prefetch) == ((0, 0, 32), (1, 7, 32), 16, 1)
+    assert band.sink and not band.pack
+    # 14 x 14 positions x 32 channels of partial sums: 25 KB, still one cache tile
+    band = channel_vector_band([1, 2, 0], [14, 14, 256], 16, 4, 1024, depth=2304, l2_bytes=2 << 20, outer=256,
+                               l1_bytes=48 << 10)
+    assert band.tile == (0, 0, 32) and band.block == 16
+    # the reduction's outer loop unknown: slices of 64 channels (1.2 MB, half of a 2 MiB L2)
+    # packed and outermost, so the weight streams once per call, not once per row
     band = channel_vector_band([1, 2, 0], [7, 7, 512], 16, 4, 1024, depth=4608, l2_bytes=2 << 20)
-    assert band.tile == (1, 0, 64) and band.register == (0, 7, 32) and band.pack
+    assert band.tile == (1, 0, 64) and band.register == (0, 7, 32) and band.pack and not band.block
     # a weight that fits (3x3 x 32 channels in, 64 out) keeps the whole channel loop
-    band = channel_vector_band([1, 2, 0], [7, 7, 64], 16, 4, 1024, depth=288, l2_bytes=2 << 20)
-    assert band.tile == (1, 0, 0) and not band.pack
+    band = channel_vector_band([1, 2, 0], [7, 7, 64], 16, 4, 1024, depth=288, l2_bytes=2 << 20, outer=32,
+                               l1_bytes=48 << 10)
+    assert band.tile == (1, 0, 0) and not band.pack and not band.block
+
+
+def test_a_strip_whose_weight_slice_exceeds_l1_narrows_to_one_vector_over_two_rows():
+    # ResNet-18's 3x3 convs at 56 px, 64 -> 64 channels: two vectors of channels read a 73 KB
+    # weight slice per register tile from L2; one vector over two image rows keeps 16
+    # accumulators and reads half of it
+    band = channel_vector_band([1, 2, 0], [56, 56, 64], 16, 4, 1024, depth=576, l2_bytes=2 << 20, outer=64,
+                               l1_bytes=48 << 10)
+    assert band.register == (2, 8, 16) and band.tile == (2, 8, 0) and not band.block
+    # a slice that fits L1 (3 x 3 x 32 x 32 floats: 36 KB) keeps the two-vector strip
+    band = channel_vector_band([1, 2, 0], [56, 56, 64], 16, 4, 1024, depth=288, l2_bytes=2 << 20, outer=32,
+                               l1_bytes=48 << 10)
+    assert band.register == (0, 8, 32)
 
 
 def test_wide_conv_with_many_channels_is_vectorised_over_them():
@@ -159,18 +186,46 @@ def test_strided_depthwise_conv_reads_its_padded_input_in_phases(stride):
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
 
 
-def test_channel_tiles_read_the_blocked_weight_in_place():
+def test_a_blocked_reduction_reads_the_weight_in_place_and_prefetches_the_next_block():
     # 256 output channels over rows of 7, 3x3 x 128 deep: the weight (1.2 MB) exceeds half of a
-    # 2 MiB L2, so the channels are cut into cache tiles, each a run of whole blocks of the
-    # weight stored [O / strip, C, KH, KW, strip]: no copy of the weight per call
+    # 2 MiB L2; stored [O / strip, C, KH, KW, strip], each block of it is one contiguous run read
+    # where it lies (no copy), the partial sums of a strip wait in a local buffer with the
+    # channels last, and the loop over blocks prefetches the next one through a flat view
     graph = _conv_bn_relu(1, 128, 256, 7, 3, 1)
     kernel, built = _kernel_config(graph)
     (stored,) = [v for v in kernel.subgraph.graph.constants if v.name.startswith("w")]
     assert stored.name.endswith(".Oihwo") and stored.type.shape[1:4] == (128, 3, 3)
+    band = bands_of(built.config)[-1]
+    assert band.block and band.prefetch and not band.pack
     tir = built.tir()
-    assert bands_of(built.config)[-1].pack and "w_Oihwo_local" not in tir
+    assert "w_Oihwo_local" not in tir and "Oihwo_flat" in tir and "llvm.prefetch" in tir
+    lanes = band.register[-1]
+    assert f"_local = T.alloc_buffer((1, 7, 7, {lanes})" in tir  # the strip's sums, channels last
     inputs = random_inputs(graph, 0)
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
+@pytest.mark.parametrize("block, prefetch", [(16, 1), (24, 0), (7, 2), (64, 1)])
+def test_blocked_reductions_match_the_reference(block, prefetch):
+    # any block size: dividing the 40 input channels or not (a partial last block), longer
+    # than the reduction (not blocked), with or without the prefetch; batch 2, a residual
+    graph = _conv_bn_relu(2, 40, 48, 6, 3, 1, residual=False)
+    kernel, built = _kernel_config(graph)
+    bands = list(bands_of(built.config))
+    conv = bands[-1]
+    bands[-1] = replace(conv, tile=tuple(0 if k < len(conv.tile) - 1 else conv.register[-1] or 0
+                                         for k in range(len(conv.tile))),
+                        register=tuple(r or (1 if k < len(conv.register) - 2 else r)
+                                       for k, r in enumerate(conv.register)),
+                        sink=True, pack=False, block=block, prefetch=prefetch)
+    config = cpu_config(built.config.fusion, tuple(bands))
+    blocked = akg.build(kernel.subgraph, get_target("cpu"), config)
+    inputs = random_inputs(graph, 2)
+    assert compare(graph, blocked(**inputs), Reference.of(graph, inputs)) == []
+    # the block loop runs over ceil(40 / block) blocks, with the initialisation in the first
+    # and the batch norm and relu in the last
+    if block < 40:
+        assert f"T.grid({-(-40 // block)}" in blocked.tir() or f"range({-(-40 // block)})" in blocked.tir()
 
 
 def test_channel_strip_stays_within_the_accumulator_budget():

@@ -35,3 +35,30 @@ def test_small_matmuls_keep_rows_of_accumulators(m, k, n):
     assert rows >= min(m, 4), band  # not one row of vectors waiting on each FMA
     inputs = random_inputs(graph, 1)
     assert compare(graph, [built(**inputs)[0]], Reference.of(graph, inputs)) == []
+
+
+def _default_band(m, k, n):
+    graph = _dense(m, k, n)
+    target = get_target("cpu")
+    (kernel,) = partition(graph, target=target).kernels
+    built = akg.build(kernel.subgraph, target)
+    return graph, built, bands_of(built.config)[-1]
+
+
+def test_a_large_weight_under_few_rows_is_read_in_blocks():
+    # an encoder's dense layer (128 x 768 x 768: 2.4 MB of weight, more than half of L2): one
+    # strip of columns per cache tile over all 128 rows, the reduction in blocks whose weight
+    # slice fills half of L1, the next block prefetched
+    graph, built, band = _default_band(128, 768, 768)
+    assert band.block and band.prefetch and band.tile[0] == 0 and band.tile[-1] == band.register[-1]
+    assert "llvm.prefetch" in built.tir()
+    inputs = random_inputs(graph, 1)
+    assert compare(graph, [built(**inputs)[0]], Reference.of(graph, inputs)) == []
+
+
+@pytest.mark.parametrize("m, k, n", [(128, 3072, 768), (1024, 768, 768), (128, 256, 256)])
+def test_matmuls_that_keep_unblocked_reductions(m, k, n):
+    # rows filling L2 (a 3072-deep input, re-read per strip), many rows (each weight tile
+    # serves them from L2), a weight that fits L2: the reduction is not blocked
+    _, _, band = _default_band(m, k, n)
+    assert not band.block

@@ -75,3 +75,26 @@ def test_default_config_is_legal_and_vectorises_matmul():
     (band,) = bands_of(config)
     assert band.sink and band.register[-1] >= get_target("cpu").vector_lanes("float32")
     assert "T.vectorized" in p.build(config).tir()
+
+
+def test_reduction_blocks_are_knobs_of_reduction_bands(check_kernel):
+    # the matmul's 40-deep reduction: blocks of 8 or 16 (two blocks or more), or none; sampled,
+    # mutated and read back from JSON like every other knob, and every blocked sample correct
+    graph, p = _pipeline()
+    space = p.space()
+    (bs,) = space.bands
+    assert bs.blocks == (0, 8, 16) and len(bs.prefetches) > 1
+    rng = random.Random(1)
+    blocked = [c for c in (space.sample(rng) for _ in range(40)) if bands_of(c)[0].block]
+    assert blocked
+    for config in blocked[:3]:
+        assert Config.from_json(config.to_json()) == config
+        space.validate(config)
+        check_kernel(graph, p.build(config))
+    assert any(bands_of(space.mutate(blocked[0], random.Random(s)))[0].block != bands_of(blocked[0])[0].block
+               for s in range(60))
+    b = GraphBuilder("rows")  # no reduction below the band: nothing to block
+    b.output(b.relu(b.input("x", (8, 32))))
+    assert Pipeline(lower_graph(b.build()), get_target("cpu")).space().bands[0].blocks == (0,)
+    with pytest.raises(ScheduleError, match="reduction block"):
+        akg.build(graph, config=Config("smart", (("block", 0, None, -4),)))
