@@ -349,3 +349,19 @@ def test_an_unpadded_strided_pool_makes_no_copy():
     assert "_pad" not in built.tir()
     inputs = random_inputs(graph, 0)
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
+@pytest.mark.parametrize("image, half", [(24, True), (32, False), (20, False)])
+def test_depthwise_rows_of_half_vectors_take_half_vectors(image, half):
+    # a depthwise conv's rows of 24 (1.5 vectors of AVX-512) run as 3 half vectors (no partial
+    # vector per row); rows of 32 keep whole vectors; 20 (no whole number of half vectors
+    # either) keeps them too
+    lanes = get_target("cpu").vector_lanes("float32")
+    if lanes < 16:
+        pytest.skip("half vectors are chosen on 16-lane (AVX-512) targets")
+    graph = _conv_bn_relu(1, 16, 16, image, 3, 1, groups=16)
+    kernel, built = _kernel_config(graph)
+    band = bands_of(built.config)[-1]
+    assert (band.register[-1] == lanes // 2) == half, band
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
