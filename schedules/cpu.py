@@ -206,13 +206,20 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         # the channels' vectors accumulate across the whole reduction, whichever loop of it
         # reads most contiguously (the input rows are broadcast, not vector-loaded)
         return channel_vector_band(order, ext, lanes, itemsize, register_bytes, depth, l2_bytes,
-                                   info.reduction_outer, l1_bytes)
+                                   info.reduction_outer, l1_bytes, strided=any(info.strided))
     sink = info.reduction_inner and all(coin) and info.contiguity[order[-1]] >= max(info.inner_contiguity, 1)
+    # a strided window over rows with nothing else to vectorise (a max-pool of stride 2): the
+    # window's taps (contiguous along the input row) would be the vector loop, a few lanes
+    # wide; half vectors of outputs gather their taps instead, the window sunk below them
+    # (ResNet-18's 3x3/2 max-pool at 112 px, inputs from memory: 769 -> 465 us alone)
+    strided_window = (info.reduction_inner and all(coin) and not sink and strided_row(info, order[-1])
+                      and depth <= 49 and lanes >= 16 and info.contiguity[order[-1]] > 0)
+    sink = sink or strided_window
 
     register = [0] * n
     innermost_contiguous = info.contiguity[order[-1]] > 0 or not info.has_inner
     if coin[-1] and ext[-1] >= lanes and innermost_contiguous:
-        register[-1] = vector_strip(ext[-1], lanes)
+        register[-1] = lanes // 2 if strided_window else vector_strip(ext[-1], lanes)
     if sink and n == 1 and info.inner_contiguity == 0 and register[-1]:
         # a reduction over rows of each column (a bias or layer-norm gamma gradient): each
         # step of the reduction reads a run of the row; a run of 1 KB (the accumulators stay
@@ -382,7 +389,7 @@ ROW_BLOCK = 8  # output positions per register tile of a channel-vector band
 
 def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: int,
                         register_bytes: int, depth: int = 0, l2_bytes: int = 1 << 20, outer: int = 0,
-                        l1_bytes: int = 32 << 10) -> BandConfig:
+                        l1_bytes: int = 32 << 10, strided: bool = False) -> BandConfig:
     """The mapping of a reduction band whose last member (the written tensor's row, a conv's
     output width) is narrower than a vector, so the band's most contiguous other loop went
     innermost instead (a conv's output channels, read along a channels-last weight; see
@@ -420,12 +427,13 @@ def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: 
         if 2 * strip <= channels < ext[-1]:
             tile[-1], pack = channels, True
     elif (depth and register[-1] == 2 * lanes and depth * register[-1] * itemsize > l1_bytes and row > 0
-          and ext[row - 1] >= 2 and register[row] * 2 * lanes * itemsize <= register_bytes):
+          and ext[row - 1] >= 2 and register[row] * 2 * lanes * itemsize <= register_bytes and not strided):
         # the weight slice of a two-vector strip deeper than L1 (3 x 3 x 64 x 32 floats: 73 KB)
         # streams from L2 for every register tile: one vector of channels over two image rows
         # keeps as many accumulators and halves the weight each FMA waits for (ResNet-18's 3x3
         # convs at 56 px, 64 channels, and at 28 px, 128: 687 -> 665 and 813 -> 735 us alone, 2
-        # Xeon cores)
+        # Xeon cores). Not for a strided conv, whose second row doubles the input it gathers
+        # from (ResNet-18's 3x3/2 conv 64 -> 128 at 56 px: 415 -> 457 us)
         register[-1] = lanes
         tile[row - 1] = register[row - 1] = 2
     return BandConfig(tuple(order), tuple(tile), tuple(register), True, pack)

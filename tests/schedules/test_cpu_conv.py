@@ -365,3 +365,29 @@ def test_depthwise_rows_of_half_vectors_take_half_vectors(image, half):
     assert (band.register[-1] == lanes // 2) == half, band
     inputs = random_inputs(graph, 0)
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
+def test_strided_max_pools_gather_half_vectors_of_outputs():
+    # a 3x3/2 pool (ResNet-18's max-pool): the window sinks below half vectors of output
+    # positions, each gathering its taps, rather than a scalar loop over outputs around a
+    # three-lane window
+    lanes = get_target("cpu").vector_lanes("float32")
+    if lanes < 16:
+        pytest.skip("half vectors are chosen on 16-lane (AVX-512) targets")
+    b = GraphBuilder("pool")
+    b.output(b.max_pool2d(b.input("x", (1, 16, 40, 40)), kernel=[3, 3], strides=[2, 2], padding=[1, 1]))
+    graph = b.build()
+    kernel, built = _kernel_config(graph)
+    band = bands_of(built.config)[-1]
+    assert band.sink and band.register[-1] == lanes // 2, band
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, built(**inputs), Reference.of(graph, inputs)) == []
+
+
+def test_a_strided_conv_keeps_its_two_vector_strip():
+    # 3x3/2, 64 -> 128 channels: the weight slice of a two-vector strip exceeds L1, but a
+    # second row of a strided conv doubles the input it gathers from: the strip stays
+    graph = _conv_bn_relu(1, 64, 128, 16, 3, 2)
+    kernel, built = _kernel_config(graph)
+    band = bands_of(built.config)[-1]
+    assert band.register[-1] == 2 * get_target("cpu").vector_lanes("float32") and not band.block, band
