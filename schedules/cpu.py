@@ -227,6 +227,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         # 128 B read (layer-norm backward 4096 x 1024: 12.6 -> 7.5 ms on a busy host)
         run = min(ext[-1] // max(1, cores), COLUMN_RUN_BYTES // itemsize)
         register[-1] = _largest_fitting(ext[-1], max(register[-1], run), register[-1])
+    half = False  # the register tile is half vectors wide (`half_vector_window`)
     if sink and n > 1 and coin[-2]:
         budget = register_bytes // max(1, (register[-1] or ext[-1]) * itemsize)  # accumulator rows
         if n > 2 and coin[-3] and register[-1] == lanes and budget >= 8:
@@ -236,6 +237,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
             register[-3] = _largest_fitting(ext[-3], min(ext[-3], 4))
             register[-2] = _largest_fitting(ext[-2], min(ext[-2], budget // 4))
             if half_vector_window(info, order, ext, lanes, depth):
+                half = True
                 # a depthwise conv's rows (each input vector feeds one FMA) not a whole number
                 # of vectors but of half vectors: half vectors over 2 channels x 4 rows, so no
                 # row ends in a partial vector and fewer loads straddle two cache lines
@@ -256,7 +258,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         tile[-1] = _largest_fitting(ext[-1], want, step) if ext[-1] > 256 or want < ext[-1] // 2 else 0
     # rows of vector accumulators under a reduction: kept whole by the parallel chunks below,
     # and kept (as many as the cache tile has) where the register tile would not fit in it
-    row_tiles = sink and n > 1 and register[-1] >= lanes
+    row_tiles = sink and n > 1 and (register[-1] >= lanes or half)
     # parallel chunks: split the outermost loop so each core gets a few pieces
     if coin[0] and ext[0] > 1 and tile[0] == 0 and not (n == 1 and register[0]):
         chunk = max(1, math.ceil(ext[0] / (cores * CHUNKS_PER_CORE)))
