@@ -238,11 +238,12 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
             register[-2] = _largest_fitting(ext[-2], min(ext[-2], budget // 4))
             if half_vector_window(info, order, ext, lanes, depth):
                 half = True
-                # a depthwise conv's rows (each input vector feeds one FMA) not a whole number
-                # of vectors but of half vectors: half vectors over 2 channels x 4 rows, so no
-                # row ends in a partial vector and fewer loads straddle two cache lines
-                # (MobileNetV2's 3x3 depthwise convs at 56 px: 235-260 -> 179-187 us alone, 2
-                # Xeon cores)
+                # rows not a whole number of vectors but of half vectors, under a shallow
+                # reduction (a depthwise conv's window, a 1x1 conv over few channels): half
+                # vectors over 2 channels x 4 rows, so no row ends in a partial vector and
+                # fewer loads straddle two cache lines (MobileNetV2 at 56 px, 2 Xeon cores:
+                # its 3x3 depthwise convs 235-260 -> 179-187 us alone, its 1x1 expansions 24
+                # -> 144 channels 124 -> 108 us, 203 -> 127 us with inputs from memory)
                 register[-1] = lanes // 2
                 register[-3] = _largest_fitting(ext[-3], min(ext[-3], 2))
         else:
@@ -327,9 +328,10 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
 
 
 def half_vector_window(info: BandInfo, order, ext, lanes: int, depth: int) -> bool:
-    """Is the band's vector loop (innermost in `order`) a row read through a short sliding window only
-    (a depthwise conv: no reduction over channels, `depth` <= 7 x 7 points), and a whole number
-    of half vectors but not of vectors?"""
+    """Is the band's vector loop (innermost in `order`) an output row of a conv (its input read
+    along the row, `BandInfo.windowed`) under a shallow reduction (`depth` <= 49 points per
+    output: a depthwise conv's window, a 1x1 conv over few channels), and a whole number of
+    half vectors but not of vectors?"""
     row = order[-1]
     return (bool(info.windowed) and info.windowed[row] > 0 and depth <= 49
             and lanes >= 16 and ext[-1] % lanes != 0 and ext[-1] % (lanes // 2) == 0)
