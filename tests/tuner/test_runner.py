@@ -155,3 +155,31 @@ def test_local_runner_serves_several_tasks_from_one_worker(tmp_path):
             assert [r.status for r in runner.run(TaskData(graph), builds)] == [Status.OK] * n
     finally:
         runner.close()
+
+
+def test_local_runner_sends_again_the_inputs_its_worker_dropped(tmp_path):
+    # the worker keeps the inputs of TASKS_KEPT tasks: a model with more kernels than that
+    # (ResNet-18: 18) comes back to its first ones for the final comparisons, whose inputs the
+    # worker has dropped; the runner sends them again rather than failing the comparison
+    from akg.tuner.runner.local import TASKS_KEPT
+
+    target = get_target("cpu")
+    tasks, builds = [], []
+    for n in range(TASKS_KEPT + 2):
+        b = GraphBuilder(f"k{n}")
+        b.output(b.relu(b.input("x", (8, 8 + n))))
+        graph = b.build()
+        tasks.append(TaskData(graph, unit=target.cost_unit))
+        builds.append(InProcessBuilder(str(tmp_path)).build(graph, target, [Config()]))
+    runner = LocalRunner(timeout=30.0)
+    try:
+        for task, built in zip(tasks, builds):
+            assert [r.status for r in runner.run(task, built)] == [Status.OK]
+        comparison = runner.compare(tasks[0], builds[0] * 2, rounds=2).result(timeout=120)
+        assert not comparison.error and comparison.statuses == [Status.OK, Status.OK]
+        # a worker that lost inputs the runner thinks it has (a restart it did not see)
+        runner._sent[tasks[1].key] = None
+        (again,) = runner.run(tasks[1], builds[1])
+        assert again.status == Status.OK, again.error
+    finally:
+        runner.close()

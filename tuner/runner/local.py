@@ -30,7 +30,8 @@ from akg.tuner.worker import Worker, WorkerDied, WorkerError
 
 log = logging.getLogger(__name__)
 
-TASKS_KEPT = 8  # task payloads a worker keeps loaded
+TASKS_KEPT = 8  # task payloads a worker keeps loaded (the least recently used go first)
+LOST = "the runner worker lost the task's inputs"
 WORKER_MODULES = ("akg.verify", "akg.tuner.runner.local", "akg.target:load_plugins")
 
 _tasks: OrderedDict = OrderedDict()  # in a worker: task key -> TaskArrays
@@ -44,9 +45,12 @@ def _task_arrays(key: str, payload: bytes | None):
     load_plugins()
     if payload is not None:
         _tasks[key] = load_task(payload)
-        while len(_tasks) > TASKS_KEPT:
-            _tasks.popitem(last=False)
-    return _tasks.get(key)
+    if key not in _tasks:
+        return None
+    _tasks.move_to_end(key)
+    while len(_tasks) > TASKS_KEPT:
+        _tasks.popitem(last=False)
+    return _tasks[key]
 
 
 def measure_request(key: str, payload: bytes | None, unit: str, artifact, best: float | None, min_seconds: float,
@@ -57,7 +61,7 @@ def measure_request(key: str, payload: bytes | None, unit: str, artifact, best: 
 
     task = _task_arrays(key, payload)
     if task is None:
-        return Status.RUN_ERROR, None, "the runner worker lost the task's inputs"
+        return Status.RUN_ERROR, None, LOST
     try:
         return run_artifact(artifact, task, unit, min_seconds, repeats, best)
     except Exception as e:  # noqa: BLE001
@@ -72,7 +76,7 @@ def compare_request(key: str, payload: bytes | None, unit: str, artifacts: list,
 
     task = _task_arrays(key, payload)
     if task is None:
-        return Status.RUN_ERROR, None, "the runner worker lost the task's inputs"
+        return Status.RUN_ERROR, None, LOST
     try:
         return Status.OK, compare_artifacts(artifacts, task, unit, rounds, min_seconds), ""
     except Exception as e:  # noqa: BLE001
@@ -93,7 +97,8 @@ class LocalRunner(Runner):
         self.timeout, self.min_seconds, self.repeats = timeout, min_seconds, repeats
         self._worker: Worker | None = None
         self._using: Worker | None = None  # the worker the feeder thread is talking to
-        self._sent: set[str] = set()  # task payloads the current worker has
+        # task payloads the current worker has, least recently used first, as the worker keeps them
+        self._sent: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
         self._closed = False
         self._queue: queue.Queue | None = None
@@ -225,14 +230,21 @@ class LocalRunner(Runner):
         if worker is None:
             return Status.RUN_ERROR, None, "the runner was closed"
         try:
-            payload = None if task.key in self._sent else task.payload
-            worker.send(fn, task.key, payload, task.unit, *args)
-            self._sent.add(task.key)
-            if not worker.poll(limit):
-                self._retire(worker)
-                return Status.TIMEOUT, None, f"no result within {limit:.1f}s"
-            status, cost, error = worker.receive()
-            return status, cost, error
+            resend = False
+            while True:
+                payload = None if task.key in self._sent and not resend else task.payload
+                worker.send(fn, task.key, payload, task.unit, *args)
+                self._used(task.key)
+                if not worker.poll(limit):
+                    self._retire(worker)
+                    return Status.TIMEOUT, None, f"no result within {limit:.1f}s"
+                status, cost, error = worker.receive()
+                if status == Status.RUN_ERROR and error == LOST and payload is None:
+                    # the worker dropped the task's arrays after all (it keeps TASKS_KEPT):
+                    # once more with them, not a verdict on the candidate
+                    resend = True
+                    continue
+                return status, cost, error
         except WorkerDied as e:
             self._retire(worker)
             if self._closed:
@@ -242,6 +254,14 @@ class LocalRunner(Runner):
             return Status.RUN_ERROR, None, e.describe("the kernel crashed the runner")
         except WorkerError as e:
             return Status.RUN_ERROR, None, str(e)
+
+    def _used(self, key: str) -> None:
+        """Note that the worker has the task `key` and used it last, forgetting the tasks it
+        drops as it does (`_task_arrays`), so that their payloads are sent again."""
+        self._sent[key] = None
+        self._sent.move_to_end(key)
+        while len(self._sent) > TASKS_KEPT:
+            self._sent.popitem(last=False)
 
     def _ready_worker(self) -> Worker | None:
         with self._lock:
