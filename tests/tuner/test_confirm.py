@@ -241,3 +241,27 @@ def test_a_tuned_config_must_beat_the_default_beyond_the_noise_margin(tuned_cost
     result = CompareResult([Status.OK, Status.OK], [[tuned_cost] * 3, [base] * 3], unit)
     verdict = _verdict(_Task(), target, tuned, [("tuned", tuned, False), ("default", default, True)], result)
     assert verdict.role == winner and verdict.uses_default == (winner == "default")
+
+
+def test_the_final_comparison_reads_large_weights_from_memory(tmp_path, monkeypatch):
+    # a matmul whose second operand (a weight, 1.6 MB) would come from memory in a model: the
+    # final comparison times each call on another copy of it, enough copies to overflow the
+    # last-level cache; a small one (16 KB) is timed as it is, in cache
+    from akg.tuner.runner import evaluate
+
+    used = []
+    rotating = evaluate._time_rotating
+    monkeypatch.setattr(evaluate, "_time_rotating",
+                        lambda kernel, copies, number: used.append(len(copies)) or rotating(kernel, copies, number))
+    target = get_target("cpu")
+    for n, cold in ((640, True), (64, False)):
+        graph = _matmul(n)
+        task = TuningTask(Subgraph(graph), target)
+        builds = InProcessBuilder(str(tmp_path)).build(graph, target, [candidate(task, task.default_config("smart"))])
+        used.clear()
+        result = InProcessRunner(min_seconds=0.002).compare(TaskData(graph), builds, rounds=2).result()
+        assert result.statuses == [Status.OK] and all(c > 0 for c in result.costs)
+        assert bool(used) == cold
+        if cold:
+            copies = used[0]
+            assert copies * 640 * 640 * 4 >= evaluate.ROTATE_BYTES or copies == evaluate.MAX_COPIES
