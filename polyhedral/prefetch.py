@@ -31,8 +31,7 @@ def spread(body: tirx.Stmt, streams: list[Stream], prefetch: Callable[[tirx.Buff
            nest: bool = False) -> tirx.Stmt:
     """`body` of a loop with the prefetches of `streams` spread over the iterations of its
     pass that computes most; without such a pass, at the top of the iteration. `nest`: over
-    the iterations of the whole nest of serial loops around that pass's loop (a block of a
-    reduction: every register tile's steps through the block), not that loop's alone."""
+    the outermost loop around that pass instead (`_spread_nest`)."""
     best, most = None, 0
     for loop in _serial_vector_passes(body):
         work = int(loop.extent.value) * _arithmetic(loop.body)
@@ -40,10 +39,10 @@ def spread(body: tirx.Stmt, streams: list[Stream], prefetch: Callable[[tirx.Buff
             best, most = loop, work
     if best is None:
         return seq([_lines(streams, None, 1, prefetch), body])
-    # a stream of fewer lines than the pass has iterations (a row's mean and rstd: one line)
-    # is prefetched once, at the top: spread, every iteration would prefetch its last line
     if nest:
         return _spread_nest(body, best, streams, prefetch)
+    # a stream of fewer lines than the pass has iterations (a row's mean and rstd: one line)
+    # is prefetched once, at the top: spread, every iteration would prefetch its last line
     extent = int(best.extent.value)
     few = [s for s in streams if s.lines < extent]
     streams = [s for s in streams if s.lines >= extent]
@@ -58,14 +57,13 @@ def spread(body: tirx.Stmt, streams: list[Stream], prefetch: Callable[[tirx.Buff
 
 
 def _spread_nest(body: tirx.Stmt, best: tirx.For, streams: list[Stream], prefetch) -> tirx.Stmt:
-    """The prefetches at the top of `best`'s body, a share of the lines per iteration of the
-    serial loops of constant extent around it (flattened), each line once."""
-    chain = _enclosing(body, best) or [best]
-    chain = [f for f in chain if f.kind == tirx.ForKind.SERIAL and isinstance(f.extent, tirx.IntImm)][:1]
-    total = int(np.prod([int(f.extent.value) for f in chain], dtype=np.int64))
-    step = tirx.const(0, "int32")
-    for f in chain:
-        step = step * int(f.extent.value) + f.loop_var
+    """The prefetches at the top of the iterations of the outermost serial loop of constant
+    extent around `best` in `body` (under a block of a reduction: the loop over its register
+    tiles), a share of the lines per iteration, each line once; not inside the reduction,
+    where a prefetch call kept LLVM from holding the accumulators in registers."""
+    outer = next((f for f in (_enclosing(body, best) or [best])
+                  if f.kind == tirx.ForKind.SERIAL and isinstance(f.extent, tirx.IntImm)), best)
+    step, total = outer.loop_var, int(outer.extent.value)
     stmts = []
     for s in streams:
         if s.lines >= total:
@@ -77,10 +75,9 @@ def _spread_nest(body: tirx.Stmt, best: tirx.For, streams: list[Stream], prefetc
         else:  # one line every total / lines iterations, evenly
             stmts.append(tirx.IfThenElse(tirx.floormod(step * s.lines, total) < s.lines,
                                          prefetch(_element(s, tirx.floordiv(step * s.lines, total))), None))
-    best = chain[0]
-    spread_loop = tirx.For(best.loop_var, best.min, best.extent, best.kind, seq([*stmts, best.body]),
-                           best.thread_binding, best.annotations)
-    return replace(body, best, spread_loop)
+    spread_loop = tirx.For(outer.loop_var, outer.min, outer.extent, outer.kind, seq([*stmts, outer.body]),
+                           outer.thread_binding, outer.annotations)
+    return replace(body, outer, spread_loop)
 
 
 def _element(s: Stream, line: tirx.PrimExpr) -> tirx.BufferLoad:
@@ -112,16 +109,10 @@ def _lines(streams: list[Stream], step, share: int, prefetch) -> tirx.Stmt:
     `step` is None). A prefetch is a hint: an address past the end is not read."""
     stmts = []
     for k, s in enumerate(streams):
-        size = int(np.prod([int(d) for d in s.buffer.shape], dtype=np.int64))
         p = tirx.Var(f"pf{k}", "int32")
         line = p if step is None else tirx.min(step * share + p, s.lines - 1)
-        flat = tirx.min(s.start + line * s.per_line, size - 1)
-        index = []
-        for extent in reversed(s.buffer.shape):  # the flat element's indices, innermost last
-            index.insert(0, tirx.floormod(flat, int(extent)))
-            flat = tirx.floordiv(flat, int(extent))
         count = s.lines if step is None else min(share, s.lines)
-        stmts.append(tirx.For(p, 0, count, tirx.ForKind.SERIAL, prefetch(tirx.BufferLoad(s.buffer, index))))
+        stmts.append(tirx.For(p, 0, count, tirx.ForKind.SERIAL, prefetch(_element(s, line))))
     return seq(stmts)
 
 
