@@ -448,11 +448,12 @@ BLOCK_SUMS_BYTES = 32 << 10  # a blocked reduction's partial sums per cache tile
 
 def _blocked_reduction(order, ext, register, strip: int, itemsize: int, depth: int, outer: int,
                        l1_bytes: int) -> BandConfig | None:
-    """The blocked-reduction mapping of a channel-vector band (see `channel_vector_band`): one
-    strip of channels per cache tile with as many output positions as its partial sums allow
-    (rows whole first), the register tiles as before, blocks of the reduction's outer loop
-    whose weight slice fills half of L1, the next block prefetched. None where the reduction's
-    outer loop is unknown or too short for two blocks."""
+    """The blocked-reduction mapping of a band whose weight comes from memory (a channel-vector
+    conv band, see `channel_vector_band`, or a matmul under few rows): one strip of channels
+    (columns) per cache tile with as many output positions (rows) as its partial sums allow,
+    inner loops whole first, the register tiles as before, blocks of the reduction's outer
+    loop whose weight slice fills half of L1, the next block prefetched. None where the
+    reduction's outer loop is unknown or too short for two blocks."""
     if outer < 2:
         return None
     per_step = max(1, depth // outer) * strip * itemsize  # weight bytes per iteration of the outer loop
