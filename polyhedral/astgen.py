@@ -111,6 +111,7 @@ class TirLowering:
         self.reduce_block = hooks.reduce_block
         self._prefetch_pending = 0  # distance of a prefetch mark the next loop takes
         self._prefetch_nest = False  # ... spread over the nest of its body (`prefetch.spread`)
+        self._flat_views: dict[str, tirx.Buffer] = {}  # parameter name -> its 1-d view (`_flat_view`)
         self._fence = hooks.fence or (lambda value, dtype: value)
         self._alloc = hooks.local_alloc or tirx.AllocBuffer
         self.promoter = promoter
@@ -444,14 +445,13 @@ class TirLowering:
         return bool(lanes) and lanes[-1] * 32 <= self.reduce_bits
 
     def _flat_view(self, buf: tirx.Buffer) -> tirx.Buffer:
-        """A 1-d view of a parameter's buffer (declared once per kernel)."""
-        for view, data in self.aliases:
-            if data.same_as(buf.data) and len(view.shape) == 1 and view.name.endswith("_flat"):
-                return view
-        size = int(np.prod([int(d) for d in buf.shape], dtype=np.int64))
-        view = tirx.decl_buffer((size,), buf.dtype, name=f"{buf.name}_flat", data=buf.data)
-        self.aliases.append((view, buf.data))
-        return view
+        """A 1-d view of a parameter's buffer (declared once per kernel, with the aliases)."""
+        if buf.name not in self._flat_views:
+            size = int(np.prod([int(d) for d in buf.shape], dtype=np.int64))
+            view = tirx.decl_buffer((size,), buf.dtype, name=f"{buf.name}_flat", data=buf.data)
+            self.aliases.append((view, buf.data))
+            self._flat_views[buf.name] = view
+        return self._flat_views[buf.name]
 
     def _prefetch_streams(self, it: str, body_node: isl.AstNode, ahead: int, nest: bool = False) -> list[Stream]:
         """What an iteration of loop `it` prefetches of what the iteration `ahead` steps later

@@ -596,11 +596,11 @@ def block_reduction(node: isl.ScheduleNode, size: int) -> tuple[isl.ScheduleNode
     below = node.child(0)
     if not _is(below, isl.schedule_node_type.sequence) or size < 1:
         return node, False
-    reducing = [k for k in range(below.n_children()) if _reduction_band(_inner_bands(below.child(k)))]
+    reducing = [(k, band) for k in range(below.n_children())
+                if (band := _reduction_band(_inner_bands(below.child(k)))) is not None]
     if len(reducing) != 1:
         return node, False
-    (at,) = reducing
-    band = _reduction_band(_inner_bands(below.child(at)))
+    ((at, band),) = reducing
     loop = band.band_get_partial_schedule().get_at(0).intersect_domain(band.get_domain())
     image = isl.Set.from_union_set(isl.UnionMap.from_union_pw_aff(loop).range())
     lo, hi = int(image.dim_min_val(0).to_python()), int(image.dim_max_val(0).to_python())
@@ -622,7 +622,7 @@ def block_reduction(node: isl.ScheduleNode, size: int) -> tuple[isl.ScheduleNode
         below.child(k).filter_get_filter().intersect(node.get_domain()).foreach_set(sets.append)
         for s in sets:
             name = s.get_tuple_name()
-            if k == at and name in affs:
+            if k == at:  # the reduction's own statements (checked above)
                 aff = affs[name].add_constant_val(isl.Val(-lo, context=s.get_ctx()))
                 add(isl.PwAff.from_aff(aff.scale_down_val(isl.Val(size, context=s.get_ctx())).floor())
                     .intersect_domain(s))
