@@ -16,6 +16,7 @@ or unrolled whole and its loads shared with the next loop over the same row thro
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -33,9 +34,14 @@ from akg.polyhedral.model import PolyModel, Statement
 from akg.polyhedral.intrinsics import FAST_F32
 from akg.polyhedral.prefetch import Stream, spread
 from akg.polyhedral.tirstmt import seq as _seq
-from akg.polyhedral.promote import Promoter, Promotion, local_index
-from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_UNROLL, PREFETCH_NEST,
-                                 MARK_VECTORIZE)
+from akg.polyhedral.promote import (Promoter, Promotion, RecomputeRefused, local_index, recompute_marks,
+                                    without_statements)
+from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_RECOMPUTE, MARK_UNROLL,
+                                 PREFETCH_NEST, MARK_VECTORIZE)
+
+log = logging.getLogger(__name__)
+
+_PIECE_MARKS = (MARK_PROMOTE + ".", MARK_PACK + ".", MARK_RECOMPUTE + ".")
 
 _BLOCKED_SUM_DTYPES = ("float16", "bfloat16", "float32")  # float64 sums need no blocking
 MAX_VECTOR = 64  # lanes; longer constant loops are left to LLVM's vectorizer
@@ -86,6 +92,7 @@ class LoweringHooks:
     serial_block: int = 0
     prefetch: Callable[[tirx.BufferLoad], tirx.Stmt] | None = None
     line_bytes: int = 64  # cache line: one prefetch per line
+    copy_bits: int = 0
     # an intermediate kept in a scratchpad: tensor name -> (storage scope, trailing dims kept:
     # the others are implied by where the code runs, 0 keeps one element[, exchange]); None: a
     # plain buffer. With `exchange(value, delta)`, the tensor's last index is the lane that holds
@@ -222,7 +229,7 @@ class TirLowering:
             piece = None
             try:
                 name = mark.get_name()
-                if name.startswith((MARK_PROMOTE + ".", MARK_PACK + ".")):
+                if name.startswith(_PIECE_MARKS):
                     piece = self.promoter.at_mark(name, build.get_schedule())
                     if piece is not None:
                         self.piece_offsets[piece] = [
@@ -254,7 +261,7 @@ class TirLowering:
         ast = build.node_from_schedule(schedule)
         if failures:
             raise failures[0]
-        self._declare_buffers(self.promoter.local_only())
+        self._declare_buffers(self.promoter.local_only() | self.promoter.check_recomputed())
         body = self.stmt(ast)
         body = _seq([*(tirx.DeclBuffer(b, data=data) for b, data in self.aliases), *(tirx.AllocBuffer(b) for b in self.allocs), body])
         func = tirx.PrimFunc(self.params, body)
@@ -329,7 +336,7 @@ class TirLowering:
         inner = node.mark_get_node()
         if name in (MARK_PARALLEL, MARK_VECTORIZE, MARK_UNROLL):
             return self.stmt(inner, kind=name)
-        if name.startswith((MARK_PROMOTE + ".", MARK_PACK + ".")):
+        if name.startswith(_PIECE_MARKS):
             return self._promoted(node, inner)
         if name.startswith(MARK_PREFETCH + ".") and self.hooks.prefetch is not None:
             self._prefetch_pending = int(name.split(".")[1])
@@ -816,7 +823,11 @@ class TirLowering:
                                    self.piece_where[piece]):
             offsets = [self.expr(e) for e in exprs]
             when = self._condition(where)
-            local = tirx.decl_buffer(p.shape, bits_dtype(p.tensor.dtype), _ident(p.tensor.name) + "_local",
+            shape = p.shape
+            if p.compute is not None and self._copy_lanes(p):  # rows of whole vectors
+                lanes = self._copy_lanes(p)
+                shape = (*shape[:-1], -(-shape[-1] // lanes) * lanes)
+            local = tirx.decl_buffer(shape, bits_dtype(p.tensor.dtype), _ident(p.tensor.name) + "_local",
                                      scope="global")
             allocs.append(local)
             if p.copy_in:
@@ -850,12 +861,49 @@ class TirLowering:
             return None if where.get_val().to_python() != 0 else tirx.const(False, "bool")
         return self.expr(where)  # comparisons joined by and/or
 
+    def _copy_lanes(self, p: Promotion) -> int:
+        """Lanes of the vectors a recompute box is computed in (0: serial loops)."""
+        lanes = self.hooks.copy_bits // (8 * np.dtype(p.tensor.dtype).itemsize)
+        return lanes if lanes > 1 and p.sizes and p.sizes[-1] > lanes // 2 else 0
+
+    def _computed(self, local, offsets, p: Promotion) -> tirx.Stmt:
+        """Loops over a recompute box evaluating the producer's expression at each element;
+        the last dim in whole vectors (the local rows are rounded up to them), the lanes past
+        the box filled with zeros, not evaluated."""
+        vars_ = [tirx.Var(f"{_ident(p.tensor.name)}_e{d}", "int32") for d in range(len(p.sizes))]
+        lanes = self._copy_lanes(p)
+        inner = vars_[-1]
+        if lanes:
+            chunk, lane = tirx.Var(inner.name + "_v", "int32"), tirx.Var(inner.name + "_l", "int32")
+            inner = chunk * lanes + lane
+        index = [*vars_[:-1], inner] if vars_ else []
+        outer_index = [o + v for o, v in zip(offsets, index)]
+        env = dict(zip(p.compute.op.axes, outer_index))
+        value = self.value(p.compute.op.body, env)
+        if p.guard:
+            value = tirx.if_then_else(_fold(tirx.And, [tirx.And(tirx.GE(g, 0), tirx.LT(g, n))
+                                                       for g, n in zip(outer_index, p.tensor.shape)]),
+                                      value, tirx.const(0, local.dtype))
+        if lanes and p.sizes[-1] % lanes:
+            value = tirx.if_then_else(tirx.LT(inner, p.sizes[-1]), value, tirx.const(0, local.dtype))
+        body = tirx.BufferStore(local, value, local_index(index, p.layout))
+        loops = list(zip(vars_, p.sizes))
+        if lanes:
+            body = tirx.For(lane, 0, lanes, tirx.ForKind.VECTORIZED, body)
+            body = tirx.For(chunk, 0, -(-p.sizes[-1] // lanes), tirx.ForKind.SERIAL, body)
+            loops = loops[:-1]
+        for v, n in reversed(loops):
+            body = tirx.For(v, 0, n, tirx.ForKind.SERIAL, body)
+        return body
+
     def _copy(self, local, offsets, p: Promotion, into_local: bool, shadow: bool = False) -> tirx.Stmt:
         """Loops over the promotion box copying between the local buffer and the tensor's
         buffer in the enclosing scope (memory, or an outer local buffer)."""
         vars_ = [tirx.Var(f"{_ident(p.tensor.name)}_e{d}", "int32") for d in range(len(p.sizes))]
         outer_index = [o + v for o, v in zip(offsets, vars_)]
         into = local_index(list(vars_), p.layout)
+        if into_local and p.compute is not None:
+            return self._computed(local, offsets, p)
         if into_local:
             body = tirx.BufferStore(local, self._load(p.tensor, outer_index, shadow), into)
         else:
@@ -1005,8 +1053,16 @@ def lower_to_tir(model: PolyModel, schedule: isl.Schedule, promote: bool = True,
     target decides (fences, local allocations, vector reductions, fast-math expansions)
     comes in `hooks`. Vector reductions (`hooks.reduce_bits` > 0) reorder sums: a target
     asks for them only where it allows reassociation."""
-    lowering = TirLowering(model, Promoter(model, schedule, enabled=promote), name, hooks)
+    recomputed = recompute_marks(schedule) if promote else set()
     try:
+        if recomputed:
+            # the producers named by recompute marks run below them, box by box, not on their own
+            lowering = TirLowering(model, Promoter(model, schedule, recompute=True), name, hooks)
+            try:
+                return lowering.lower(without_statements(schedule, recomputed)), lowering.records
+            except RecomputeRefused as e:
+                log.debug("%s: %s; the producers keep their own loop nests", name, e)
+        lowering = TirLowering(model, Promoter(model, schedule, enabled=promote), name, hooks)
         return lowering.lower(schedule), lowering.records
     except isl.Error as e:
         raise LoweringError(f"{name}: code generation failed in isl: {e}") from e

@@ -3,6 +3,10 @@ box and whose elements are reused below the mark is kept in a local buffer (regi
 stack); copies in and out are added only where values flow across the mark, and a tensor
 that never leaves its local buffers is never allocated in memory at all.
 
+At a recompute mark (`MARK_RECOMPUTE`), the box of a producer's tensor that the code below
+reads is computed into a local buffer by the producer's own expression instead of copied: the
+producer runs no loop nest of its own, and its tensor is never allocated.
+
 The analysis runs per occurrence of a mark in the generated AST (isl may emit one mark
 several times when it splits the code below it), with the occurrence's own loop nest and
 statement instances, so every occurrence is correct on its own.
@@ -17,14 +21,19 @@ import islpy as isl
 import numpy as np
 from tvm import tirx
 
+from akg.errors import LoweringError
 from akg.graph.compute.expr import Tensor
-from akg.polyhedral.model import PolyModel
-from akg.polyhedral.tree import MARK_PACK, MARK_PROMOTE, MARK_VECTORIZE, VECTOR_LAST
+from akg.polyhedral.model import PolyModel, Statement
+from akg.polyhedral.tree import MARK_PACK, MARK_PROMOTE, MARK_RECOMPUTE, MARK_VECTORIZE, VECTOR_LAST
 
 log = logging.getLogger(__name__)
 
 DEFAULT_BUDGET = 32 * 1024  # bytes per promoted buffer (fits L1 next to the streams)
 PACK_BUDGET = 1 << 20  # bytes per packed operand panel (about half an L2)
+# bytes per recompute box: its rows are consumed right after they are computed, a window's
+# height at a time, so the box may exceed L1 (ResNet's 3x3/2 max-pool over 8 channels x 7
+# output rows: 8 x 15 x 113 floats, 54 KB)
+RECOMPUTE_BUDGET = 128 * 1024
 
 
 @dataclass(eq=False)
@@ -42,6 +51,7 @@ class Promotion:
     # defined: isl may emit those loops over a larger range and guard the statements inside,
     # and a copy outside that set would move a box of garbage to a meaningless place
     where: isl.Set | None = None
+    compute: Statement | None = None  # copied in by evaluating this statement (a recompute mark)
 
     @property
     def layout(self) -> int | tuple[int, ...]:
@@ -81,12 +91,18 @@ def single(umap: isl.UnionMap) -> isl.Map | None:
     return found[0].coalesce() if len(found) == 1 else None
 
 
+class RecomputeRefused(LoweringError):
+    """A recompute mark whose box cannot be planned (not a box, or over the budget) or whose
+    occurrences leave some read of the producer's tensor uncovered: the kernel is lowered
+    again with the producer's own loop nest."""
+
+
 class Promoter:
     """Promotion decisions for one mapped schedule; `at_mark` is called for each mark
     occurrence during AST generation."""
 
     def __init__(self, model: PolyModel, schedule: isl.Schedule, budget: int = DEFAULT_BUDGET,
-                 enabled: bool = True):
+                 enabled: bool = True, recompute: bool = False):
         self.model, self.budget, self.enabled = model, budget, enabled
         self.outputs = {id(t) for t in model.program.outputs}
         self.by_id = model.tensor_by_id()
@@ -96,6 +112,13 @@ class Promoter:
         self.deeper: dict[str, isl.UnionSet] = {}  # mark name -> instances under deeper marks
         self.vector: dict[str, isl.UnionMap] = {}  # VECTOR_LAST mark name -> the vector loops below it
         self.held: dict[str, isl.UnionSet] = {}  # tensor id -> instances an enclosing promotion holds
+        # recompute marks: tensor id -> its producer, and the instances its boxes serve so far
+        self.recomputed: dict[str, Statement] = {}
+        self.covered: dict[str, isl.UnionSet] = {}
+        if enabled and recompute:
+            for name in recompute_marks(schedule):
+                stmt = model.statement(name)
+                self.recomputed[model.tensor_ids[stmt.write.tensor]] = stmt
         if enabled:
             for node in _marks(schedule):
                 name = node.mark_get_id().get_name()
@@ -135,6 +158,8 @@ class Promoter:
         if not self.enabled or name not in self.inner:
             return None
         sub = outer.domain()
+        if name.startswith(MARK_RECOMPUTE + "."):
+            return self._recompute(name, outer, sub)
         chosen = []
         written = {m.get_tuple_name(isl.dim_type.out) for m in maps(self.writes.intersect_domain(sub))}
         if name.startswith(MARK_PACK + "."):
@@ -195,6 +220,40 @@ class Promoter:
             self.held[tid] = self.held[tid].union(sub) if tid in self.held else sub
         return Promotion(tensor, lower, tuple(sizes), copy_in, copy_out, guard, sub, perm=perm,
                          where=footprint.domain())
+
+    def _recompute(self, name: str, outer: isl.UnionMap, sub: isl.UnionSet) -> int | None:
+        """The piece of a recompute mark's occurrence: the box of the producer's tensor that
+        the instances below read, computed in by the producer (RecomputeRefused if it cannot)."""
+        stmt = self.model.statement(name[len(MARK_RECOMPUTE) + 1:])
+        tid = self.model.tensor_ids.get(stmt.write.tensor)
+        if tid not in self.recomputed:
+            return None  # recomputing is off: the producer keeps its loop nest
+        acc = self._of(self.reads, tid).intersect_domain(sub)
+        if acc.is_empty():
+            return None
+        box = self._box(single(outer.reverse().apply_range(acc)))
+        if box is None:
+            raise RecomputeRefused(f"{stmt.write.tensor.name}: the reads below {name} are not a box")
+        lower, sizes = box
+        tensor = stmt.write.tensor
+        nbytes = int(np.prod(sizes, dtype=np.int64)) * np.dtype(tensor.dtype).itemsize
+        if nbytes > RECOMPUTE_BUDGET:
+            raise RecomputeRefused(f"{tensor.name}: {nbytes} bytes read below {name} > {RECOMPUTE_BUDGET}")
+        footprint = single(outer.reverse().apply_range(acc))
+        guard = not _box_map(lower, sizes, footprint.domain(), tid).range().is_subset(self._bounds(tensor, tid))
+        self.covered[tid] = self.covered[tid].union(acc.domain()) if tid in self.covered else acc.domain()
+        self.pieces.append([Promotion(tensor, lower, tuple(sizes), True, False, guard, sub,
+                                      where=footprint.domain(), compute=stmt)])
+        return len(self.pieces) - 1
+
+    def check_recomputed(self) -> set[int]:
+        """Ids of the recomputed tensors, once every read of each is known to be served by a
+        recompute box (RecomputeRefused where one is not)."""
+        for tid, stmt in self.recomputed.items():
+            reads = self._of(self.reads, tid).domain()
+            if tid not in self.covered or not reads.is_subset(self.covered[tid]):
+                raise RecomputeRefused(f"{stmt.write.tensor.name}: some reads lie outside its recompute marks")
+        return {id(stmt.write.tensor) for stmt in self.recomputed.values()}
 
     def _vector_last(self, name: str, outer: isl.UnionMap, writes: isl.UnionMap, sizes) -> tuple[int, ...]:
         """At a mark flagged VECTOR_LAST (the recipe vectorises a loop that is not the written
@@ -334,7 +393,23 @@ class Promoter:
 
 def _is_promote(node: isl.ScheduleNode) -> bool:
     return node.get_type() == isl.schedule_node_type.mark and \
-        node.mark_get_id().get_name().startswith((MARK_PROMOTE + ".", MARK_PACK + "."))
+        node.mark_get_id().get_name().startswith((MARK_PROMOTE + ".", MARK_PACK + ".", MARK_RECOMPUTE + "."))
+
+
+def recompute_marks(schedule: isl.Schedule) -> set[str]:
+    """The statements that recompute marks in the schedule name."""
+    return {n.mark_get_id().get_name()[len(MARK_RECOMPUTE) + 1:] for n in _marks(schedule)
+            if n.mark_get_id().get_name().startswith(MARK_RECOMPUTE + ".")}
+
+
+def without_statements(schedule: isl.Schedule, names: set[str]) -> isl.Schedule:
+    """The schedule with every instance of the statements `names` removed."""
+    keep = []
+    schedule.get_domain().foreach_set(lambda s: keep.append(s) if s.get_tuple_name() not in names else None)
+    domain = isl.UnionSet.empty(schedule.get_domain().get_space())
+    for s in keep:
+        domain = domain.union(isl.UnionSet.from_set(s))
+    return schedule.intersect_domain(domain)
 
 
 def _marks(schedule: isl.Schedule) -> list[isl.ScheduleNode]:

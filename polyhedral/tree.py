@@ -23,6 +23,11 @@ VECTOR_LAST = "vlast"  # a promote mark's flag: written boxes laid out with the 
 MARK_PACK = "pack"  # "pack.<band>.<lanes>": read-only operands copied into a blocked local layout
 MARK_PREFETCH = "prefetch"  # "prefetch.<distance>[.nest]": the loop below prefetches `distance` iterations ahead
 PREFETCH_NEST = "nest"  # a prefetch mark's flag: spread over the loops of the body (a reduction's block)
+# "recompute.<statement>": the statement (a padded copy of an input, `BandInfo.producers`) runs
+# no loop nest of its own; below the mark, each iteration of the loops around it computes the
+# box of the statement's tensor that the code below reads into a local buffer
+# (`polyhedral.promote.Promoter`), so the tensor never goes through memory
+MARK_RECOMPUTE = "recompute"
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ class BandInfo:
     image_axes: tuple[int, ...] = ()  # per member: the index of the 4-d tensors written below
     #                                   (an NCHW image: 0 N, 1 C, 2 H, 3 W) that it moves alone, by
     #                                   one (-1: none)
+    producers: tuple[str, ...] = ()  # statements of earlier bands that this band could compute
+    #                                  tile by tile (`recomputable_producers`): a padded input
 
     @property
     def members(self) -> int:
@@ -226,8 +233,34 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             blocks=_blocks(model, node),
             image_axes=_image_axes(model, node),
             reduction_outer=_reduction_outer(inner),
+            producers=recomputable_producers(model, names),
         ))
     return infos
+
+
+def recomputable_producers(model: PolyModel, names) -> tuple[str, ...]:
+    """Statements outside `names` that the statements `names` could compute themselves, piece
+    by piece (`MARK_RECOMPUTE`): each writes, by a plain assignment (no reduction), a tensor
+    that is not a kernel output, that no other statement writes, and that only `names` read;
+    and it reads only tensors complete before it runs (kernel inputs, or tensors written only
+    earlier in program order). A padded copy of a conv's or pool's input is one."""
+    inside = set(names)
+    outputs = {id(t) for t in model.program.outputs}
+    writers: dict[int, list] = {}
+    readers: dict[int, set[str]] = {}
+    for s in model.statements:
+        writers.setdefault(id(s.write.tensor), []).append(s)
+        for a in s.reads:
+            readers.setdefault(id(a.tensor), set()).add(s.name)
+    out = []
+    for s in model.statements:
+        t = id(s.write.tensor)
+        if (s.name in inside or s.role != "assign" or t in outputs or len(writers[t]) != 1
+                or not readers.get(t) or not readers[t] <= inside):
+            continue
+        if all(w.position < s.position for a in s.reads for w in writers.get(id(a.tensor), ())):
+            out.append(s.name)
+    return tuple(out)
 
 
 def _reduction_band(bands: list[isl.ScheduleNode]) -> isl.ScheduleNode | None:

@@ -34,6 +34,8 @@ STEP_KINDS: dict[str, tuple[int, str | None]] = {
     "prefetch": (9, None),  # arg: how many iterations of the band's outer loop ahead to prefetch
     "block": (10, None),  # arg: iterations of the reduction's outer loop per block; every tile of
     #                      the band's cache tile advances one block at a time (a blocked reduction)
+    "recompute": (11, None),  # the band computes the tensors of its producers (a padded input)
+    #                          cache tile by cache tile, in local buffers (`BandInfo.producers`)
 }
 MAP_CAPABILITIES = {"cores": PARALLEL, "blocks": THREADS, "threads": THREADS}
 

@@ -80,3 +80,39 @@ def test_promoted_copies_stay_inside_the_iterations_that_touch_the_tensor():
         interpret(kernel.func, [*ins, *(np.array(a) for a in program.params.values()), *outs])
         for t, got in zip(program.outputs, outs):
             np.testing.assert_allclose(got, want[t.name], rtol=1e-5, atol=1e-5, err_msg=t.name)
+
+
+def test_recompute_boxes_stay_inside_the_tensors_they_read():
+    # a strided depthwise conv computing its padded input (in phases of its columns) per cache
+    # tile, with partial tiles of rows and channels and the boxes' rows rounded up to whole
+    # vectors: run by the bounds-checked TIR interpreter, no access leaves its buffer
+    import sys
+    from dataclasses import replace
+    from pathlib import Path
+
+    import numpy as np
+
+    from akg.compiler import pipeline_for
+    from akg.graph import GraphBuilder, evaluate, random_inputs
+    from akg.schedules.cpu import bands_of, cpu_config, switches_of
+    from akg.target import get_target
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "targets"))
+    from tir_interp import interpret
+
+    b = GraphBuilder("dw")
+    x = b.input("x", (1, 6, 11, 11))
+    b.output(b.relu(b.conv2d(x, b.input("w", (6, 1, 3, 3)), strides=[2, 2], padding=[1, 1], groups=6)))
+    graph = b.build()
+    pipeline = pipeline_for(graph, get_target("cpu"))
+    default = pipeline.default_config()
+    *rest, conv = bands_of(default)
+    conv = replace(conv, tile=(4, 4, 0), register=(2, 4, 0), sink=True, recompute=True)  # rows, channels, columns
+    kernel = pipeline.build(cpu_config(default.fusion, (*rest, conv), **switches_of(default)))
+    assert "_pad_local" in kernel.tir() and "_pad = " not in kernel.tir()
+    inputs = random_inputs(graph, 0)
+    program = kernel.program
+    ins = [np.asarray(inputs[t.name]) for t in program.inputs]
+    outs = [np.full(t.shape, np.nan, t.dtype) for t in program.outputs]
+    interpret(kernel.func, [*ins, *(np.array(a) for a in program.params.values()), *outs])
+    np.testing.assert_allclose(outs[0], evaluate(graph, inputs)[0], rtol=1e-5, atol=1e-5)

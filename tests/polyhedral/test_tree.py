@@ -82,3 +82,21 @@ def test_default_blocks_rows_to_half_of_l1_where_the_passes_reduce_rows():
     # a softmax's passes write rows of exponentials: per-row fusion is faster there
     softmax = pipeline_for(_softmax(4096, 1024), cpu, "smart")
     assert softmax.bands[0].row_writers == 2 and bands_of(softmax.default_config())[0].register == (0,)
+
+
+def _padded_pool(output_pad: bool):
+    b = GraphBuilder("pool")
+    x = b.input("x", (1, 4, 10, 10))
+    p = b.pad(x, before=[0, 0, 1, 1], after=[0, 0, 1, 1]) if output_pad else x
+    y = b.max_pool2d(p, kernel=[3, 3], strides=[1, 1], padding=[0, 0] if output_pad else [1, 1])
+    b.output(y, *([p] if output_pad else []))
+    return b.build()
+
+
+def test_a_padded_input_is_a_recomputable_producer_of_its_reader_only():
+    # the pool's padded copy of its input (band 0) may run inside the pool's band; the copy's
+    # own band has none, and a padded tensor that is also a kernel output must be stored whole
+    bands = pipeline_for(_padded_pool(False), get_target("cpu")).bands
+    assert bands[0].producers == () and bands[-1].producers == bands[0].statements
+    bands = pipeline_for(_padded_pool(True), get_target("cpu")).bands
+    assert all(b.producers == () for b in bands)

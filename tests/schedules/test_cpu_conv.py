@@ -12,7 +12,7 @@ import akg
 from akg.api import compile_model
 from akg.graph import GraphBuilder, random_inputs
 from akg.graph.fuse import partition
-from akg.schedules.cpu import bands_of, channel_vector_band, cpu_config
+from akg.schedules.cpu import bands_of, channel_vector_band, cpu_config, switches_of
 from akg.target import get_target
 from akg.verify import Reference, compare
 
@@ -393,3 +393,65 @@ def test_a_strided_conv_keeps_its_two_vector_strip():
     kernel, built = _kernel_config(graph)
     band = bands_of(built.config)[-1]
     assert band.register[-1] == 2 * get_target("cpu").vector_lanes("float32") and not band.block, band
+
+
+def _recompute(config, on: bool):
+    """`config` with the recompute step of every band on or off."""
+    return cpu_config(config.fusion, tuple(replace(b, recompute=on) for b in bands_of(config)),
+                      **{k: v for k, v in switches_of(config).items()})
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 16, 16, 24, 3, 1, 16),  # rows of 1.5 vectors (half vectors), 4-channel cache tiles
+    (2, 20, 20, 17, 3, 1, 20),  # batch 2, odd rows, partial row tiles
+    (1, 12, 12, 30, 5, 1, 12),  # 5x5 window, pad 2
+    (1, 24, 24, 40, 3, 2, 24),  # strided: the padded input in phases of its columns, per tile
+    (1, 8, 8, 27, 3, 3, 8),  # stride 3
+])
+def test_a_depthwise_conv_computes_its_padded_input_tile_by_tile(shape):
+    # the padded input is never stored whole: each cache tile (a few channels x a few output
+    # rows) computes the padded rows it reads, halo included, into a local buffer, whose
+    # rows are whole vectors; on or off, the kernel matches the reference
+    graph = _conv_bn_relu(*shape)
+    kernel, built = _kernel_config(graph)
+    inputs = random_inputs(graph, 3)
+    ref = Reference.of(graph, inputs)
+    for on in (True, False):
+        k = akg.build(kernel.subgraph, get_target("cpu"), _recompute(built.config, on))
+        tir = k.tir()
+        assert ("_pad = T.alloc_buffer" not in tir and "_pad_local = T.alloc_buffer" in tir) == on, tir
+        assert compare(graph, k(**inputs), ref) == []
+
+
+def test_the_default_recomputes_the_padded_input_of_depthwise_convs_only():
+    lanes = get_target("cpu").vector_lanes("float32")
+    dw = bands_of(_kernel_config(_conv_bn_relu(1, 16, 16, 3 * lanes // 2, 3, 1, groups=16))[1].config)[-1]
+    assert dw.recompute and dw.tile[-2] == dw.register[-2]  # a cache tile of one register tile's channels
+    dense = bands_of(_kernel_config(_conv_bn_relu(1, 16, 32, 16, 3, 1))[1].config)[-1]
+    assert not dense.recompute  # every output channel reads every input channel: no halo to share
+
+
+def test_a_recompute_box_over_its_budget_keeps_the_padded_copy():
+    # cache tiles of half the rows of a 200 x 200 image over all 64 channels: a 5 MB box; the
+    # kernel is lowered again with the producer's own loop nest, and stays correct
+    graph = _conv_bn_relu(1, 64, 64, 200, 3, 1, groups=64)
+    kernel, built = _kernel_config(graph)
+    *rest, conv = bands_of(built.config)
+    conv = replace(conv, tile=(100,) + (0,) * (len(conv.tile) - 1), recompute=True)
+    k = akg.build(kernel.subgraph, get_target("cpu"), cpu_config(built.config.fusion, (*rest, conv)))
+    assert "_pad = T.alloc_buffer" in k.tir() and "_pad_local" not in k.tir()
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, k(**inputs), Reference.of(graph, inputs)) == []
+
+
+def test_a_padded_max_pool_computes_its_padding_per_tile():
+    # ResNet-18's 3x3/2 max-pool (here over 16 channels of 40 px): the -inf padding is
+    # computed per cache tile, not stored whole
+    b = GraphBuilder("pool")
+    b.output(b.max_pool2d(b.input("x", (1, 16, 40, 40)), kernel=[3, 3], strides=[2, 2], padding=[1, 1]))
+    graph = b.build()
+    kernel, built = _kernel_config(graph)
+    assert bands_of(built.config)[-1].recompute
+    assert "_pad = T.alloc_buffer" not in built.tir() and "_pad_local" in built.tir()
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, built(**inputs), Reference.of(graph, inputs)) == []

@@ -98,3 +98,27 @@ def test_reduction_blocks_are_knobs_of_reduction_bands(check_kernel):
     assert Pipeline(lower_graph(b.build()), get_target("cpu")).space().bands[0].blocks == (0,)
     with pytest.raises(ScheduleError, match="reduction block"):
         akg.build(graph, config=Config("smart", (("block", 0, None, -4),)))
+
+
+def test_recompute_is_a_knob_of_bands_with_producers(check_kernel):
+    # a depthwise conv reads a padded copy of its input (the producer, band 0): recomputing it
+    # per cache tile is sampled, mutated and read back from JSON; the copy's own band and a
+    # matmul (no producer) have no such knob
+    b = GraphBuilder("dw")
+    x = b.input("x", (1, 8, 12, 12))
+    b.output(b.conv2d(x, b.input("w", (8, 1, 3, 3)), strides=[1, 1], padding=[1, 1], groups=8))
+    graph = b.build()
+    p = Pipeline(lower_graph(graph), get_target("cpu"))
+    pad, conv = p.space().bands
+    assert pad.recomputes == (False,) and conv.recomputes == (False, True)
+    assert _pipeline()[1].space().bands[0].recomputes == (False,)
+    rng = random.Random(0)
+    space = p.space()
+    samples = [space.sample(rng) for _ in range(30)]
+    on = [c for c in samples if bands_of(c)[1].recompute]
+    assert on and len(on) < len(samples)
+    for config in on[:3]:
+        assert Config.from_json(config.to_json()) == config
+        space.validate(config)
+        check_kernel(graph, p.build(config))
+    assert any(bands_of(space.mutate(on[0], random.Random(s)))[1].recompute is False for s in range(80))

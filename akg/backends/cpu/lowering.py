@@ -49,4 +49,5 @@ def cpu_lowering(target, config) -> LoweringHooks:
     reduce_bits = target.vector_bits if (config.has("vectorize") and target.fast_math_reassoc) else 0
     return LoweringHooks(fence=llvm_fence, local_alloc=stack_alloc, reduce_bits=reduce_bits,
                          fast_math=config.has("fast_math"), reduce_block=REDUCE_BLOCK,
-                         serial_block=0 if target.fast_math_reassoc else REDUCE_BLOCK, prefetch=llvm_prefetch)
+                         serial_block=0 if target.fast_math_reassoc else REDUCE_BLOCK, prefetch=llvm_prefetch,
+                         copy_bits=target.vector_bits if config.has("vectorize") else 0)
