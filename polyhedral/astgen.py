@@ -30,7 +30,7 @@ from tvm import tirx
 from akg.errors import LoweringError
 from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Select, Tensor, Var, walk
 from akg.graph.compute.float8 import bits_dtype, tir_cast
-from akg.polyhedral.model import PolyModel, Statement
+from akg.polyhedral.model import PolyModel, Statement, linear_coefficients
 from akg.polyhedral.intrinsics import FAST_F32
 from akg.polyhedral.prefetch import Stream, spread
 from akg.polyhedral.tirstmt import seq as _seq
@@ -862,15 +862,22 @@ class TirLowering:
         return self.expr(where)  # comparisons joined by and/or
 
     def _copy_lanes(self, p: Promotion) -> int:
-        """Lanes of the vectors a recompute box is computed in (0: serial loops)."""
+        """Lanes of the vectors a recompute box is computed in: 0 (serial loops) where the
+        producer does not read its input along the box's rows (`_computed`)."""
         lanes = self.hooks.copy_bits // (8 * np.dtype(p.tensor.dtype).itemsize)
-        return lanes if lanes > 1 and p.sizes and p.sizes[-1] > lanes // 2 else 0
+        along_rows = _read_order(p.compute, len(p.sizes))[-1] == len(p.sizes) - 1
+        return lanes if lanes > 1 and p.sizes and p.sizes[-1] > lanes // 2 and along_rows else 0
 
     def _computed(self, local, offsets, p: Promotion) -> tirx.Stmt:
-        """Loops over a recompute box evaluating the producer's expression at each element;
-        the last dim in whole vectors (the local rows are rounded up to them), the lanes past
-        the box filled with zeros, not evaluated."""
+        """Loops over a recompute box evaluating the producer's expression at each element.
+        Where the producer reads its input along the box's last dim, that dim runs in whole
+        vectors (the local rows are rounded up to them; lanes past the box are zeros, not
+        evaluated). Where it reads along another dim (a padded input in phases of its
+        columns: the phase moves the input column by one, the column by the stride), the
+        loops go in the order of the input they read, innermost the dim that moves it by one
+        (unrolled), serial for LLVM to vectorise with interleaved loads, not gathers."""
         vars_ = [tirx.Var(f"{_ident(p.tensor.name)}_e{d}", "int32") for d in range(len(p.sizes))]
+        order = _read_order(p.compute, len(p.sizes))
         lanes = self._copy_lanes(p)
         inner = vars_[-1]
         if lanes:
@@ -887,13 +894,13 @@ class TirLowering:
         if lanes and p.sizes[-1] % lanes:
             value = tirx.if_then_else(tirx.LT(inner, p.sizes[-1]), value, tirx.const(0, local.dtype))
         body = tirx.BufferStore(local, value, local_index(index, p.layout))
-        loops = list(zip(vars_, p.sizes))
         if lanes:
             body = tirx.For(lane, 0, lanes, tirx.ForKind.VECTORIZED, body)
             body = tirx.For(chunk, 0, -(-p.sizes[-1] // lanes), tirx.ForKind.SERIAL, body)
-            loops = loops[:-1]
-        for v, n in reversed(loops):
-            body = tirx.For(v, 0, n, tirx.ForKind.SERIAL, body)
+            order = order[:-1]
+        for k, d in enumerate(reversed(order)):
+            kind = tirx.ForKind.UNROLLED if k == 0 and not lanes and 1 < p.sizes[d] <= 4 else tirx.ForKind.SERIAL
+            body = tirx.For(vars_[d], 0, p.sizes[d], kind, body)
         return body
 
     def _copy(self, local, offsets, p: Promotion, into_local: bool, shadow: bool = False) -> tirx.Stmt:
@@ -937,6 +944,26 @@ class StatementRecord:
     loops: tuple[tuple[int, str], ...]  # enclosing loops, outermost first: (trip count, kind)
     accesses: tuple[AccessRecord, ...]  # the write first, then the reads
     ops: int  # arithmetic operations per instance
+
+
+def _read_order(stmt: Statement, ndim: int) -> list[int]:
+    """The dims of a statement's output, outermost first, in the order of the elements its
+    first load reads: by decreasing step of that load's flat index per step of the dim (dims
+    that do not move it outermost, ties in dim order); the dims in order where the load's
+    indices are not affine."""
+    load = next((n for n in walk(stmt.op.body) if isinstance(n, Load)), None)
+    if load is None:
+        return list(range(ndim))
+    strides = np.cumprod([1, *load.tensor.shape[::-1]])[:-1][::-1]
+    steps = [0] * ndim
+    for index, stride in zip(load.indices, strides):
+        coefficients = linear_coefficients(index)
+        if coefficients is None:
+            return list(range(ndim))
+        for d, axis in enumerate(stmt.op.axes):
+            steps[d] += coefficients.get(axis, 0) * int(stride)
+    moving = sorted((d for d in range(ndim) if steps[d]), key=lambda d: -abs(steps[d]))
+    return [d for d in range(ndim) if not steps[d]] + moving
 
 
 def _when(cond: tirx.PrimExpr | None, stmt: tirx.Stmt) -> tirx.Stmt:

@@ -266,32 +266,41 @@ def _conv2d_compute(ctx, x, w, strides, padding, dilation, groups):
 
 
 def _pool_source(ctx, x, kernel, strides, padding, ceil_mode, fill):
+    """The window geometry, and a function (b, c, row, tap row, col, tap col) -> the padded
+    input under that tap. A strided padded pool (ResNet's 3x3/2 max-pool) reads its padded
+    input in phases of its columns, as a strided depthwise conv does (`padded_phases`), so a
+    vector of outputs loads each tap's phase contiguously instead of gathering every
+    stride-th element."""
     k, s, p, out = pool_geometry(TensorType(x.shape, x.dtype), kernel, strides, padding, ceil_mode)
     extra = (max(0, (out[2] - 1) * s[0] + k[0] - (x.shape[2] + p[0] + p[2])),
              max(0, (out[3] - 1) * s[1] + k[1] - (x.shape[3] + p[1] + p[3])))
-    xp = padded(ctx.name, x, (p[0], p[1], p[2] + extra[0], p[3] + extra[1]), fill)
-    return k, s, p, out, xp
+    pads = (p[0], p[1], p[2] + extra[0], p[3] + extra[1])
+    if s[1] > 1 and any(pads):
+        xp = padded_phases(ctx.name, x, pads, s[1], fill)
+        return k, s, p, out, lambda b, c, y, ry, z, rx: xp[b, c, y * s[0] + ry, rx % s[1], z + rx // s[1]]
+    xp = padded(ctx.name, x, pads, fill)
+    return k, s, p, out, lambda b, c, y, ry, z, rx: xp[b, c, y * s[0] + ry, z * s[1] + rx]
 
 
 @defcompute("max_pool2d")
 def _max_pool_compute(ctx, x, kernel, strides, padding, ceil_mode):
-    k, s, _, out, xp = _pool_source(ctx, x, kernel, strides, padding, ceil_mode, float("-inf"))
+    k, s, _, out, tap = _pool_source(ctx, x, kernel, strides, padding, ceil_mode, float("-inf"))
 
     def body(b, c, y, z):
         ry, rx = reduce_axis(k[0], f"{ctx.name}.ry"), reduce_axis(k[1], f"{ctx.name}.rx")
-        return reduce("max", xp[b, c, y * s[0] + ry, z * s[1] + rx], [ry, rx])
+        return reduce("max", tap(b, c, y, ry, z, rx), [ry, rx])
 
     return compute(out, body, ctx.name)
 
 
 @defcompute("avg_pool2d")
 def _avg_pool_compute(ctx, x, kernel, strides, padding, ceil_mode, count_include_pad):
-    k, s, (pt, pl, pb, pr), out, xp = _pool_source(ctx, x, kernel, strides, padding, ceil_mode, 0.0)
+    k, s, (pt, pl, pb, pr), out, tap = _pool_source(ctx, x, kernel, strides, padding, ceil_mode, 0.0)
     acc = accumulate_dtype(x.dtype)
 
     def window_sum(b, c, y, z):
         ry, rx = reduce_axis(k[0], f"{ctx.name}.ry"), reduce_axis(k[1], f"{ctx.name}.rx")
-        return reduce("sum", cast(acc, xp[b, c, y * s[0] + ry, z * s[1] + rx]), [ry, rx])
+        return reduce("sum", cast(acc, tap(b, c, y, ry, z, rx)), [ry, rx])
 
     total = compute(out, window_sum, ctx.name + ".sum")
     h, w = x.shape[2:]
