@@ -749,7 +749,7 @@ class CpuRecipe(Recipe):
                                   info.producers if bc.recompute else ()))
         vectorize, unroll = switches["vectorize"], switches["unroll"]
         schedule = tree.map_outer_bands(model, schedule,
-                                        lambda node, k: _apply_band(node, k, plans[k], vectorize, unroll))
+                                        lambda node, k: _apply_band(node, k, plans[k], vectorize, unroll, model))
         if vectorize:
             schedule = tree.vectorize_inner_bands(model, schedule)
             schedule = tree.strip_inner_vectors(model, schedule, self.target.vector_lanes(dtype))
@@ -779,7 +779,7 @@ def _log2(x: float) -> float:
     return math.log2(x) if x > 0 else 0.0
 
 
-def _apply_band(node, index: int, bp: BandPlan, vectorize: bool, unroll: bool):
+def _apply_band(node, index: int, bp: BandPlan, vectorize: bool, unroll: bool, model=None):
     """Tile (cache level), tile again (register level), sink the register loops below inner
     bands, and mark. Returns some node of the updated tree."""
     n = tree.band_members(node)
@@ -798,7 +798,7 @@ def _apply_band(node, index: int, bp: BandPlan, vectorize: bool, unroll: bool):
     # output channels) are kept with that loop's dim last, so their vectors are contiguous
     vector_last = f".{VECTOR_LAST}" if bp.sink and bp.order[-1] != n - 1 else ""
     if bp.block and bp.sink and reg_tiled and all(coincident) and not tree.is_innermost(node):
-        return _blocked_band(node, index, bp, tile, register, vectorize, unroll, vector_last)
+        return _blocked_band(node, index, bp, tile, register, vectorize, unroll, vector_last, model)
     pack = bp.pack and tiled and n > 1 and tile[-1] != extents[-1] and all(coincident)
     if tiled and pack:
         # the last member's tile loop goes outermost, and operands that depend only on it
@@ -844,14 +844,15 @@ def _apply_band(node, index: int, bp: BandPlan, vectorize: bool, unroll: bool):
         return tree.distribute(node, coincident)
     if bp.sink and all(coincident) and not innermost:
         marks = tree.register_marks(coincident, vectorize, unroll and reg_tiled, True)
-        return tree.sink_below_inner(node, coincident, marks)
+        return tree.sink_below_inner(node, coincident, marks, model)
     # register loops above other loops (a reduction not sunk under) are not unrolled: that
     # would copy the whole inner nest once per register-tile point, and LLVM takes minutes
     marks = tree.register_marks(coincident, vectorize, unroll and reg_tiled and innermost, innermost)
     return tree.insert_marks_on_members(node, marks)
 
 
-def _blocked_band(node, index: int, bp: BandPlan, tile, register, vectorize: bool, unroll: bool, vector_last: str):
+def _blocked_band(node, index: int, bp: BandPlan, tile, register, vectorize: bool, unroll: bool, vector_last: str,
+                  model=None):
     """A band whose reduction runs in blocks (`BandConfig.block`): cache tile loops (parallel),
     the partial sums of a cache tile held in a local buffer (channels last where the vector
     loop walks them), the loop over the reduction's blocks (prefetching the next block's
@@ -869,4 +870,4 @@ def _blocked_band(node, index: int, bp: BandPlan, tile, register, vectorize: boo
     node = tree.tile_band(node, register)
     node = tree.mark(tree.child(node), f"{MARK_PROMOTE}.{index}.1{vector_last}")
     marks = tree.register_marks(coincident, vectorize, unroll, True)
-    return tree.sink_below_inner(node, coincident, marks)
+    return tree.sink_below_inner(node, coincident, marks, model)

@@ -458,3 +458,25 @@ def test_a_padded_max_pool_computes_its_padding_per_tile():
     assert "_pad = T.alloc_buffer" not in built.tir() and "_pad_local" in built.tir()
     inputs = random_inputs(graph, 0)
     assert compare(graph, built(**inputs), Reference.of(graph, inputs)) == []
+
+
+@pytest.mark.parametrize("image, rows", [(32, True), (28, False)])
+def test_a_channel_vector_epilogue_stores_along_rows(image, rows):
+    # a 3x3 conv vectorised over its output channels, with a residual: its epilogue (batch
+    # norm, residual add, relu) runs one channel at a time over a row of the register tile,
+    # so the NCHW output is stored (and the residual read) a row vector at a time instead of
+    # a scattered element per channel; rows of 7 (no power of two) keep the channel vectors
+    graph = _conv_bn_relu(1, 64, 64, image, 3, 1, residual=True)
+    kernel, built = _kernel_config(graph)
+    band = bands_of(built.config)[-1]
+    assert band.sink and band.order[-1] != len(band.order) - 1, band  # channels are the vector loop
+    lanes = band.register[-1]  # one vector of output channels
+    lines = built.tir().splitlines()
+    (store,) = [i for i, line in enumerate(lines) if "skip[" in line]
+    loops = "".join(lines[store - 3:store])
+    if rows:  # the channels outermost, serial; the row's 8 outputs one vector
+        assert f"range({lanes})" in loops and "T.vectorized(8)" in loops, loops
+    else:
+        assert f"T.vectorized({lanes})" in loops, loops
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, built(**inputs), Reference.of(graph, inputs)) == []
