@@ -61,6 +61,10 @@ class Target(abc.ABC):
     capabilities: frozenset[str] = frozenset()
 
     cost_unit: ClassVar[str] = "s"  # what `Backend.measure` returns (seconds, or cycles)
+    # a strided padded pool reads its padded input in phases of its columns (`lower_graph`),
+    # so that a vector along its output row loads each tap contiguously; False for a target
+    # whose vector copies cannot stride over the input to build the phases
+    window_phases: ClassVar[bool] = True
 
     @property
     def key(self) -> str:

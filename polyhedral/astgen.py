@@ -824,8 +824,8 @@ class TirLowering:
             offsets = [self.expr(e) for e in exprs]
             when = self._condition(where)
             shape = p.shape
-            if p.compute is not None and self._copy_lanes(p):  # rows of whole vectors
-                lanes = self._copy_lanes(p)
+            lanes = self._copy_lanes(p) if p.compute is not None else 0
+            if lanes:  # a recompute box computed in whole vectors: rows rounded up to them
                 shape = (*shape[:-1], -(-shape[-1] // lanes) * lanes)
             local = tirx.decl_buffer(shape, bits_dtype(p.tensor.dtype), _ident(p.tensor.name) + "_local",
                                      scope="global")
@@ -888,9 +888,7 @@ class TirLowering:
         env = dict(zip(p.compute.op.axes, outer_index))
         value = self.value(p.compute.op.body, env)
         if p.guard:
-            value = tirx.if_then_else(_fold(tirx.And, [tirx.And(tirx.GE(g, 0), tirx.LT(g, n))
-                                                       for g, n in zip(outer_index, p.tensor.shape)]),
-                                      value, tirx.const(0, local.dtype))
+            value = tirx.if_then_else(_within(outer_index, p.tensor.shape), value, tirx.const(0, local.dtype))
         if lanes and p.sizes[-1] % lanes:
             value = tirx.if_then_else(tirx.LT(inner, p.sizes[-1]), value, tirx.const(0, local.dtype))
         body = tirx.BufferStore(local, value, local_index(index, p.layout))
@@ -916,9 +914,7 @@ class TirLowering:
         else:
             body = self._store(p.tensor, tirx.BufferLoad(local, into), outer_index, shadow)
         if p.guard:
-            cond = _fold(tirx.And, [tirx.And(tirx.GE(g, 0), tirx.LT(g, n))
-                                    for g, n in zip(outer_index, p.tensor.shape)])
-            body = tirx.IfThenElse(cond, body, None)
+            body = tirx.IfThenElse(_within(outer_index, p.tensor.shape), body, None)
         for v, n in reversed(list(zip(vars_, p.sizes))):
             body = tirx.For(v, 0, n, tirx.ForKind.SERIAL, body)
         return body
@@ -944,6 +940,11 @@ class StatementRecord:
     loops: tuple[tuple[int, str], ...]  # enclosing loops, outermost first: (trip count, kind)
     accesses: tuple[AccessRecord, ...]  # the write first, then the reads
     ops: int  # arithmetic operations per instance
+
+
+def _within(index: list, shape) -> tirx.PrimExpr:
+    """Is `index` inside a tensor of `shape`?"""
+    return _fold(tirx.And, [tirx.And(tirx.GE(g, 0), tirx.LT(g, n)) for g, n in zip(index, shape)])
 
 
 def _read_order(stmt: Statement, ndim: int) -> list[int]:

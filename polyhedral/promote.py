@@ -231,15 +231,15 @@ class Promoter:
         acc = self._of(self.reads, tid).intersect_domain(sub)
         if acc.is_empty():
             return None
-        box = self._box(single(outer.reverse().apply_range(acc)))
-        if box is None:
-            raise RecomputeRefused(f"{stmt.write.tensor.name}: the reads below {name} are not a box")
-        lower, sizes = box
         tensor = stmt.write.tensor
+        footprint = single(outer.reverse().apply_range(acc))
+        box = self._box(footprint)
+        if box is None:
+            raise RecomputeRefused(f"{tensor.name}: the reads below {name} are not a box")
+        lower, sizes = box
         nbytes = int(np.prod(sizes, dtype=np.int64)) * np.dtype(tensor.dtype).itemsize
         if nbytes > RECOMPUTE_BUDGET:
             raise RecomputeRefused(f"{tensor.name}: {nbytes} bytes read below {name} > {RECOMPUTE_BUDGET}")
-        footprint = single(outer.reverse().apply_range(acc))
         guard = not _box_map(lower, sizes, footprint.domain(), tid).range().is_subset(self._bounds(tensor, tid))
         self.covered[tid] = self.covered[tid].union(acc.domain()) if tid in self.covered else acc.domain()
         self.pieces.append([Promotion(tensor, lower, tuple(sizes), True, False, guard, sub,

@@ -270,12 +270,13 @@ def _pool_source(ctx, x, kernel, strides, padding, ceil_mode, fill):
     input under that tap. A strided padded pool (ResNet's 3x3/2 max-pool) reads its padded
     input in phases of its columns, as a strided depthwise conv does (`padded_phases`), so a
     vector of outputs loads each tap's phase contiguously instead of gathering every
-    stride-th element."""
+    stride-th element; not for a target whose vector copies cannot build the phases
+    (`ComputeCtx.window_phases`, from `Target.window_phases`)."""
     k, s, p, out = pool_geometry(TensorType(x.shape, x.dtype), kernel, strides, padding, ceil_mode)
     extra = (max(0, (out[2] - 1) * s[0] + k[0] - (x.shape[2] + p[0] + p[2])),
              max(0, (out[3] - 1) * s[1] + k[1] - (x.shape[3] + p[1] + p[3])))
     pads = (p[0], p[1], p[2] + extra[0], p[3] + extra[1])
-    if s[1] > 1 and any(pads):
+    if ctx.window_phases and s[1] > 1 and any(pads):
         xp = padded_phases(ctx.name, x, pads, s[1], fill)
         return k, s, p, out, lambda b, c, y, ry, z, rx: xp[b, c, y * s[0] + ry, rx % s[1], z + rx // s[1]]
     xp = padded(ctx.name, x, pads, fill)

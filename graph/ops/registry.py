@@ -320,6 +320,7 @@ class ComputeCtx:
     op: str
     name: str
     outs: tuple[TensorType, ...]
+    window_phases: bool = True  # strided padded windows read their input in phases (`Target.window_phases`)
 
     @property
     def out(self) -> TensorType:

@@ -36,6 +36,7 @@ class NpuTarget(Target):
     spec_json: str = field(default="", compare=False, repr=False)
 
     cost_unit = "cycles"
+    window_phases = False  # the vector unit's copies do not stride over the input (`Target.window_phases`)
 
     def __post_init__(self):
         spec = self.spec

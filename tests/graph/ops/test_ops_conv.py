@@ -431,3 +431,21 @@ def test_conv_pool_end_to_end():
     zv, gv = evaluate(b.build(), {"x": X33})
     np.testing.assert_array_equal(zv, [[[[37, 47], [67, 77]]]])
     np.testing.assert_array_equal(gv, [[57]])
+
+
+def test_strided_padded_pools_read_phases_unless_the_target_cannot():
+    # the compute of a 3x3/2 padded pool reads its padded input in two phases of its columns
+    # ([n, c, rows, 2, cols / 2]); a target that says so (the NPU: its vector copies cannot
+    # stride over the input) gets the plain padded input
+    from akg.graph.compute.lower import lower_graph
+
+    b = GraphBuilder("pool")
+    b.output(b.max_pool2d(b.input("x", (1, 2, 9, 9)), kernel=[3, 3], strides=[2, 2], padding=[1, 1]))
+    graph = b.build()
+
+    def pad_shape(window_phases):
+        program = lower_graph(graph, window_phases)
+        (pad,) = [op.output for op in program.ops() if op.output.name.endswith(".pad")]
+        return tuple(pad.shape)
+
+    assert pad_shape(True) == (1, 2, 11, 2, 6) and pad_shape(False) == (1, 2, 11, 11)
