@@ -453,13 +453,19 @@ def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: 
     elif (depth and register[-1] == 2 * lanes and depth * register[-1] * itemsize > l1_bytes and row > 0
           and ext[row - 1] >= 2 and register[row] * 2 * lanes * itemsize <= register_bytes and not strided):
         # the weight slice of a two-vector strip deeper than L1 (3 x 3 x 64 x 32 floats: 73 KB)
-        # streams from L2 for every register tile: one vector of channels over two image rows
-        # keeps as many accumulators and halves the weight each FMA waits for (ResNet-18's 3x3
-        # convs at 56 px, 64 channels, and at 28 px, 128: 687 -> 665 and 813 -> 735 us alone, 2
-        # Xeon cores). Not for a strided conv, whose second row doubles the input it gathers
-        # from (ResNet-18's 3x3/2 conv 64 -> 128 at 56 px: 415 -> 457 us)
-        register[-1] = lanes
+        # streams from L2 for every register tile: two image rows of half as many columns
+        # (2 x 4 positions x 2 vectors of channels) read each weight vector for as many FMAs
+        # from a footprint of input rows that stays in L1 (ResNet-18's 3x3 convs at 56 px, 64
+        # channels, and at 28 px, 128: 687 and 813 us alone with one row of 8 or 7 columns;
+        # 665 and 735 us as one vector of channels over 2 x 8 or 7 positions; in the model,
+        # 2 Xeon cores: 4% and 13% faster again as 2 x 4 x 2 vectors). Rows not a multiple of
+        # 4 keep one vector over two rows. Not for a strided conv, whose second row doubles
+        # the input it gathers from (ResNet-18's 3x3/2 conv 64 -> 128 at 56 px: 415 -> 457 us)
         tile[row - 1] = register[row - 1] = 2
+        if ext[row] % 4 == 0:
+            tile[row] = register[row] = 4
+        else:
+            register[-1] = lanes
     return BandConfig(tuple(order), tuple(tile), tuple(register), True, pack)
 
 

@@ -148,14 +148,18 @@ def test_a_large_weight_is_read_in_blocks_of_input_channels():
     assert band.tile == (1, 0, 0) and not band.pack and not band.block
 
 
-def test_a_strip_whose_weight_slice_exceeds_l1_narrows_to_one_vector_over_two_rows():
+def test_a_strip_whose_weight_slice_exceeds_l1_takes_two_rows_of_fewer_columns():
     # ResNet-18's 3x3 convs at 56 px, 64 -> 64 channels: two vectors of channels read a 73 KB
-    # weight slice per register tile from L2; one vector over two image rows keeps 16
-    # accumulators and reads half of it
+    # weight slice per register tile from L2; over 2 image rows x 4 columns (16 accumulators)
+    # each weight vector serves as many FMAs from an input footprint that stays in L1
     band = channel_vector_band([1, 2, 0], [56, 56, 64], 16, 4, 1024, depth=576, l2_bytes=2 << 20, outer=64,
                                l1_bytes=48 << 10)
-    assert band.register == (2, 8, 16) and band.tile == (2, 8, 0) and not band.block
-    # a slice that fits L1 (3 x 3 x 32 x 32 floats: 36 KB) keeps the two-vector strip
+    assert band.register == (2, 4, 32) and band.tile == (2, 4, 0) and not band.block
+    # rows that are no multiple of 4 (14 px): one vector of channels over 2 x 7 positions
+    band = channel_vector_band([1, 2, 0], [14, 14, 64], 16, 4, 1024, depth=576, l2_bytes=2 << 20, outer=64,
+                               l1_bytes=48 << 10)
+    assert band.register == (2, 7, 16) and band.tile == (2, 7, 0)
+    # a slice that fits L1 (3 x 3 x 32 x 32 floats: 36 KB) keeps one row of 8 columns
     band = channel_vector_band([1, 2, 0], [56, 56, 64], 16, 4, 1024, depth=288, l2_bytes=2 << 20, outer=32,
                                l1_bytes=48 << 10)
     assert band.register == (0, 8, 32)
@@ -460,22 +464,23 @@ def test_a_padded_max_pool_computes_its_padding_per_tile():
     assert compare(graph, built(**inputs), Reference.of(graph, inputs)) == []
 
 
-@pytest.mark.parametrize("image, rows", [(32, True), (28, False)])
+@pytest.mark.parametrize("image, rows", [(32, True), (28, True), (14, False)])
 def test_a_channel_vector_epilogue_stores_along_rows(image, rows):
     # a 3x3 conv vectorised over its output channels, with a residual: its epilogue (batch
-    # norm, residual add, relu) runs one channel at a time over a row of the register tile,
-    # so the NCHW output is stored (and the residual read) a row vector at a time instead of
-    # a scattered element per channel; rows of 7 (no power of two) keep the channel vectors
+    # norm, residual add, relu) runs one channel at a time over a row of the register tile
+    # (4 columns), so the NCHW output is stored (and the residual read) a row vector at a time
+    # instead of a scattered element per channel; rows of 7 (no power of two) keep the
+    # channel vectors
     graph = _conv_bn_relu(1, 64, 64, image, 3, 1, residual=True)
     kernel, built = _kernel_config(graph)
     band = bands_of(built.config)[-1]
     assert band.sink and band.order[-1] != len(band.order) - 1, band  # channels are the vector loop
-    lanes = band.register[-1]  # one vector of output channels
+    lanes = band.register[-1]  # the output channels of the register tile
     lines = built.tir().splitlines()
     (store,) = [i for i, line in enumerate(lines) if "skip[" in line]
     loops = "".join(lines[store - 3:store])
-    if rows:  # the channels outermost, serial; the row's 8 outputs one vector
-        assert f"range({lanes})" in loops and "T.vectorized(8)" in loops, loops
+    if rows:  # the channels outermost, serial; the row's outputs one vector
+        assert f"range({lanes})" in loops and f"T.vectorized({band.register[-2]})" in loops, loops
     else:
         assert f"T.vectorized({lanes})" in loops, loops
     inputs = random_inputs(graph, 0)
