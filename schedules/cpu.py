@@ -337,12 +337,13 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     recompute = False
     if info.producers and sink and n > 2 and depth <= 49 and register[-2] and tile[-2] != register[-2] \
             and any(0 < r < (t or e) for r, t, e in zip(register, tile[:-2] + [register[-2], tile[-1]], ext)):
-        # a window over a padded input under a shallow reduction (a depthwise conv): the cache
-        # tile takes the register tile's channels (and still holds several register tiles:
-        # one alone would lose its local accumulators), and computes the rows of the padded input
-        # it reads (its rows and the window's halo, ~6 KB) into a local buffer instead of a
-        # padded copy of the whole input going through memory before the conv
-        # (MobileNetV2's 3x3 depthwise conv at 56 px, 144 channels: 171 -> 78 us alone)
+        # a window over a padded input under a shallow reduction (a depthwise conv, a pool): the
+        # cache tile takes the register tile's channels (and still holds several register
+        # tiles: one alone would lose its local accumulators), and computes the rows of the
+        # padded input it reads (its rows and the window's halo, ~6 KB) into a local buffer
+        # instead of a padded copy of the whole input going through memory before the conv
+        # (MobileNetV2's 3x3 depthwise conv at 56 px, 144 channels: 171 -> 78 us alone;
+        # ResNet-18's 3x3/2 max-pool, with its input in phases: 384 -> 80 us)
         tile[-2], recompute = register[-2], True
     return BandConfig(tuple(order), tuple(tile), tuple(register), sink, pack, prefetch, recompute=recompute)
 
