@@ -903,12 +903,13 @@ class TirLowering:
 
     def _copy(self, local, offsets, p: Promotion, into_local: bool, shadow: bool = False) -> tirx.Stmt:
         """Loops over the promotion box copying between the local buffer and the tensor's
-        buffer in the enclosing scope (memory, or an outer local buffer)."""
+        buffer in the enclosing scope (memory, or an outer local buffer); a recompute box is
+        computed instead (`_computed`)."""
+        if into_local and p.compute is not None:
+            return self._computed(local, offsets, p)
         vars_ = [tirx.Var(f"{_ident(p.tensor.name)}_e{d}", "int32") for d in range(len(p.sizes))]
         outer_index = [o + v for o, v in zip(offsets, vars_)]
         into = local_index(list(vars_), p.layout)
-        if into_local and p.compute is not None:
-            return self._computed(local, offsets, p)
         if into_local:
             body = tirx.BufferStore(local, self._load(p.tensor, outer_index, shadow), into)
         else:
@@ -1085,7 +1086,7 @@ def lower_to_tir(model: PolyModel, schedule: isl.Schedule, promote: bool = True,
     try:
         if recomputed:
             # the producers named by recompute marks run below them, box by box, not on their own
-            lowering = TirLowering(model, Promoter(model, schedule, recompute=True), name, hooks)
+            lowering = TirLowering(model, Promoter(model, schedule, recompute=frozenset(recomputed)), name, hooks)
             try:
                 return lowering.lower(without_statements(schedule, recomputed)), lowering.records
             except RecomputeRefused as e:

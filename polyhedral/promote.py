@@ -102,7 +102,7 @@ class Promoter:
     occurrence during AST generation."""
 
     def __init__(self, model: PolyModel, schedule: isl.Schedule, budget: int = DEFAULT_BUDGET,
-                 enabled: bool = True, recompute: bool = False):
+                 enabled: bool = True, recompute: frozenset[str] = frozenset()):
         self.model, self.budget, self.enabled = model, budget, enabled
         self.outputs = {id(t) for t in model.program.outputs}
         self.by_id = model.tensor_by_id()
@@ -115,8 +115,8 @@ class Promoter:
         # recompute marks: tensor id -> its producer, and the instances its boxes serve so far
         self.recomputed: dict[str, Statement] = {}
         self.covered: dict[str, isl.UnionSet] = {}
-        if enabled and recompute:
-            for name in recompute_marks(schedule):
+        if enabled:  # `recompute`: the statements of the schedule's recompute marks (`recompute_marks`)
+            for name in recompute:
                 stmt = model.statement(name)
                 self.recomputed[model.tensor_ids[stmt.write.tensor]] = stmt
         if enabled:

@@ -336,7 +336,7 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     prefetch = 1 if n == 1 and info.passes > 1 and not sink else 0
     recompute = False
     if info.producers and sink and n > 2 and depth <= 49 and register[-2] and tile[-2] != register[-2] \
-            and any(0 < r < (t or e) for r, t, e in zip(register, tile[:-2] + [register[-2], tile[-1]], ext)):
+            and _register_tiled(register, [*tile[:-2], register[-2], tile[-1]], ext):
         # a window over a padded input under a shallow reduction (a depthwise conv, a pool): the
         # cache tile takes the register tile's channels (and still holds several register
         # tiles: one alone would lose its local accumulators), and computes the rows of the
@@ -346,6 +346,11 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         # ResNet-18's 3x3/2 max-pool, with its input in phases: 384 -> 80 us)
         tile[-2], recompute = register[-2], True
     return BandConfig(tuple(order), tuple(tile), tuple(register), sink, pack, prefetch, recompute=recompute)
+
+
+def _register_tiled(register, tile, ext) -> bool:
+    """Does some member's register tile leave several in its cache tile (0: the whole loop)?"""
+    return any(0 < r < (t or e) for r, t, e in zip(register, tile, ext))
 
 
 def half_vector_window(info: BandInfo, order, ext, lanes: int, depth: int) -> bool:
