@@ -131,7 +131,7 @@ def pipeline_for(graph: Graph | Subgraph, target: str | Target = "cpu", fusion: 
     if key in _PIPELINES:
         _PIPELINES.move_to_end(key)
         return _PIPELINES[key]
-    pipeline = Pipeline(program or lower_graph(graph, target.window_phases), target, fusion)
+    pipeline = Pipeline(program or lower_graph(graph, target.window_phases, target.vector_bits), target, fusion)
     _PIPELINES[key] = pipeline
     while len(_PIPELINES) > 32:
         _PIPELINES.popitem(last=False)
@@ -158,7 +158,8 @@ def build(subgraph: Subgraph | Graph | Program, target: str | Target = "cpu",
     if config is None and choose is not None and isinstance(subgraph, Graph):
         config, source = choose(subgraph, target)
     if program is None:
-        program = subgraph if isinstance(subgraph, Program) else lower_graph(subgraph, target.window_phases)
+        program = (subgraph if isinstance(subgraph, Program)
+                   else lower_graph(subgraph, target.window_phases, target.vector_bits))
     lower_s = time.perf_counter() - t0
     fusion = config.fusion if config is not None else "smart"
     pipeline = Pipeline(program, target, fusion)
@@ -190,7 +191,8 @@ def compile_model(graph: Graph, target: str | Target = "cpu", choose: ConfigChoo
     for i, fk in enumerate(parts.kernels):
         key = fk.subgraph.workload_key
         if key not in built:
-            program = lower_graph(fk.subgraph.graph, target.window_phases)  # lowered once: built, and its weights bound
+            # lowered once: built, and its weights bound
+            program = lower_graph(fk.subgraph.graph, target.window_phases, target.vector_bits)
             kernel = build(fk.subgraph, target, choose=choose, program=program)
             built[key] = LoadedKernel(kernel.executable, kernel.config.to_json(), kernel.config_source, func=kernel.func)
             params = list(program.params.values())

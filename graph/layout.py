@@ -37,7 +37,10 @@ the register tile's strip of channels streams its whole reduction contiguously, 
 of channels needs no pack copy per call (the promoter skips a panel that is already one
 contiguous slice).
 Depthwise weights are left alone: their input is read along the channels as well, so the
-mapping keeps the output width innermost.
+mapping keeps the output width innermost. So are the weights of a strided conv over an image's
+few channels with output rows a vector wide or more (a CNN's stem over RGB,
+`akg.graph.ops.conv.image_rows`): its input is read in phases of its columns, so its output
+rows are the vector loop without gathering, and it stores whole vectors of NCHW rows.
 
 A matmul weight that is not stored in panels (its columns are no multiple of the strip) is
 stored one way for each width, whichever way the model wrote it: `[N, K]`, read with
@@ -97,10 +100,16 @@ def wants_channels_last(node, weight: np.ndarray, target) -> bool:
     vectors of them when strided; or its window slides along rows of any width, with four
     vectors of channels or more and a reduction as deep, `akg.schedules.cpu.channel_rich`) and
     so reads its weight best with the output channel last. Not depthwise or grouped convs,
-    whose input is read along the channels too."""
+    whose input is read along the channels too, nor a strided conv over an image's channels
+    with rows a vector wide (a CNN's stem), which runs along its output rows
+    (`akg.graph.ops.conv.image_rows`)."""
+    from akg.graph.ops.conv import image_rows, pair
+
     lanes = channels_last_lanes(target, node.outputs[0].dtype, weight.shape[0])
     o, depth = weight.shape[0], int(np.prod(weight.shape[1:]))
     if lanes is None or node.attrs["groups"] != 1 or o < lanes:
+        return False
+    if image_rows(weight.shape[1], pair(node.attrs["strides"], "strides")[1], node.outputs[0].shape[-1], lanes):
         return False
     strided = max(int(s) for s in node.attrs["strides"]) > 1 and o % lanes == 0
     rich = weight.shape[-1] > 1 and o >= 4 * lanes and o % lanes == 0 and depth >= 4 * lanes

@@ -63,6 +63,9 @@ class BandInfo:
     #                                   one (-1: none)
     producers: tuple[str, ...] = ()  # statements of earlier bands that this band could compute
     #                                  tile by tile (`recomputable_producers`): a padded input
+    row_steps: tuple[int, ...] = ()  # per member: the largest constant step by which it moves an
+    #                                  index of a read other than the last (a strided conv's
+    #                                  output row moves its input row by the stride)
 
     @property
     def members(self) -> int:
@@ -144,6 +147,28 @@ def _contiguity(model: PolyModel, node: isl.ScheduleNode, strided: bool = False,
                 if hit:
                     counts[d] += int(np.prod(acc.tensor.shape, dtype=np.int64))
     return tuple(counts)
+
+
+def _row_steps(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
+    """`BandInfo.row_steps`: per band member, the largest step by which it alone moves an index
+    of some read other than the last."""
+    mupa = node.band_get_partial_schedule()
+    steps = [0] * node.band_n_member()
+    members = [affs_by_statement(mupa.get_at(d)) for d in range(node.band_n_member())]
+    for name in _statement_names(node):
+        stmt = model.statement(name)
+        for d, m in enumerate(members):
+            aff = m.get(name)
+            coeffs = [] if aff is None else [int(aff.get_coefficient_val(isl.dim_type.in_, i).to_python())
+                                             for i in range(len(stmt.iters))]
+            unit = [i for i, c in enumerate(coeffs) if abs(c) == 1]
+            if len(unit) != 1:
+                continue
+            var = stmt.iters[unit[0]]
+            for acc in stmt.reads:
+                for e in acc.indices[:-1]:  # indices that are no linear form (a phase) say nothing
+                    steps[d] = max(steps[d], abs(int((linear_coefficients(e) or {}).get(var, 0))))
+    return tuple(steps)
 
 
 def affs_by_statement(upa: isl.UnionPwAff) -> dict[str, isl.Aff]:
@@ -234,6 +259,7 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             image_axes=_image_axes(model, node),
             reduction_outer=_reduction_outer(inner),
             producers=recomputable_producers(model, names),
+            row_steps=_row_steps(model, node),
         ))
     return infos
 

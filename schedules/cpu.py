@@ -243,9 +243,17 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         if n > 2 and coin[-3] and register[-1] == lanes and budget >= 8:
             # one vector wide (a conv's output row): 4 x (budget / 4) rows over the two loops
             # above it (4 x 4 with AVX-512, 4 x 2 with AVX2's 12 accumulators once the rows
-            # divide the loop), so each loaded vector and each broadcast feed several FMAs
-            register[-3] = _largest_fitting(ext[-3], min(ext[-3], 4))
-            register[-2] = _largest_fitting(ext[-2], min(ext[-2], budget // 4))
+            # divide the loop), so each loaded vector and each broadcast feed several FMAs.
+            # Output rows that step over input rows (a strided conv's) under a deep reduction
+            # take 2 of them: 4 would read 4 x stride + KH - stride input rows per register
+            # tile (ResNet-18's 7x7/2 stem along its rows, 3 -> 64 channels at 224 px: 828 ->
+            # 746 us as 2 rows x 8 channels; 3 -> 32 channels, 3x3/2 at 64 px: 20.3 -> 18.7 us)
+            rows = [4, budget // 4]  # over the loops at -3 and -2 in `order`
+            strided = [pos for pos in (0, 1) if _steps_over_rows(info, order[pos - 3])]
+            if strided and depth > 49:
+                rows[strided[0]], rows[1 - strided[0]] = 2, budget // 2
+            register[-3] = _largest_fitting(ext[-3], min(ext[-3], rows[0]))
+            register[-2] = _largest_fitting(ext[-2], min(ext[-2], rows[1]))
             if half_vector_window(info, order, ext, lanes, depth):
                 half = True
                 # rows not a whole number of vectors but of half vectors, under a shallow
@@ -361,6 +369,12 @@ def half_vector_window(info: BandInfo, order, ext, lanes: int, depth: int) -> bo
     row = order[-1]
     return (bool(info.windowed) and info.windowed[row] > 0 and depth <= 49
             and lanes >= 16 and ext[-1] % lanes != 0 and ext[-1] % (lanes // 2) == 0)
+
+
+def _steps_over_rows(info: BandInfo, member: int) -> bool:
+    """Does the member step over the rows of some input (a strided conv's output rows,
+    `BandInfo.row_steps`)?"""
+    return bool(info.row_steps) and info.row_steps[member] > 1
 
 
 def parallel_threshold(info: BandInfo) -> int:

@@ -86,11 +86,12 @@ def kernel_params(graph: Graph) -> list[np.ndarray]:
             if not _uniform(a)]
 
 
-def lower_graph(graph: Graph, window_phases: bool = True) -> Program:
+def lower_graph(graph: Graph, window_phases: bool = True, vector_bits: int = 0) -> Program:
     """Expand composites, decompose complex values into float pairs, compute storage types
     (bfloat16, float8) in float32, then build each basic op's tensor expression (strided
     padded pools over phases of their input's columns unless `window_phases` is False: the
-    target's `Target.window_phases`)."""
+    target's `Target.window_phases`; `vector_bits`: the target's, for the op definitions that
+    follow its vectors, `akg.graph.ops.conv.image_rows`)."""
     complex_names = complex_io(graph)
     graph = widen_storage(decompose_complex(expand(graph)))
     env: dict[Value, Tensor] = {}
@@ -113,7 +114,8 @@ def lower_graph(graph: Graph, window_phases: bool = True) -> Program:
     for node in graph.nodes:
         if node.op not in COMPUTES:
             raise UnsupportedOpError(node.op, reason="it has no compute definition")
-        ctx = ComputeCtx(node.op, node.outputs[0].name, tuple(v.type for v in node.outputs), window_phases)
+        ctx = ComputeCtx(node.op, node.outputs[0].name, tuple(v.type for v in node.outputs), window_phases,
+                         vector_bits)
         out = COMPUTES.get(node.op)(ctx, *(env[v] for v in node.inputs), **node.attrs)
         for v, t in zip(node.outputs, out if isinstance(out, tuple) else (out,)):
             env[v] = t

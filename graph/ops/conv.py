@@ -235,16 +235,36 @@ def padded_phases(name: str, x, pads: tuple[int, int, int, int], stride: int, fi
                    f"{name}.pad")
 
 
+IMAGE_CHANNELS = 4  # input channels per group of a conv over an image (gray, RGB, RGBA)
+
+
+def image_rows(channels: int, stride: int, out_width: int, lanes: int) -> bool:
+    """Whether a dense conv over an image's few channels (`channels` per group <=
+    IMAGE_CHANNELS: a CNN's stem), strided along its rows, runs along its output rows: vectors
+    of output columns, each tap loading one phase of the padded input contiguously
+    (`padded_phases`), each accumulator a piece of an NCHW row. Vectorised over its output
+    channels instead (a channels-last weight, `akg.graph.layout`), its reduction is too shallow
+    (3 x 7 x 7 taps) for the epilogue that transposes each tile of 8 positions x 32 channels
+    into NCHW rows, and every output row goes to as many places in memory as there are
+    channels. ResNet-18's 7x7/2 stem at 224 px: 808-846 us warm, 1134-1176 us with its data
+    out of cache as channel vectors, 746 / 798 us along the rows (2 Xeon cores). `lanes`: the
+    target's vector lanes (0: unknown, no)."""
+    return lanes > 1 and stride > 1 and channels <= IMAGE_CHANNELS and out_width >= lanes
+
+
 @defcompute("conv2d")
 def _conv2d_compute(ctx, x, w, strides, padding, dilation, groups):
     (sh, sw), (dh, dw) = pair(strides, "strides"), pair(dilation, "dilation")
     o, cg, kh, kw = w.shape
     per_group = o // groups
     acc = accumulate_dtype(x.dtype)
-    # a strided grouped conv (a depthwise conv, whose vectors run along its output rows): the
-    # padded input in phases, so each vector of the row loads one phase contiguously instead of
-    # gathering every stride-th element
-    phased = groups > 1 and sw > 1 and any(pads4(padding))
+    # a strided grouped conv (a depthwise conv, whose vectors run along its output rows), or a
+    # strided conv over an image's channels (`image_rows`): the padded input in phases, so
+    # each vector of the row loads one phase contiguously instead of gathering every
+    # stride-th element
+    lanes = ctx.vector_bits // (8 * np.dtype(x.dtype).itemsize)
+    phased = sw > 1 and ((groups > 1 and any(pads4(padding)))
+                         or (groups == 1 and ctx.window_phases and image_rows(cg, sw, ctx.out.shape[-1], lanes)))
     xp = padded_phases(ctx.name, x, pads4(padding), sw, 0.0) if phased else padded(ctx.name, x, pads4(padding), 0.0)
 
     def body(b, f, y, z):

@@ -321,6 +321,7 @@ class ComputeCtx:
     name: str
     outs: tuple[TensorType, ...]
     window_phases: bool = True  # strided padded windows read their input in phases (`Target.window_phases`)
+    vector_bits: int = 0  # the target's vector width (`Target.vector_bits`; 0: unknown)
 
     @property
     def out(self) -> TensorType:

@@ -196,6 +196,16 @@ def test_strided_conv_weight_is_stored_channels_last_even_with_wide_rows():
     assert stored.name == "w.Oihwo" and array.shape == (2, 16, 3, 3, PANEL)
 
 
+def test_strided_conv_over_image_channels_keeps_its_weight():
+    # a stem (3 input channels, stride 2) with output rows 32 wide runs along its rows
+    # (`akg.graph.ops.conv.image_rows`): its weight stays OIHW; with rows of 8, narrower than a
+    # vector, it is mapped over its output channels after all
+    stem = _conv(channels=3, image=64, k=7)
+    assert pack_weights(stem) is stem
+    narrow = pack_weights(_conv(channels=3, image=16, k=7))
+    assert [v.name for v in narrow.constants] == ["w.Oihwo"]
+
+
 def test_wide_conv_with_many_channels_is_stored_in_blocks():
     # rows 32 wide at stride 1, but 4 vectors of output channels over a 3x3 x 16 reduction: the
     # mapping vectorises over the channels (`akg.schedules.cpu.channel_rich`)

@@ -100,3 +100,17 @@ def test_a_padded_input_is_a_recomputable_producer_of_its_reader_only():
     assert bands[0].producers == () and bands[-1].producers == bands[0].statements
     bands = pipeline_for(_padded_pool(True), get_target("cpu")).bands
     assert all(b.producers == () for b in bands)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_row_steps_name_the_member_that_steps_over_input_rows(stride):
+    # a conv's output rows move its (padded) input's rows by the stride; its output channels
+    # move the weight's first index by one; its output columns only move last indices
+    b = GraphBuilder("conv")
+    x = b.input("x", (1, 16, 32, 32))
+    w = b.const(np.ones((32, 16, 3, 3), np.float32), name="w")
+    b.output(b.conv2d(x, w, strides=[stride, stride], padding=[1, 1]))
+    (band,) = [info for info in pipeline_for(b.build(), get_target("cpu")).bands if info.reduction_inner]
+    rows = [m for m, extent in enumerate(band.extents) if extent == 32 // stride and band.image_axes[m] == 2]
+    assert [band.row_steps[m] for m in rows] == [stride]
+    assert max(band.row_steps) == stride

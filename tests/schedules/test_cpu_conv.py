@@ -260,18 +260,52 @@ def test_a_vector_strip_as_wide_as_the_rows_stays_inside_the_register_tile():
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
 
 
-@pytest.mark.parametrize("k", [7, 3, 1])
+@pytest.mark.parametrize("k", [3, 1])
 def test_strided_conv_is_vectorised_over_output_channels(k):
     # a stride-2 conv's output row reads its input every other element: a vector along it is a
     # gather, so whole vectors of output channels are the vector loop, along a channels-last
-    # weight, even where the rows are a vector wide or more (ResNet's stems, downsampling convs)
+    # weight, even where the rows are a vector wide or more (ResNet's downsampling convs)
     lanes = get_target("cpu").vector_lanes("float32")
-    graph = _conv_bn_relu(1, 3 if k == 7 else 4 * lanes, lanes if k == 7 else 2 * lanes, 4 * lanes, k, 2)
+    graph = _conv_bn_relu(1, 4 * lanes, 2 * lanes, 4 * lanes, k, 2)
     kernel, _ = _kernel_config(graph)
     assert any(v.name.endswith(".ihwo") for v in kernel.subgraph.graph.constants)
     assert _vectorised_over_channels(graph)
     inputs = random_inputs(graph, 0)
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 64, 64, 7), (2, 3, 16, 32, 7), (1, 4, 32, 48, 3), (1, 3, 16, 40, 5)])
+def test_a_strided_conv_over_image_channels_runs_along_its_output_rows(shape):
+    # a stem (3 or 4 input channels, stride 2): its weight stays OIHW, its padded input is
+    # split into phases of its columns, and whole vectors of each output row accumulate over
+    # two output rows at a time (the rows step over two input rows each), so its epilogue
+    # stores vectors of NCHW rows; rows that end in a partial vector (40 px -> 20) stay right
+    batch, channels, out_channels, image, k = shape
+    lanes = get_target("cpu").vector_lanes("float32")
+    graph = _conv_bn_relu(batch, channels, out_channels, image, k, 2)
+    kernel, built = _kernel_config(graph)
+    assert not any(v.name.endswith((".ihwo", ".Oihwo")) for v in kernel.subgraph.graph.constants)
+    conv_band = bands_of(built.config)[-1]
+    assert conv_band.order[-1] == len(conv_band.order) - 1 and conv_band.sink  # the row innermost
+    tir = built.tir()
+    # the padded copy (or, under a shallow reduction, each tile's part of it: `recompute`)
+    (pad,) = [line for line in tir.splitlines() if re.search(r"_pad(_local)? = T.alloc_buffer", line)]
+    assert pad.count(",") >= 4  # [N, C, H', 2 phases, W' / 2]
+    if conv_band.register[-1] == lanes and lanes >= 16 and channels * k * k > 49:
+        # one vector, under a deep reduction: over 2 rows x 8 channels
+        n = len(conv_band.order)  # the loop over rows (member n - 2), third or second innermost
+        assert conv_band.register[-3:-1] == ((2, 8) if conv_band.order[-3] == n - 2 else (8, 2))
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, built(**inputs), Reference.of(graph, inputs)) == []
+    assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
+def test_a_stem_with_rows_narrower_than_a_vector_keeps_its_channel_vectors():
+    lanes = get_target("cpu").vector_lanes("float32")
+    graph = _conv_bn_relu(2, 3, 2 * lanes, lanes, 7, 2)  # output rows of half a vector
+    kernel, _ = _kernel_config(graph)
+    assert any(v.name.endswith(".ihwo") for v in kernel.subgraph.graph.constants)
+    assert _vectorised_over_channels(graph)
 
 
 def _parallel_walks_rows(tir: str) -> bool:

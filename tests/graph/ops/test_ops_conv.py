@@ -449,3 +449,28 @@ def test_strided_padded_pools_read_phases_unless_the_target_cannot():
         return tuple(pad.shape)
 
     assert pad_shape(True) == (1, 2, 11, 2, 6) and pad_shape(False) == (1, 2, 11, 11)
+
+
+@pytest.mark.parametrize("channels, width, bits, phased", [
+    (3, 32, 512, True),    # a stem over RGB, rows of a vector or more: phases
+    (3, 32, 0, False),     # no vector width known (the default): plain padding
+    (3, 16, 512, False),   # rows of 8 < 16 lanes: vectorised over channels, plain padding
+    (8, 32, 512, False),   # more channels than an image's: plain padding
+    (4, 32, 256, True),    # RGBA, AVX2's 8 lanes
+])
+def test_a_strided_conv_over_image_channels_reads_phases(channels, width, bits, phased):
+    # a stem (image_rows) reads its padded input in phases of its columns, as its mapping
+    # runs along the output rows; the values are those of the plain conv either way
+    from akg.graph.compute.lower import lower_graph
+    from akg.graph.ops.conv import image_rows
+
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("stem")
+    x = b.input("x", (1, channels, width, width))
+    w = b.const(rng.standard_normal((16, channels, 7, 7)).astype(np.float32), name="w")
+    b.output(b.conv2d(x, w, strides=[2, 2], padding=[3, 3]))
+    graph = b.build()
+    (pad,) = [op.output for op in lower_graph(graph, True, bits).ops() if op.output.name.endswith(".pad")]
+    assert len(pad.shape) == (5 if phased else 4)
+    assert image_rows(channels, 2, width // 2, bits // 32) == phased
+    assert not image_rows(channels, 1, width, 16)  # not strided: rows without phases
