@@ -519,3 +519,24 @@ def test_a_channel_vector_epilogue_stores_along_rows(image, rows):
         assert f"T.vectorized({lanes})" in loops, loops
     inputs = random_inputs(graph, 0)
     assert compare(graph, built(**inputs), Reference.of(graph, inputs)) == []
+
+
+@pytest.mark.parametrize("channels, k, image, rows", [(144, 1, 28, 2), (256, 1, 28, 2), (32, 3, 16, 4), (16, 3, 28, 4)])
+def test_rows_of_input_over_half_of_l1_take_two_register_rows(channels, k, image, rows):
+    # one vector along the output row: a register tile of 4 rows x 4 channels, or 2 rows x 8
+    # channels where four rows of the input over its channels (a 1x1 conv's 144 or 256 at 28
+    # px: 63 and 112 KB) fill over half of L1, so every strip of channels finds them there
+    target = get_target("cpu")
+    lanes = target.vector_lanes("float32")
+    if lanes != 16 or image % lanes == 0 and image != lanes:
+        pytest.skip("the rows are one vector of AVX-512 here")
+    if rows == 2 and 4 * channels * image * 4 <= target.l1_bytes // 2:
+        pytest.skip("this L1 holds four rows of the input")
+    graph = _conv_bn_relu(1, channels, 32, image, k, 1)
+    _, built = _kernel_config(graph)
+    band = bands_of(built.config)[-1]
+    assert band.register[-1] == lanes
+    n = len(band.order)
+    assert band.register[-3:-1] == ((rows, 16 // rows) if band.order[-3] == n - 2 else (16 // rows, rows))
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, built(**inputs), Reference.of(graph, inputs)) == []
