@@ -243,25 +243,9 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         if n > 2 and coin[-3] and register[-1] == lanes and budget >= 8:
             # one vector wide (a conv's output row): 4 x (budget / 4) rows over the two loops
             # above it (4 x 4 with AVX-512, 4 x 2 with AVX2's 12 accumulators once the rows
-            # divide the loop), so each loaded vector and each broadcast feed several FMAs.
-            # Output rows that step over input rows (a strided conv's) under a deep reduction
-            # take 2 of them: 4 would read 4 x stride + KH - stride input rows per register
-            # tile (ResNet-18's 7x7/2 stem along its rows, 3 -> 64 channels at 224 px: 828 ->
-            # 746 us as 2 rows x 8 channels; 3 -> 32 channels, 3x3/2 at 64 px: 20.3 -> 18.7 us)
-            # Where four rows of the input, over the reduction's outer loop (a 1x1 conv's input
-            # channels), fill over half of L1, they take 2 rows as well: each strip of channels
-            # reads the register tile's input rows again, which then stay in L1, in half as
-            # many passes (MobileNetV2's 1x1 conv 144 -> 32 channels at 28 px: 44.6 -> 33.2 us,
-            # 256 -> 32: 83.7 -> 69.1 us; 32 -> 32 channels, 3x3 at 16 px, stays 4 x 4: 21.9
-            # us, 26.0 as 2 x 8)
-            rows = [4, budget // 4]  # over the loops at -3 and -2 in `order`
-            strided = [pos for pos in (0, 1) if _steps_over_rows(info, order[pos - 3])]
-            image_rows = [pos for pos in (0, 1) if info.image_axes and info.image_axes[order[pos - 3]] == 2]
-            wide_input = info.reduction_outer * 4 * ext[-1] * itemsize > l1_bytes // 2
-            if strided and depth > 49:
-                rows[strided[0]], rows[1 - strided[0]] = 2, budget // 2
-            elif image_rows and wide_input:
-                rows[image_rows[0]], rows[1 - image_rows[0]] = 2, budget // 2
+            # divide the loop), so each loaded vector and each broadcast feed several FMAs;
+            # 2 x (budget / 2) where taller tiles read too much input (`_register_rows`)
+            rows = _register_rows(info, order, depth, budget, ext[-1] * itemsize, l1_bytes)
             register[-3] = _largest_fitting(ext[-3], min(ext[-3], rows[0]))
             register[-2] = _largest_fitting(ext[-2], min(ext[-2], rows[1]))
             if half_vector_window(info, order, ext, lanes, depth):
@@ -381,10 +365,28 @@ def half_vector_window(info: BandInfo, order, ext, lanes: int, depth: int) -> bo
             and lanes >= 16 and ext[-1] % lanes != 0 and ext[-1] % (lanes // 2) == 0)
 
 
-def _steps_over_rows(info: BandInfo, member: int) -> bool:
-    """Does the member step over the rows of some input (a strided conv's output rows,
-    `BandInfo.row_steps`)?"""
-    return bool(info.row_steps) and info.row_steps[member] > 1
+def _register_rows(info: BandInfo, order: list[int], depth: int, budget: int, row_bytes: int,
+                   l1_bytes: int) -> list[int]:
+    """Register tile sizes over the loops at -3 and -2 of `order` (output rows and channels)
+    of a band one vector wide along its output row, with `budget` vector accumulators: 4 x
+    (budget / 4), or 2 rows x (budget / 2) channels
+    - where the rows step over input rows (a strided conv's, `BandInfo.row_steps`) under a
+      deep reduction: 4 rows would read 4 x stride + KH - stride input rows per register tile
+      (ResNet-18's 7x7/2 stem along its rows, 3 -> 64 channels at 224 px: 828 -> 746 us as 2
+      rows x 8 channels; 3 -> 32 channels, 3x3/2 at 64 px: 20.3 -> 18.7 us);
+    - where four input rows (`row_bytes` each) over the reduction's outer loop (a 1x1 conv's
+      input channels) fill over half of L1: every strip of channels reads the register tile's
+      input rows again, which then stay in L1, in half as many passes (MobileNetV2's 1x1 conv
+      144 -> 32 channels at 28 px: 44.6 -> 33.2 us, 256 -> 32: 83.7 -> 69.1 us; 32 -> 32
+      channels, 3x3 at 16 px, stays 4 x 4: 21.9 us, 26.0 as 2 x 8). 2 Xeon cores, AVX-512."""
+    rows = [4, budget // 4]
+    strided = [pos for pos in (0, 1) if info.row_steps and info.row_steps[order[pos - 3]] > 1]
+    image = [pos for pos in (0, 1) if info.image_axes and info.image_axes[order[pos - 3]] == 2]
+    if strided and depth > 49:
+        rows[strided[0]], rows[1 - strided[0]] = 2, budget // 2
+    elif image and info.reduction_outer * 4 * row_bytes > l1_bytes // 2:
+        rows[image[0]], rows[1 - image[0]] = 2, budget // 2
+    return rows
 
 
 def parallel_threshold(info: BandInfo) -> int:
