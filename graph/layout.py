@@ -116,6 +116,19 @@ def wants_channels_last(node, weight: np.ndarray, target) -> bool:
     return node.outputs[0].shape[-1] < lanes or strided or rich
 
 
+def _strip_is_block(node, target, block: int | None) -> bool:
+    """Whether a strided conv stored channels-last gets its weight in blocks of `block` output
+    channels however small: its register tile's strip of channels (`Target.channel_strip`) is
+    one block, whose whole reduction then streams contiguously where channels-last rows give
+    each strip every other 128 bytes (ResNet-18 224's 1x1/2 conv 256 -> 512 channels at 7 px,
+    a 512 KB weight from memory in the model: 150 -> 105 us; 2 Xeon cores)."""
+    from akg.graph.ops.conv import pair
+
+    strip = getattr(target, "channel_strip", None)
+    return (block is not None and strip is not None and max(pair(node.attrs["strides"], "strides")) > 1
+            and strip(node.outputs[0].dtype, node.outputs[0].shape[-1]) == block)
+
+
 def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
     """Constant right operands of matmul stored as `[N / panel, K, panel]` panels (with a
     `target`, each weight's panel width is `weight_panel(target, ...)` instead of `panel`), and
@@ -139,9 +152,12 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
                 # blocks of channels where the mapping takes cache tiles of channels (a weight
                 # over half of L2): each tile then reads its block in place; smaller weights stay
                 # channels-last (ResNet-18 width 16's 64-channel convs at 2 px ran 6.4 -> 50 us
-                # with 32-channel blocks under the 4-vector accumulator strip)
+                # with 32-channel blocks under the 4-vector accumulator strip), unless strided
+                # with a register strip of one block (`_strip_is_block`)
                 l2 = 0 if target is None else getattr(target, "l2_bytes", 1 << 20)  # as cpu.default_bands
-                block = weight_panel(target, ins[1].dtype, weight.shape[0]) if weight.nbytes > l2 // 2 else None
+                panel = weight_panel(target, ins[1].dtype, weight.shape[0])
+                blocked = weight.nbytes > l2 // 2 or _strip_is_block(node, target, panel)
+                block = panel if blocked else None
                 channels_last[ins[1]] = _emit_channels_last(rw, ins[1], weight, block)
             rw.emit("conv2d", [ins[0], channels_last[ins[1]]], node.attrs, node.outputs)
             rw.changes += 1

@@ -443,6 +443,15 @@ def strided_row(info: BandInfo, member: int) -> bool:
 
 ROW_BLOCK = 8  # output positions per register tile of a channel-vector band
 
+
+def channel_strip(width: int, lanes: int, itemsize: int, register_bytes: int) -> int:
+    """Output channels per register tile of a channel-vector band (`channel_vector_band`) whose
+    output rows are `width` wide: the vectors of channels that the accumulator budget holds
+    beside a block of up to ROW_BLOCK positions of the row (before any later narrowing: a
+    blocked reduction, two rows of a stride-1 conv)."""
+    budget = max(lanes, register_bytes // itemsize // lanes * lanes)  # channels of accumulators
+    return max(lanes, budget // _largest_fitting(width, ROW_BLOCK) // lanes * lanes)
+
 def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: int,
                         register_bytes: int, depth: int = 0, l2_bytes: int = 1 << 20, outer: int = 0,
                         l1_bytes: int = 32 << 10, strided: bool = False) -> BandConfig:
@@ -457,11 +466,10 @@ def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: 
     1x1 (32-128 channels, batch 2, + bn + relu): 101 -> 8, 70 -> 7 and 100 -> 7 us on 2 Zen cores
     (scripts/bench/small_convs.py, with the channels-last weights)."""
     n = len(order)
-    budget = max(lanes, register_bytes // itemsize // lanes * lanes)  # channels of accumulators
     row = order.index(n - 1)  # the output row's loop
     pack = False
     rows = _largest_fitting(ext[row], ROW_BLOCK)
-    strip = max(lanes, budget // rows // lanes * lanes)
+    strip = channel_strip(ext[row], lanes, itemsize, register_bytes)
     tile = [1] * (n - 1) + [0]
     tile[row] = rows if rows < ext[row] else 0
     register = [0] * n

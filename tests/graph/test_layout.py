@@ -232,6 +232,24 @@ def test_conv_weight_blocks_only_past_half_of_l2():
         assert names(replace(host_cpu(), l2_bytes=64 << 10)) == ["w.Oihwo"]
 
 
+@pytest.mark.parametrize("image, k", [(14, 1), (14, 3), (8, 1), (4, 3)])
+def test_small_strided_conv_weight_goes_in_blocks_where_its_register_strip_is_one(image, k):
+    # a strided conv mapped over its output channels: under half of L2, its weight goes in
+    # blocks only where the register tile's strip of channels is one block (7 or 4 px rows of
+    # 64 channels on AVX-512: 32-channel strips and blocks), else channels-last as it was
+    from akg.backends.cpu import host_cpu
+
+    target = host_cpu()
+    graph = _conv(out_channels=64, channels=32, image=image, k=k)
+    (name,) = [v.name for v in pack_weights(graph, target=target).constants]
+    width = image // 2
+    one_block = target.channel_strip("float32", width) == target.weight_panel("float32", 64) < 64
+    assert name == ("w.Oihwo" if one_block else "w.ihwo")
+    inputs = random_inputs(graph, 1)
+    np.testing.assert_allclose(evaluate(pack_weights(graph, target=target), inputs)[0], evaluate(graph, inputs)[0],
+                               rtol=1e-6, atol=1e-5)
+
+
 def test_conv_weight_of_one_block_is_stored_channels_last():
     # 24 output channels: blocks of 16 do not divide them, so one block of all 24 (channels last)
     packed = pack_weights(_conv(out_channels=24, image=4))

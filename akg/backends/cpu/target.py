@@ -7,6 +7,8 @@ import functools
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from akg.target import (FAST_MATH, PACK, PARALLEL, REASSOCIATE, UNROLL, VECTOR, MemoryLevel, Target)
 
 
@@ -54,6 +56,13 @@ class CpuTarget(Target):
         from akg.schedules.cpu import vector_strip
 
         return vector_strip(columns, self.vector_lanes(dtype))
+
+    def channel_strip(self, dtype: str, width: int) -> int:
+        """Output channels per register tile where a conv with output rows `width` wide is
+        mapped over its output channels (`akg.schedules.cpu.channel_strip`)."""
+        from akg.schedules.cpu import channel_strip
+
+        return channel_strip(width, self.vector_lanes(dtype), np.dtype(dtype).itemsize, self.accumulator_bytes)
 
     def recipe(self):
         from akg.schedules.cpu import CpuRecipe
