@@ -120,6 +120,12 @@ def _drop_pipelines() -> None:
     gc.collect()
 
 
+def _lowered(graph: Graph, target: Target) -> Program:
+    """`graph`'s tensor expressions as `target` wants its op definitions built (its window
+    phases and vector width: `lower_graph`)."""
+    return lower_graph(graph, target.window_phases, target.vector_bits)
+
+
 def pipeline_for(graph: Graph | Subgraph, target: str | Target = "cpu", fusion: str = "smart",
                  program: Program | None = None) -> Pipeline:
     """A Pipeline for this graph, reused across calls in this process (the tuner builds many
@@ -131,7 +137,7 @@ def pipeline_for(graph: Graph | Subgraph, target: str | Target = "cpu", fusion: 
     if key in _PIPELINES:
         _PIPELINES.move_to_end(key)
         return _PIPELINES[key]
-    pipeline = Pipeline(program or lower_graph(graph, target.window_phases, target.vector_bits), target, fusion)
+    pipeline = Pipeline(program or _lowered(graph, target), target, fusion)
     _PIPELINES[key] = pipeline
     while len(_PIPELINES) > 32:
         _PIPELINES.popitem(last=False)
@@ -158,8 +164,7 @@ def build(subgraph: Subgraph | Graph | Program, target: str | Target = "cpu",
     if config is None and choose is not None and isinstance(subgraph, Graph):
         config, source = choose(subgraph, target)
     if program is None:
-        program = (subgraph if isinstance(subgraph, Program)
-                   else lower_graph(subgraph, target.window_phases, target.vector_bits))
+        program = subgraph if isinstance(subgraph, Program) else _lowered(subgraph, target)
     lower_s = time.perf_counter() - t0
     fusion = config.fusion if config is not None else "smart"
     pipeline = Pipeline(program, target, fusion)
@@ -192,7 +197,7 @@ def compile_model(graph: Graph, target: str | Target = "cpu", choose: ConfigChoo
         key = fk.subgraph.workload_key
         if key not in built:
             # lowered once: built, and its weights bound
-            program = lower_graph(fk.subgraph.graph, target.window_phases, target.vector_bits)
+            program = _lowered(fk.subgraph.graph, target)
             kernel = build(fk.subgraph, target, choose=choose, program=program)
             built[key] = LoadedKernel(kernel.executable, kernel.config.to_json(), kernel.config_source, func=kernel.func)
             params = list(program.params.values())

@@ -158,13 +158,9 @@ def _row_steps(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
     for name in _statement_names(node):
         stmt = model.statement(name)
         for d, m in enumerate(members):
-            aff = m.get(name)
-            coeffs = [] if aff is None else [int(aff.get_coefficient_val(isl.dim_type.in_, i).to_python())
-                                             for i in range(len(stmt.iters))]
-            unit = [i for i, c in enumerate(coeffs) if abs(c) == 1]
-            if len(unit) != 1:
+            var = _unit_iterator(stmt, m.get(name))
+            if var is None:
                 continue
-            var = stmt.iters[unit[0]]
             for acc in stmt.reads:
                 for e in acc.indices[:-1]:  # indices that are no linear form (a phase) say nothing
                     steps[d] = max(steps[d], abs(int((linear_coefficients(e) or {}).get(var, 0))))
@@ -194,14 +190,21 @@ def _last_index_step(stmt, access, member: isl.Aff) -> int:
     return _index_step(stmt, access, member, len(access.indices) - 1)
 
 
+def _unit_iterator(stmt, member: isl.Aff | None):
+    """The statement iterator that the schedule member steps by one (its one iterator of unit
+    coefficient), or None."""
+    if member is None:
+        return None
+    coeffs = [int(member.get_coefficient_val(isl.dim_type.in_, i).to_python()) for i in range(len(stmt.iters))]
+    unit = [i for i, c in enumerate(coeffs) if abs(c) == 1]
+    return stmt.iters[unit[0]] if len(unit) == 1 else None
+
+
 def _index_step(stmt, access, member: isl.Aff, index: int) -> int:
     """`_last_index_step` for the access's index `index`."""
-    n_in = len(stmt.iters)
-    coeffs = [int(member.get_coefficient_val(isl.dim_type.in_, i).to_python()) for i in range(n_in)]
-    unit = [i for i, c in enumerate(coeffs) if abs(c) == 1]
-    if len(unit) != 1:
+    var = _unit_iterator(stmt, member)
+    if var is None:
         return 0
-    var = stmt.iters[unit[0]]
     per_index = [_blocked_coefficients(e, var) for e in access.indices]
     if any(c is None for c in per_index):
         return 0

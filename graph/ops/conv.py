@@ -247,7 +247,7 @@ def image_rows(channels: int, stride: int, out_width: int, lanes: int) -> bool:
     (3 x 7 x 7 taps) for the epilogue that transposes each tile of 8 positions x 32 channels
     into NCHW rows, and every output row goes to as many places in memory as there are
     channels. ResNet-18's 7x7/2 stem at 224 px: 808-846 us warm, 1134-1176 us with its data
-    out of cache as channel vectors, 746 / 798 us along the rows (2 Xeon cores). `lanes`: the
+    out of cache as channel vectors, 731 / 773 us along the rows (2 Xeon cores). `lanes`: the
     target's vector lanes (0: unknown, no)."""
     return lanes > 1 and stride > 1 and channels <= IMAGE_CHANNELS and out_width >= lanes
 
