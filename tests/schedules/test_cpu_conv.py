@@ -210,6 +210,40 @@ def test_a_blocked_reduction_reads_the_weight_in_place_and_prefetches_the_next_b
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
 
 
+def test_a_blocked_conv_spreads_its_prefetches_over_the_input_channels_of_a_block():
+    # the next block's lines are prefetched a few per input channel of this block, inside the
+    # loop over the register tiles (misses in flight while the core computes), not in the loops
+    # of the kernel window right around the FMAs
+    from tvm import tirx
+
+    from akg.polyhedral.tirstmt import loops as tir_loops
+    from akg.polyhedral.tirstmt import substatements
+
+    graph = _conv_bn_relu(1, 128, 256, 7, 3, 1)
+    kernel, built = _kernel_config(graph)
+    band = bands_of(built.config)[-1]
+    assert band.block and band.prefetch
+    found = []
+
+    def visit(stmt, around):
+        if isinstance(stmt, tirx.For):
+            around = (*around, stmt)
+        if isinstance(stmt, tirx.Evaluate) and "llvm.prefetch" in str(stmt):
+            found.append([f for f in around if not f.loop_var.name.startswith("pf")])
+        for sub in substatements(stmt):
+            visit(sub, around)
+
+    visit(built.func.body, ())
+    assert found
+    for loops in found:
+        channels = loops[-1]
+        assert int(channels.extent) == band.block  # the loop over a block's input channels
+        assert "T.vectorized" in channels.body.script()  # with the reduction's FMAs below it
+        window = [f for f in tir_loops(channels.body)
+                  if f.kind == tirx.ForKind.SERIAL and not f.loop_var.name.startswith("pf")]
+        assert window and all("llvm.prefetch" not in str(f.body) for f in window)
+
+
 @pytest.mark.parametrize("block, prefetch", [(16, 1), (24, 0), (7, 2), (64, 1)])
 def test_blocked_reductions_match_the_reference(block, prefetch):
     # any block size: dividing the 40 input channels or not (a partial last block), longer
