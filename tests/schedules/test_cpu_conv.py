@@ -165,6 +165,26 @@ def test_a_strip_whose_weight_slice_exceeds_l1_takes_two_rows_of_fewer_columns()
     assert band.register == (0, 8, 32)
 
 
+def test_rows_too_few_to_share_among_the_cores_leave_the_cores_the_channels():
+    # ResNet-18 224's 1x1/2 conv 256 -> 512 at 7 px: 7 output rows on 2 cores would give one
+    # core 4; tiles of two strips of channels (8 of them) with every row share evenly
+    band = channel_vector_band([1, 2, 0], [7, 7, 512], 16, 4, 1024, depth=256, l2_bytes=2 << 20, outer=256,
+                               l1_bytes=48 << 10, cores=2)
+    assert (band.tile, band.register) == ((0, 0, 64), (0, 7, 32))
+    # one core, or rows that divide among the cores (14), keep a tile per row
+    for cores, rows in ((1, 7), (2, 14)):
+        band = channel_vector_band([1, 2, 0], [rows, rows, 512], 16, 4, 1024, depth=256, l2_bytes=2 << 20,
+                                   outer=256, l1_bytes=48 << 10, cores=cores)
+        assert band.tile[0] == 1 and band.tile[-1] == 0
+    graph = _conv_bn_relu(1, 256, 512, 14, 1, 2)  # that mapping on this host's vectors
+    kernel, built = _kernel_config(graph)
+    band = bands_of(built.config)[-1]
+    band = replace(band, tile=(*[0] * (len(band.tile) - 1), 2 * band.register[-1]))
+    shared = akg.build(kernel.subgraph, get_target("cpu"), cpu_config(built.config.fusion, (band,)))
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, shared(**inputs), Reference.of(graph, inputs)) == []
+
+
 def test_wide_conv_with_many_channels_is_vectorised_over_them():
     # rows of 24 slide a 3x3 window (unaligned vector loads, one output channel per broadcast
     # weight); four vectors of output channels each take every broadcast input instead
