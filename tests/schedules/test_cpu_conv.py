@@ -13,7 +13,7 @@ import akg
 from akg.api import compile_model
 from akg.graph import GraphBuilder, random_inputs
 from akg.graph.fuse import partition
-from akg.schedules.cpu import bands_of, channel_vector_band, cpu_config, switches_of
+from akg.schedules.cpu import _even_chunks, bands_of, channel_vector_band, cpu_config, switches_of
 from akg.target import get_target
 from akg.verify import Reference, compare
 
@@ -183,6 +183,28 @@ def test_rows_too_few_to_share_among_the_cores_leave_the_cores_the_channels():
     shared = akg.build(kernel.subgraph, get_target("cpu"), cpu_config(built.config.fusion, (band,)))
     inputs = random_inputs(graph, 0)
     assert compare(graph, shared(**inputs), Reference.of(graph, inputs)) == []
+
+
+def test_parallel_chunks_of_register_rows_divide_among_the_cores():
+    # 28 rows in chunks of one 4-row register tile: 7 chunks, 4 on one core of 2; 2-row tiles
+    # in 14 chunks share evenly (under a shallow reduction). Chunks that already divide, or are
+    # plenty, stay
+    assert _even_chunks(28, 4, 4, 2, shallow=True) == (2, 2)
+    assert _even_chunks(28, 4, 4, 2) == (4, 4)  # under a deep reduction the tile stays
+    assert _even_chunks(56, 4, 4, 2) == (4, 4)
+    assert _even_chunks(28, 4, 4, 1) == (4, 4)
+    assert _even_chunks(36, 4, 4, 2) == (4, 4)  # 9 chunks of 4: none divides better
+    assert _even_chunks(40, 8, 4, 2) == (4, 4)  # 5 chunks of 8 to 10 of 4, the same tile
+    assert _even_chunks(28, 8, 4, 2, shallow=True) == (2, 2)  # 3 and a half chunks: 16 rows on one
+    # MobileNetV2's 3x3/2 depthwise conv at 56 px (28 output rows): the default config
+    graph = _conv_bn_relu(1, 48, 48, 56, 3, 2, groups=48)
+    kernel, built = _kernel_config(graph)
+    cores = get_target("cpu").cores
+    band = bands_of(built.config)[-1]
+    chunks = -(-28 // band.tile[0]) if band.tile[0] else 1
+    assert cores == 1 or chunks % cores == 0 or chunks >= 4 * cores
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, built(**inputs), Reference.of(graph, inputs)) == []
 
 
 def test_wide_conv_with_many_channels_is_vectorised_over_them():
