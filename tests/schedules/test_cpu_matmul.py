@@ -62,3 +62,23 @@ def test_matmuls_that_keep_unblocked_reductions(m, k, n):
     # serves them from L2), a weight that fits L2: the reduction is not blocked
     _, _, band = _default_band(m, k, n)
     assert not band.block
+
+
+def test_a_matrix_vector_product_streams_its_weight_on_every_core():
+    # a classifier on one image (1 x 512 x 1000: 512 K multiply-adds, each reading its own
+    # weight element) runs its columns in parallel where a matmul of as many multiply-adds
+    # over several rows (64 x 64 x 128, each weight element serving 64 rows) stays on one core
+    from akg.polyhedral.tree import BandInfo
+    from akg.schedules.cpu import PARALLEL_MIN_REDUCTION_POINTS, parallel_threshold
+
+    def band(extents):
+        return BandInfo(0, extents, (True,) * len(extents), True, ("S",), (1,) * len(extents), 0, True, True,
+                        work=512 * 1000)
+
+    assert parallel_threshold(band((1000,))) < 512 * 1000 <= PARALLEL_MIN_REDUCTION_POINTS
+    assert parallel_threshold(band((64, 128))) == PARALLEL_MIN_REDUCTION_POINTS
+    graph, built, _ = _default_band(1, 512, 1000)
+    if get_target("cpu").cores > 1:
+        assert "T.parallel" in built.tir()
+    inputs = random_inputs(graph, 1)
+    assert compare(graph, [built(**inputs)[0]], Reference.of(graph, inputs)) == []
