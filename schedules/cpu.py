@@ -362,13 +362,19 @@ def _even_chunks(extent: int, chunk: int, rows: int, cores: int, shallow: bool =
     144 -> 32 at 28 px 47 -> 37 us in the model (2 Xeon cores). Not under a deep one: a 3x3
     conv 16 -> 32 at 28 px ran 38 -> 43 us on 2 x 4 accumulators instead of 4 x 4."""
     pieces = -(-extent // chunk)
-    if (extent % chunk == 0 and pieces % cores == 0) or pieces >= 4 * cores:
+    if not _uneven(pieces, cores) and (extent % chunk == 0 or pieces >= 4 * cores):
         return rows, chunk
     for r in (rows, rows // 2) if shallow else (rows,):
         for size in range(chunk - chunk % r, r - 1, -r):
             if extent % size == 0 and extent // size % cores == 0:
                 return r, size
     return rows, chunk
+
+
+def _uneven(pieces: int, cores: int) -> bool:
+    """Too few parallel pieces to share evenly among the cores (7 on 2: one core runs 4);
+    four per core or more are even enough."""
+    return cores > 1 and pieces % cores != 0 and pieces < 4 * cores
 
 
 def _register_tiled(register, tile, ext) -> bool:
@@ -481,6 +487,7 @@ def channel_strip(width: int, lanes: int, itemsize: int, register_bytes: int) ->
     budget = max(lanes, register_bytes // itemsize // lanes * lanes)  # channels of accumulators
     return max(lanes, budget // _largest_fitting(width, ROW_BLOCK) // lanes * lanes)
 
+
 def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: int,
                         register_bytes: int, depth: int = 0, l2_bytes: int = 1 << 20, outer: int = 0,
                         l1_bytes: int = 32 << 10, strided: bool = False, cores: int = 1) -> BandConfig:
@@ -537,7 +544,7 @@ def channel_vector_band(order: list[int], ext: list[int], lanes: int, itemsize: 
             register[-1] = lanes
     split = 2 * strip
     points = math.prod(e for k, e in enumerate(ext[:-1]) if k != row)  # a parallel tile each
-    if (cores > 1 and points % cores and points < 4 * cores and not pack and tile[row] == 0
+    if (_uneven(points, cores) and not pack and tile[row] == 0
             and all(t <= 1 for t in tile[:-1]) and register[-1] == strip
             and ext[-1] % split == 0 and ext[-1] // split % cores == 0):
         # too few output rows to share evenly among the cores (7 on 2: one core runs 4): the
