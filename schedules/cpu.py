@@ -248,14 +248,23 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
             rows = _register_rows(info, order, depth, budget, ext[-1] * itemsize, l1_bytes)
             register[-3] = _largest_fitting(ext[-3], min(ext[-3], rows[0]))
             register[-2] = _largest_fitting(ext[-2], min(ext[-2], rows[1]))
-            if half_vector_window(info, order, ext, lanes, depth):
+            if half_vector_window(info, order, ext, lanes, depth) and info.producers:
+                # rows not a whole number of vectors, a window over a padded input that the
+                # band recomputes tile by tile (a depthwise conv's): whole vectors (the last
+                # of each row partial) over 2 rows x 2 channels. Each channel reads an input
+                # of its own, so more channels add accumulators but no reuse, only a larger
+                # padded tile (MobileNetV2's 3x3 depthwise convs at 56 px in the model, 2
+                # Xeon cores: 110-121 -> 96-102 us against 2 x 4 half vectors; alone 82 ->
+                # 71 us warm, 115 -> 99 us cold; a 5x5 one 202 -> 162 us)
+                register[-3] = _largest_fitting(ext[-3], min(ext[-3], 2))
+                register[-2] = _largest_fitting(ext[-2], min(ext[-2], 2))
+            elif half_vector_window(info, order, ext, lanes, depth):
                 half = True
                 # rows not a whole number of vectors but of half vectors, under a shallow
-                # reduction (a depthwise conv's window, a 1x1 conv over few channels): half
-                # vectors over 2 channels x 4 rows, so no row ends in a partial vector and
-                # fewer loads straddle two cache lines (MobileNetV2 at 56 px, 2 Xeon cores:
-                # its 3x3 depthwise convs 235-260 -> 179-187 us alone, its 1x1 expansions 24
-                # -> 144 channels 124 -> 108 us, 203 -> 127 us with inputs from memory)
+                # reduction (a 1x1 conv over few channels): half vectors over 2 rows x the
+                # channels, so no row ends in a partial vector and fewer loads straddle two
+                # cache lines (MobileNetV2's 1x1 expansions 24 -> 144 channels at 56 px, 2
+                # Xeon cores: 124 -> 108 us, 203 -> 127 us with inputs from memory)
                 register[-1] = lanes // 2
                 register[-3] = _largest_fitting(ext[-3], min(ext[-3], 2))
         else:

@@ -466,15 +466,32 @@ def test_an_unpadded_strided_pool_makes_no_copy():
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
 
 
-@pytest.mark.parametrize("image, half", [(24, True), (32, False), (20, False)])
-def test_depthwise_rows_of_half_vectors_take_half_vectors(image, half):
-    # a depthwise conv's rows of 24 (1.5 vectors of AVX-512) run as 3 half vectors (no partial
-    # vector per row); rows of 32 keep whole vectors; 20 (no whole number of half vectors
-    # either) keeps them too
+@pytest.mark.parametrize("image", [24, 32, 20])
+def test_depthwise_rows_take_whole_vectors_over_two_rows_and_two_channels(image):
+    # a depthwise conv's rows of 24 (1.5 vectors of AVX-512) run as whole vectors, the last
+    # one partial, in register tiles of 2 rows x 2 channels (each channel reads an input of
+    # its own: more channels add no reuse); rows of 32 and 20 keep whole vectors too
+    lanes = get_target("cpu").vector_lanes("float32")
+    if lanes < 16:
+        pytest.skip("the rule is about half vectors of 16-lane (AVX-512) targets")
+    graph = _conv_bn_relu(1, 16, 16, image, 3, 1, groups=16)
+    kernel, built = _kernel_config(graph)
+    band = bands_of(built.config)[-1]
+    assert band.register[-1] in (lanes, image), band
+    if image == 24:
+        assert band.register[-3] == 2 and band.register[-2] == 2, band
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
+@pytest.mark.parametrize("image, half", [(24, True), (32, False)])
+def test_pointwise_rows_of_half_vectors_take_half_vectors(image, half):
+    # a 1x1 conv over few channels with rows of 24 runs as 3 half vectors (no partial vector
+    # per row); rows of 32 keep whole vectors
     lanes = get_target("cpu").vector_lanes("float32")
     if lanes < 16:
         pytest.skip("half vectors are chosen on 16-lane (AVX-512) targets")
-    graph = _conv_bn_relu(1, 16, 16, image, 3, 1, groups=16)
+    graph = _conv_bn_relu(1, 16, 64, image, 1, 1)
     kernel, built = _kernel_config(graph)
     band = bands_of(built.config)[-1]
     assert (band.register[-1] == lanes // 2) == half, band
