@@ -61,6 +61,10 @@ class Pipeline:
     def default_config(self) -> Config:
         return self.recipe.default_config(self.bands, self.dtype, self.fusion)
 
+    def alternative_configs(self) -> list[Config]:
+        """The recipe's alternatives to the default (`Recipe.alternative_configs`)."""
+        return self.recipe.alternative_configs(self.bands, self.dtype, self.fusion)
+
     def resolve(self, config: Config | None) -> Config:
         """`config` with `steps=None` (or None) replaced by the target's default."""
         if config is None:

@@ -160,7 +160,8 @@ def _largest_fitting(extent: int, want: int, multiple: int = 1) -> int:
 
 
 def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes: int = 1 << 20,
-                 register_bytes: int = REGISTER_BYTES, l1_bytes: int = 32 << 10) -> BandConfig:
+                 register_bytes: int = REGISTER_BYTES, l1_bytes: int = 32 << 10,
+                 half_vectors: bool = True) -> BandConfig:
     """Heuristic mapping of one band.
 
     The loop with the most unit-stride accesses goes innermost (vectorised, a register tile
@@ -169,6 +170,8 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     Cache tiles give the parallel outer loop a few chunks per core; under a deep reduction the
     vector-side tile narrows so that its operand panel (reduction depth x tile) fits in half
     of L2. `register_bytes` is the target's accumulator budget (the target's `accumulator_bytes`).
+    `half_vectors`: False leaves out the half vectors of `half_vector_window` (an alternative
+    the tuner measures, `CpuRecipe.alternative_configs`).
     """
     n = info.members
     order = list(range(n))
@@ -254,18 +257,20 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
                 # of each row partial) over 2 rows x 2 channels. Each channel reads an input
                 # of its own, so more channels add accumulators but no reuse, only a larger
                 # padded tile (MobileNetV2's 3x3 depthwise convs at 56 px in the model, 2
-                # Xeon cores: 110-121 -> 96-102 us against 2 x 4 half vectors; alone 82 ->
-                # 71 us warm, 115 -> 99 us cold; a 5x5 one 202 -> 162 us)
+                # Xeon cores: 111.6 / 113.9 -> 103.0 / 106.7 us against 2 x 4 half vectors;
+                # alone 82 -> 71 us warm, 115 -> 99 us cold; a 5x5 one 202 -> 162 us)
                 register[-3] = _largest_fitting(ext[-3], min(ext[-3], 2))
                 register[-2] = _largest_fitting(ext[-2], min(ext[-2], 2))
             elif half_vector_window(info, order, ext, lanes, depth):
-                half = True
                 # rows not a whole number of vectors but of half vectors, under a shallow
                 # reduction (a 1x1 conv over few channels): half vectors over 2 rows x the
                 # channels, so no row ends in a partial vector and fewer loads straddle two
                 # cache lines (MobileNetV2's 1x1 expansions 24 -> 144 channels at 56 px, 2
-                # Xeon cores: 124 -> 108 us, 203 -> 127 us with inputs from memory)
-                register[-1] = lanes // 2
+                # Xeon cores: 124 -> 108 us, 203 -> 127 us with inputs from memory, against
+                # 4 x 4 whole vectors); without `half_vectors`, whole vectors over as many
+                # rows and channels
+                half = half_vectors
+                register[-1] = lanes // 2 if half_vectors else register[-1]
                 register[-3] = _largest_fitting(ext[-3], min(ext[-3], 2))
         else:
             register[-2] = _largest_fitting(ext[-2], max(1, min(ext[-2], budget, 8)))
@@ -594,13 +599,14 @@ def _blocked_reduction(order, ext, register, strip: int, itemsize: int, depth: i
     return BandConfig(tuple(order), tuple(tile), tuple(reg), True, False, 1, block)
 
 
-def default_bands(infos: list[BandInfo], target, dtype: str = "float32") -> tuple[BandConfig, ...]:
+def default_bands(infos: list[BandInfo], target, dtype: str = "float32",
+                  half_vectors: bool = True) -> tuple[BandConfig, ...]:
     itemsize = np.dtype(dtype).itemsize
     lanes = target.vector_lanes(dtype)
     l2 = getattr(target, "l2_bytes", 1 << 20)
     acc = getattr(target, "accumulator_bytes", REGISTER_BYTES)
     l1 = getattr(target, "l1_bytes", 32 << 10)
-    return tuple(default_band(i, lanes, target.cores, itemsize, l2, acc, l1) for i in infos)
+    return tuple(default_band(i, lanes, target.cores, itemsize, l2, acc, l1, half_vectors) for i in infos)
 
 
 def band_knobs(config: Config, infos: list[BandInfo], target, dtype: str = "float32") -> tuple[BandConfig, ...]:
@@ -824,6 +830,15 @@ class CpuRecipe(Recipe):
 
     def default_config(self, bands, dtype, fusion="smart") -> Config:
         return cpu_config(fusion, default_bands(bands, self.target, dtype))
+
+    def alternative_configs(self, bands, dtype, fusion="smart") -> list[Config]:
+        """Whole vectors where the default takes half vectors (`half_vector_window`): which
+        wins depends on the channels and the width of the rows (MobileNetV2's 1x1 expansion
+        24 -> 144 channels at 56 px: 105.6 -> 96.5 us alone as whole vectors, 145 -> 121 us
+        in the model; 40 -> 240 channels at 40 px: 142.8 -> 152.0 us)."""
+        default = default_bands(bands, self.target, dtype)
+        whole = default_bands(bands, self.target, dtype, half_vectors=False)
+        return [cpu_config(fusion, whole)] if whole != default else []
 
     def space(self, bands, fusion="smart") -> CpuSpace:
         return CpuSpace(fusion, bands=tuple(band_space(i) for i in bands), target=self.target)

@@ -26,6 +26,12 @@ class Recipe(abc.ABC):
     def default_config(self, bands: list[BandInfo], dtype: str, fusion: str = "smart") -> Config:
         """The heuristic config: explicit steps for every band and the kernel."""
 
+    def alternative_configs(self, bands: list[BandInfo], dtype: str, fusion: str = "smart") -> list[Config]:
+        """Configs the default's rules choose where a close call of theirs goes the other way
+        (none by default): the tuner measures them right after the default, so that a few
+        trials already decide those calls for the kernel at hand."""
+        return []
+
     @abc.abstractmethod
     def space(self, bands: list[BandInfo], fusion: str = "smart") -> Space: ...
 

@@ -76,6 +76,9 @@ class TuningTask:
     def default_config(self, fusion: str = "smart") -> Config:
         return self.pipeline(fusion).default_config()
 
+    def alternative_configs(self, fusion: str = "smart") -> list[Config]:
+        return self.pipeline(fusion).alternative_configs()
+
     def features(self, config: Config) -> np.ndarray | None:
         """Features of a candidate from its lowered loop nest (None if it cannot be lowered)."""
         key = config.to_json()

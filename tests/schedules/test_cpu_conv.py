@@ -499,6 +499,14 @@ def test_pointwise_rows_of_half_vectors_take_half_vectors(image, half):
         assert band.tile[0] % band.register[0] == 0, band
     inputs = random_inputs(graph, 0)
     assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+    # the alternative the tuner measures next: whole vectors over the same rows and channels
+    alternatives = akg.compiler.pipeline_for(kernel.subgraph.graph, get_target("cpu")).alternative_configs()
+    assert len(alternatives) == int(half)
+    if half:
+        whole = bands_of(alternatives[0])[-1]
+        assert whole.register == (*band.register[:-1], lanes) and whole.order == band.order, whole
+        k = akg.build(kernel.subgraph, get_target("cpu"), alternatives[0])
+        assert compare(graph, k(**inputs), Reference.of(graph, inputs)) == []
 
 
 def test_strided_padded_max_pools_read_their_input_in_phases():

@@ -156,6 +156,25 @@ def test_evolutionary_search_proposes_fresh_legal_configs():
     assert not {c.to_json() for c in second} & task.measured and len(second) == 6
 
 
+def test_the_first_batch_measures_the_recipes_alternatives_after_the_defaults():
+    # a 1x1 conv over few channels with rows of 1.5 vectors: the CPU default takes half
+    # vectors, its alternative whole ones; both go into the first batch, before random walks
+    lanes = get_target("cpu").vector_lanes("float32")
+    if lanes < 16:
+        pytest.skip("half vectors are chosen on 16-lane (AVX-512) targets")
+    b = GraphBuilder("pw")
+    w = b.const(np.random.default_rng(0).standard_normal((64, 16, 1, 1)).astype(np.float32), name="w")
+    b.output(b.relu(b.conv2d(b.input("x", (1, 16, 24, 24)), w)))
+    task = TuningTask(Subgraph(b.build()), get_target("cpu"))
+    (alternative,) = task.alternative_configs()
+    assert alternative != task.default_config()
+    first = [c.to_json() for c in EvolutionarySearch().propose(task, RandomModel(0), 8)]
+    defaults = [task.default_config(f).to_json() for f in task.fusions()]
+    alternatives = [c.to_json() for f in task.fusions() for c in task.alternative_configs(f)]
+    assert alternative.to_json() in alternatives
+    assert first[:len(defaults) + len(alternatives)] == list(dict.fromkeys(defaults + alternatives))
+
+
 def test_features_are_finite_and_named():
     task = TuningTask(Subgraph(_matmul()), get_target("cpu"))
     f = task.features(task.default_config())

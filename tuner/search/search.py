@@ -48,7 +48,12 @@ class SearchStrategy(abc.ABC):
         return out
 
     def _defaults(self, task: TuningTask, seen: set[str]) -> list[Config]:
-        return [c for c in (task.default_config(f) for f in task.fusions()) if self._fresh(task, seen, c)]
+        """The default config of every fusion strategy, then the recipe's alternatives to them
+        (`Recipe.alternative_configs`), those not measured yet."""
+        fusions = task.fusions()
+        configs = [task.default_config(f) for f in fusions]
+        configs += [c for f in fusions for c in task.alternative_configs(f)]
+        return [c for c in configs if self._fresh(task, seen, c)]
 
 
 SEARCH_STRATEGIES: Registry[type[SearchStrategy]] = Registry("search strategy")
