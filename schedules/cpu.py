@@ -251,27 +251,28 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
             rows = _register_rows(info, order, depth, budget, ext[-1] * itemsize, l1_bytes)
             register[-3] = _largest_fitting(ext[-3], min(ext[-3], rows[0]))
             register[-2] = _largest_fitting(ext[-2], min(ext[-2], rows[1]))
-            if half_vector_window(info, order, ext, lanes, depth) and info.producers:
-                # rows not a whole number of vectors, a window over a padded input that the
-                # band recomputes tile by tile (a depthwise conv's): whole vectors (the last
-                # of each row partial) over 2 rows x 2 channels. Each channel reads an input
-                # of its own, so more channels add accumulators but no reuse, only a larger
-                # padded tile (MobileNetV2's 3x3 depthwise convs at 56 px in the model, 2
-                # Xeon cores: 111.6 / 113.9 -> 103.0 / 106.7 us against 2 x 4 half vectors;
-                # alone 82 -> 71 us warm, 115 -> 99 us cold; a 5x5 one 202 -> 162 us)
+            if half_vector_window(info, order, ext, lanes, depth):
                 register[-3] = _largest_fitting(ext[-3], min(ext[-3], 2))
-                register[-2] = _largest_fitting(ext[-2], min(ext[-2], 2))
-            elif half_vector_window(info, order, ext, lanes, depth):
-                # rows not a whole number of vectors but of half vectors, under a shallow
-                # reduction (a 1x1 conv over few channels): half vectors over 2 rows x the
-                # channels, so no row ends in a partial vector and fewer loads straddle two
-                # cache lines (MobileNetV2's 1x1 expansions 24 -> 144 channels at 56 px, 2
-                # Xeon cores: 124 -> 108 us, 203 -> 127 us with inputs from memory, against
-                # 4 x 4 whole vectors); without `half_vectors`, whole vectors over as many
-                # rows and channels
-                half = half_vectors
-                register[-1] = lanes // 2 if half_vectors else register[-1]
-                register[-3] = _largest_fitting(ext[-3], min(ext[-3], 2))
+                if info.producers:
+                    # rows not a whole number of vectors, a window over a padded input that
+                    # the band recomputes tile by tile (a depthwise conv's): whole vectors
+                    # (the last of each row partial) over 2 rows x 2 channels. Each channel
+                    # reads an input of its own, so more channels add accumulators but no
+                    # reuse, only a larger padded tile (MobileNetV2's 3x3 depthwise convs at
+                    # 56 px in the model, 2 Xeon cores: 111.6 / 113.9 -> 103.0 / 106.7 us
+                    # against 2 x 4 half vectors; alone 82 -> 71 us warm, 115 -> 99 us cold;
+                    # a 5x5 one 202 -> 162 us)
+                    register[-2] = _largest_fitting(ext[-2], min(ext[-2], 2))
+                elif half_vectors:
+                    # rows not a whole number of vectors but of half vectors, under a shallow
+                    # reduction (a 1x1 conv over few channels): half vectors over 2 rows x
+                    # the channels, so no row ends in a partial vector and fewer loads
+                    # straddle two cache lines (MobileNetV2's 1x1 expansions 24 -> 144
+                    # channels at 56 px, 2 Xeon cores: 124 -> 108 us, 203 -> 127 us with
+                    # inputs from memory, against 4 x 4 whole vectors). Without
+                    # `half_vectors`: whole vectors over as many rows and channels
+                    half = True
+                    register[-1] = lanes // 2
         else:
             register[-2] = _largest_fitting(ext[-2], max(1, min(ext[-2], budget, 8)))
 
