@@ -173,6 +173,13 @@ def test_the_first_batch_measures_the_recipes_alternatives_after_the_defaults():
     alternatives = [c.to_json() for f in task.fusions() for c in task.alternative_configs(f)]
     assert alternative.to_json() in alternatives
     assert first[:len(defaults) + len(alternatives)] == list(dict.fromkeys(defaults + alternatives))
+    # a first batch too small for them all: the next batch starts with those left out
+    task = TuningTask(Subgraph(b.build()), get_target("cpu"))
+    model = XgbCostModel()
+    for c in EvolutionarySearch().propose(task, model, len(defaults)):
+        task.trials.append(Trial(c, "ok", 1e-4 * (1 + len(task.trials))))
+        task.measured.add(c.to_json())
+    assert alternative.to_json() in [c.to_json() for c in EvolutionarySearch().propose(task, model, 4)]
 
 
 def test_features_are_finite_and_named():
