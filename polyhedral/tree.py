@@ -405,6 +405,27 @@ def permute_band(node: isl.ScheduleNode, order: tuple[int, ...]) -> isl.Schedule
     return _set_flags(node, [coincident[d] for d in order], permutable)
 
 
+def shift_to_origin(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """Shift each member of a band so that its smallest value over the band's domain is 0 (a
+    skewed schedule's member may start below or above it): tiles then start where the loop
+    starts, so a band of extent e tiled by b has ceil(e / b) tiles. Legal for any band (a
+    constant per member keeps every dependence's direction)."""
+    umap = node.band_get_partial_schedule_union_map().intersect_domain(node.get_domain())
+    if umap.is_empty():
+        return node
+    image = isl.Set.from_union_set(umap.range())
+    lows = [int(image.dim_min_val(d).to_python()) for d in range(node.band_n_member())]
+    if not any(lows):
+        return node
+    coincident, permutable = _band_flags(node)
+    mupa = node.band_get_partial_schedule()
+    shift = mupa
+    for d, lo in enumerate(lows):
+        domain = mupa.get_union_pw_aff(d).domain()
+        shift = shift.set_union_pw_aff(d, isl.UnionPwAff.val_on_domain(domain, isl.Val.int_from_si(node.get_ctx(), -lo)))
+    return _set_flags(node.band_shift(shift), coincident, permutable)
+
+
 def tile_band(node: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.ScheduleNode:
     """Tile a band; returns the tile band (its child is the point band)."""
     coincident, permutable = _band_flags(node)

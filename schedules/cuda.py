@@ -622,6 +622,7 @@ def _apply_band(node, m: BandMapping, info: BandInfo, unroll: bool):
         n = 1
     if m.order != tuple(range(n)):
         node = tree.permute_band(node, m.order)
+    node = tree.shift_to_origin(node)  # a skewed member starting at -1 would straddle a tile more
     extents = tree.band_extents(node)
     blocks = tuple(t * w if t else e for t, w, e in zip(m.threads, m.work, extents))
     node = tree.tile_band(node, blocks)

@@ -132,3 +132,25 @@ def test_a_padded_input_in_phases_is_an_image_split_by_its_rows():
     assert sorted(phases.image_axes) == [-1, -1, 1, 2]
     rows = phases.image_axes.index(2)
     assert phases.extents[rows] == 64 + 6
+
+
+def test_shift_to_origin_starts_every_member_at_zero_and_keeps_its_flags():
+    import islpy as isl
+
+    from akg.polyhedral import tree
+
+    # a skewed band (isl's schedule of a pad reading an exp over 1x1x1): its members run -1..1
+    s = isl.Schedule.read_from_str(isl.Context(), (
+        '{ domain: "{ S2[i0, i1, i2] : 0 <= i0 <= 1 and 0 <= i1 <= 1 and 0 <= i2 <= 1; S0[0, 0, 0] }", '
+        'child: { schedule: "[{ S2[i0, i1, i2] -> [(i0 - i1)]; S0[i0, i1, i2] -> [(0)] }, '
+        '{ S2[i0, i1, i2] -> [(i0 - i2)]; S0[i0, i1, i2] -> [(0)] }]", permutable: 1, coincident: [ 1, 1 ] } }'))
+    node = s.get_root().child(0)
+    assert tree.band_extents(node) == (3, 3)
+    shifted = tree.shift_to_origin(node)
+    image = isl.Set.from_union_set(shifted.band_get_partial_schedule_union_map()
+                                   .intersect_domain(shifted.get_domain()).range())
+    assert [image.dim_min_val(d).to_python() for d in range(2)] == [0, 0]
+    assert tree.band_extents(shifted) == (3, 3) and tree.band_coincident(shifted) == [True, True]
+    assert shifted.band_get_permutable()
+    assert tree.shift_to_origin(shifted).band_get_partial_schedule().plain_is_equal(
+        shifted.band_get_partial_schedule())  # already at the origin: unchanged

@@ -126,6 +126,21 @@ def test_a_parameter_that_names_no_buffer_is_a_lowering_error():
         launch_plan(bound, source.replace("float* __restrict__ x_ptr", "double* __restrict__ x_ptr"), kernels)
 
 
+def test_a_skewed_band_is_tiled_from_its_origin_so_no_kernel_sits_in_a_host_loop():
+    """isl skews the band of a pad that reads an exp of a 1x1x1 tensor (members from -1 to 1):
+    tiled from 0 it straddled two tiles without a block index, a host loop whose counter
+    reached the kernel as a scalar parameter, which the plan refuses (hypothesis found it in
+    `test_layout_chain`)."""
+    from akg.graph import GraphBuilder
+
+    b = GraphBuilder("k")
+    t = b.transpose(b.exp(b.input("x", (1, 1, 1))), perm=[0, 1, 2])
+    b.output(b.reshape(t, shape=[-1]), b.pad(t, before=[1, 1, 1], after=[0, 0, 0]))
+    _, plan, source, _ = _plan_of(b.build())
+    assert all(p.pointer for ps in kernel_params(source).values() for p in ps)
+    assert len(plan.kernel_args) == 2
+
+
 @needs_nvcc
 def test_the_plan_survives_export_and_load():
     kernel = akg.build(_graph(FAMILIES["full_sum"]), target="cuda")
