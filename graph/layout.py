@@ -10,7 +10,7 @@ kernel then streams each panel contiguously and needs no pack copy (the promoter
 panel that is already one contiguous slice). Values are unchanged: this is a relayout.
 
 The panel width is the width of the vector strip that a CPU register tile computes (two
-vectors, or one when two do not divide the columns; `akg.schedules.cpu.vector_strip`), so that each vector
+vectors, or one when two do not divide the columns; `akg.schedules.cpu_band.vector_strip`), so that each vector
 load of the tile is one contiguous slice of a panel: 16 float32 with AVX2, 32 with AVX-512. A
 panel narrower than the strip makes every vector load a gather (on AVX-512, 16-column panels
 ran the transformer's dense layers 3.5x slower than 32-column ones). Without a target the width
@@ -20,7 +20,7 @@ A convolution whose output rows are narrower than a vector (the 4x4 .. 1x1 image
 CNN's later stages, ResNet-18's 7x7), or that is strided (a vector along its output row would
 gather its input: ResNet's stems and downsampling convs, given whole vectors of output
 channels), has nothing to vectorise along its output width; the CPU
-mapping then vectorises over output channels instead (`akg.schedules.cpu.default_band`), which
+mapping then vectorises over output channels instead (`akg.schedules.cpu_defaults.default_band`), which
 reads the weight along its first axis. So it does for a stride-1 conv with wide rows and four
 vectors of output channels or more (ResNet-18's 3x3 convs at 56 and 28 px): each broadcast
 input then feeds every vector of channels, where a vector along the row is an unaligned load
@@ -98,7 +98,7 @@ def wants_channels_last(node, weight: np.ndarray, target) -> bool:
     channels (its output rows are narrower than a vector, or it is strided, so that a vector
     along its output row would gather its input; it has a vector of channels or more, whole
     vectors of them when strided; or its window slides along rows of any width, with four
-    vectors of channels or more and a reduction as deep, `akg.schedules.cpu.channel_rich`) and
+    vectors of channels or more and a reduction as deep, `akg.schedules.cpu_defaults.channel_rich`) and
     so reads its weight best with the output channel last. Not depthwise or grouped convs,
     whose input is read along the channels too, nor a strided conv over an image's channels
     with rows a vector wide (a CNN's stem), which runs along its output rows
@@ -155,7 +155,7 @@ def pack_weights(graph: Graph, panel: int = PANEL, *, target=None) -> Graph:
                 # channels-last (ResNet-18 width 16's 64-channel convs at 2 px ran 6.4 -> 50 us
                 # with 32-channel blocks under the 4-vector accumulator strip), unless strided
                 # with a register strip of one block (`_strip_is_block`)
-                l2 = 0 if target is None else getattr(target, "l2_bytes", 1 << 20)  # as cpu.default_bands
+                l2 = 0 if target is None else getattr(target, "l2_bytes", 1 << 20)  # as cpu_defaults.default_bands
                 panel = weight_panel(target, ins[1].dtype, weight.shape[0])
                 blocked = weight.nbytes > l2 // 2 or _strip_is_block(node, target, panel)
                 block = panel if blocked else None

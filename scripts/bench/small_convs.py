@@ -6,7 +6,7 @@ ways in one process and timed in alternating rounds with TVM's time_evaluator
 (`timing.time_modules_interleaved`), with ONNX Runtime's time for the same conv where installed:
 
 - `before`: weights as given and the mapping that vectorises along the output width only
-  (`akg.graph.layout.wants_channels_last` and `akg.schedules.cpu.vectorises_across_rows`
+  (`akg.graph.layout.wants_channels_last` and `akg.schedules.cpu_defaults.vectorises_across_rows`
   answer False while it is built);
 - `after`: the model pipeline's choice: conv weights channels-last where the output rows are
   narrower than a vector, and the output channels vectorised over (issue 15, item 4).
@@ -74,15 +74,15 @@ def without_channel_vectors():
     """The layout and mapping before channel vectors: weights as given, the vector loop along
     the output width."""
     import akg.graph.layout as layout
-    import akg.schedules.cpu as cpu
+    import akg.schedules.cpu_defaults as cpu_defaults
 
-    saved = layout.wants_channels_last, cpu.vectorises_across_rows
+    saved = layout.wants_channels_last, cpu_defaults.vectorises_across_rows
     layout.wants_channels_last = lambda *a: False
-    cpu.vectorises_across_rows = lambda *a: False
+    cpu_defaults.vectorises_across_rows = lambda *a: False
     try:
         yield
     finally:
-        layout.wants_channels_last, cpu.vectorises_across_rows = saved
+        layout.wants_channels_last, cpu_defaults.vectorises_across_rows = saved
 
 
 def build_kernel(graph):

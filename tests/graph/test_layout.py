@@ -208,7 +208,7 @@ def test_strided_conv_over_image_channels_keeps_its_weight():
 
 def test_wide_conv_with_many_channels_is_stored_in_blocks():
     # rows 32 wide at stride 1, but 4 vectors of output channels over a 3x3 x 16 reduction: the
-    # mapping vectorises over the channels (`akg.schedules.cpu.channel_rich`)
+    # mapping vectorises over the channels (`akg.schedules.cpu_defaults.channel_rich`)
     packed = pack_weights(_conv(out_channels=4 * PANEL, image=32, stride=1))
     ((stored, array),) = packed.constants.items()
     assert stored.name == "w.Oihwo" and array.shape == (4, 16, 3, 3, PANEL)

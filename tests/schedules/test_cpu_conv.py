@@ -13,7 +13,8 @@ import akg
 from akg.api import compile_model
 from akg.graph import GraphBuilder, random_inputs
 from akg.graph.fuse import partition
-from akg.schedules.cpu import _even_chunks, bands_of, channel_vector_band, cpu_config, switches_of
+from akg.schedules.cpu import bands_of, cpu_config, switches_of
+from akg.schedules.cpu_defaults import _even_chunks, channel_vector_band
 from akg.target import get_target
 from akg.verify import Reference, compare
 
@@ -413,7 +414,7 @@ def test_a_single_image_is_split_between_the_cores_by_rows():
     # a 1x1 conv of one 56 px image (144 -> 24 channels, MobileNetV2's projection) split by its
     # few output channels read its whole input once per chunk, and half of that input sat in
     # the other core's cache (its producer split it by rows): the rows go outermost instead
-    from akg.schedules.cpu import image_rows_member
+    from akg.schedules.cpu_defaults import image_rows_member
     from akg.polyhedral.tree import BandInfo
 
     info = BandInfo(index=0, extents=(24, 56, 56), coincident=(True,) * 3, permutable=True, statements=("S",),

@@ -53,14 +53,14 @@ class CpuTarget(Target):
         return min(16, self.vector_registers - 4) * self.vector_bits // 8
 
     def weight_panel(self, dtype: str, columns: int) -> int | None:
-        from akg.schedules.cpu import vector_strip
+        from akg.schedules.cpu_band import vector_strip
 
         return vector_strip(columns, self.vector_lanes(dtype))
 
     def channel_strip(self, dtype: str, width: int) -> int:
         """Output channels per register tile where a conv with output rows `width` wide is
-        mapped over its output channels (`akg.schedules.cpu.channel_strip`)."""
-        from akg.schedules.cpu import channel_strip
+        mapped over its output channels (`akg.schedules.cpu_defaults.channel_strip`)."""
+        from akg.schedules.cpu_defaults import channel_strip
 
         return channel_strip(width, self.vector_lanes(dtype), np.dtype(dtype).itemsize, self.accumulator_bytes)
 
