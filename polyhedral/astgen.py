@@ -24,6 +24,7 @@ from typing import Callable
 import islpy as isl
 import numpy as np
 import tvm
+from tvm.sym import detect_linear_equation
 from tvm.sym.analyzer import Analyzer
 from tvm import tirx
 
@@ -139,6 +140,10 @@ class TirLowering:
         self.in_parallel = False
         self.loop_stack: list[tuple[str, int, str]] = []  # (AST iterator, max trip count, kind)
         self.records: list[StatementRecord] = []  # the loop nest as the tuner's features see it
+        # while a vector loop's statement is lowered for lanes that all lie inside its guards
+        # (`_unswitched`): the loop's variable, and the guards met (taken as true)
+        self._unswitch_lane: tirx.Var | None = None
+        self._lane_guards: list[tirx.PrimExpr] = []
 
     # --- buffers --------------------------------------------------------------------------------
 
@@ -370,7 +375,15 @@ class TirLowering:
         nest, self._prefetch_nest = self._prefetch_nest, False
 
         def loop(extent, for_kind) -> tirx.Stmt:
+            if for_kind == tirx.ForKind.VECTORIZED and body_node.get_type() == isl.ast_node_type.user \
+                    and not distance:
+                return self._unswitched(extent, lambda: plain(extent, for_kind))
+            return plain(extent, for_kind)
+
+        def plain(extent, for_kind) -> tirx.Stmt:
             var = tirx.Var(it, "int32")
+            if self._unswitch_lane is not None:  # built by `_unswitched`: its guards move with this variable
+                self._unswitch_lane = var
             # the loop runs var in [0, extent); the AST iterator is init + inc * var
             value = var if inc == 1 else var * inc
             self.loop_vars[it] = value if _is_zero(init) else self.analyzer.simplify(init + value)
@@ -420,6 +433,49 @@ class TirLowering:
                     rest = part if rest is None else tirx.IfThenElse(tirx.EQ(count, partial), part, rest)
                 return tirx.IfThenElse(tirx.EQ(count, full), fast_loop, rest)
         return loop(count, tirx.ForKind.SERIAL)
+
+    def _unswitched(self, extent, build) -> tirx.Stmt:
+        """A vector loop over one statement whose guarded loads (padding: a load where the
+        index lies inside the tensor, a fill value outside) depend on the lane: TVM runs such a
+        loop element by element (it cannot vectorise a per-lane `if_then_else`). Where every
+        guard is a conjunction of comparisons linear in the lane, it holds on all lanes iff it
+        holds on the first and the last, so the loop is built twice: without the guards, run
+        when the ends pass, and as it was otherwise (at the tensor's edges)."""
+        records = len(self.records)
+        saved = self._unswitch_lane, self._lane_guards
+        self._unswitch_lane, self._lane_guards = tirx.Var("lane", "int32"), []  # until the loop names its variable
+        try:
+            fast = build()
+            guards, lane = self._lane_guards, fast.loop_var
+        finally:
+            self._unswitch_lane, self._lane_guards = saved
+        if not guards:
+            return fast
+        del self.records[records:]  # the statement is recorded once, by the guarded build
+        slow = build()
+        first = tirx.const(0, "int32")
+        last = self.analyzer.simplify(extent - 1)
+        ends = [Analyzer().simplify(tirx.Let(lane, at, g)) for g in guards for at in (first, last)]
+        return tirx.IfThenElse(_fold(tirx.And, ends), fast, slow)
+
+    def _lane_guard(self, cond: tirx.PrimExpr) -> bool:
+        """Is `cond` a guard `_unswitched` can test at the ends of the vector loop being
+        built: a conjunction of comparisons, each linear in the loop's variable, one of them
+        depending on it?"""
+        lane = self._unswitch_lane
+        terms, moves = [cond], False
+        while terms:
+            c = terms.pop()
+            if isinstance(c, tirx.And):
+                terms += [c.a, c.b]
+                continue
+            if not isinstance(c, (tirx.LT, tirx.LE, tirx.GT, tirx.GE)):
+                return False
+            coefficients = detect_linear_equation(c.a - c.b, [lane])
+            if len(coefficients) != 2:
+                return False
+            moves = moves or not _is_zero(self.analyzer.simplify(coefficients[0]))
+        return moves
 
     def _partial_trips(self, count: tirx.PrimExpr, full: int, most: int = 2) -> tuple[list[int], bool]:
         """The trip counts other than `full` (and 0 or 1) that `count` takes, when it depends on
@@ -794,7 +850,11 @@ class TirLowering:
             elif isinstance(n, Select):
                 lazy = any(isinstance(x, Load) for x in (*walk(n.a), *walk(n.b)))
                 c, a, b = go(n.cond), go(n.a), go(n.b)
-                out = tirx.if_then_else(c, a, b) if lazy else tirx.Select(c, a, b)
+                if lazy and self._unswitch_lane is not None and _index_guard(n.cond) and self._lane_guard(c):
+                    self._lane_guards.append(c)  # the lanes inside the guard (`_unswitched`)
+                    out = a
+                else:
+                    out = tirx.if_then_else(c, a, b) if lazy else tirx.Select(c, a, b)
             elif isinstance(n, Call):
                 out = _call(n.op, [go(a) for a in n.args], n.args, n.dtype, self.fast_math,
                             self._fence if self._in_native_vector_loop() else None)
@@ -966,6 +1026,11 @@ def _read_order(stmt: Statement, ndim: int) -> list[int]:
             steps[d] += coefficients.get(axis, 0) * int(stride)
     moving = sorted((d for d in range(ndim) if steps[d]), key=lambda d: -abs(steps[d]))
     return [d for d in range(ndim) if not steps[d]] + moving
+
+
+def _index_guard(cond: Expr) -> bool:
+    """Does `cond` depend on indices only, not on data (no loads)?"""
+    return not any(isinstance(n, Load) for n in walk(cond))
 
 
 def _when(cond: tirx.PrimExpr | None, stmt: tirx.Stmt) -> tirx.Stmt:
