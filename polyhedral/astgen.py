@@ -141,7 +141,7 @@ class TirLowering:
         self.loop_stack: list[tuple[str, int, str]] = []  # (AST iterator, max trip count, kind)
         self.records: list[StatementRecord] = []  # the loop nest as the tuner's features see it
         # while a vector loop's statement is lowered for lanes that all lie inside its guards
-        # (`_unswitched`): the loop's variable, and the guards met (taken as true)
+        # (`_unswitched`): the loop's variable (None otherwise), and the guards met
         self._unswitch_lane: tirx.Var | None = None
         self._lane_guards: list[tirx.PrimExpr] = []
 
@@ -377,19 +377,18 @@ class TirLowering:
         def loop(extent, for_kind) -> tirx.Stmt:
             if for_kind == tirx.ForKind.VECTORIZED and body_node.get_type() == isl.ast_node_type.user \
                     and not distance:
-                return self._unswitched(extent, lambda: plain(extent, for_kind))
+                return self._unswitched(extent, lambda unguarded: plain(extent, for_kind, unguarded))
             return plain(extent, for_kind)
 
-        def plain(extent, for_kind) -> tirx.Stmt:
+        def plain(extent, for_kind, unguarded: bool = False) -> tirx.Stmt:
             var = tirx.Var(it, "int32")
-            if self._unswitch_lane is not None:  # built by `_unswitched`: its guards move with this variable
-                self._unswitch_lane = var
             # the loop runs var in [0, extent); the AST iterator is init + inc * var
             value = var if inc == 1 else var * inc
             self.loop_vars[it] = value if _is_zero(init) else self.analyzer.simplify(init + value)
             self.analyzer.bind(var, tvm.ir.Range.from_min_extent(0, tirx.max(extent, 1)))
             trips = int(extent.value) if isinstance(extent, tirx.IntImm) else max(1, int(bound.max_value))
             self.loop_stack.append((it, trips, _KIND_NAMES[for_kind]))
+            lane, self._unswitch_lane = self._unswitch_lane, var if unguarded else None
             try:
                 streams = self._prefetch_streams(it, body_node, distance * inc, nest) if distance else []
                 body = self.stmt(body_node)
@@ -397,6 +396,7 @@ class TirLowering:
                                  if streams else body)
             finally:
                 self.loop_stack.pop()
+                self._unswitch_lane = lane
 
         if kind == MARK_PARALLEL and not self.in_parallel:
             self.in_parallel = True
@@ -434,7 +434,7 @@ class TirLowering:
                 return tirx.IfThenElse(tirx.EQ(count, full), fast_loop, rest)
         return loop(count, tirx.ForKind.SERIAL)
 
-    def _unswitched(self, extent, build) -> tirx.Stmt:
+    def _unswitched(self, extent, build: Callable[[bool], tirx.For]) -> tirx.Stmt:
         """A vector loop over one statement whose guarded loads (padding: a load where the
         index lies inside the tensor, a fill value outside) depend on the lane: TVM runs such a
         loop element by element (it cannot vectorise a per-lane `if_then_else`). Where every
@@ -442,17 +442,16 @@ class TirLowering:
         holds on the first and the last, so the loop is built twice: without the guards, run
         when the ends pass, and as it was otherwise (at the tensor's edges)."""
         records = len(self.records)
-        saved = self._unswitch_lane, self._lane_guards
-        self._unswitch_lane, self._lane_guards = tirx.Var("lane", "int32"), []  # until the loop names its variable
+        saved, self._lane_guards = self._lane_guards, []
         try:
-            fast = build()
+            fast = build(True)  # guards met are taken as true and collected
             guards, lane = self._lane_guards, fast.loop_var
         finally:
-            self._unswitch_lane, self._lane_guards = saved
+            self._lane_guards = saved
         if not guards:
             return fast
         del self.records[records:]  # the statement is recorded once, by the guarded build
-        slow = build()
+        slow = build(False)
         first = tirx.const(0, "int32")
         last = self.analyzer.simplify(extent - 1)
         ends = [Analyzer().simplify(tirx.Let(lane, at, g)) for g in guards for at in (first, last)]

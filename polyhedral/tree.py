@@ -104,17 +104,22 @@ def _is(node: isl.ScheduleNode, kind) -> bool:
 # --- analysis -----------------------------------------------------------------------------------
 
 
-def _member_extents(node: isl.ScheduleNode) -> tuple[int, ...]:
+def _member_bounds(node: isl.ScheduleNode) -> list[tuple[int, int]] | None:
+    """(smallest, largest) value of each member of a band over its domain; None for a band
+    over no points."""
     umap = node.band_get_partial_schedule_union_map().intersect_domain(node.get_domain())
-    image = isl.Set.from_union_set(umap.range()) if not umap.is_empty() else None
-    out = []
-    for d in range(node.band_n_member()):
-        if image is None:
-            out.append(1)
-            continue
-        lo, hi = image.dim_min_val(d), image.dim_max_val(d)
-        out.append(int(hi.to_python()) - int(lo.to_python()) + 1)
-    return tuple(out)
+    if umap.is_empty():
+        return None
+    image = isl.Set.from_union_set(umap.range())
+    return [(int(image.dim_min_val(d).to_python()), int(image.dim_max_val(d).to_python()))
+            for d in range(node.band_n_member())]
+
+
+def _member_extents(node: isl.ScheduleNode) -> tuple[int, ...]:
+    bounds = _member_bounds(node)
+    if bounds is None:
+        return (1,) * node.band_n_member()
+    return tuple(hi - lo + 1 for lo, hi in bounds)
 
 
 def _statement_names(node: isl.ScheduleNode) -> tuple[str, ...]:
@@ -410,11 +415,8 @@ def shift_to_origin(node: isl.ScheduleNode) -> isl.ScheduleNode:
     skewed schedule's member may start below or above it): tiles then start where the loop
     starts, so a band of extent e tiled by b has ceil(e / b) tiles. Legal for any band (a
     constant per member keeps every dependence's direction)."""
-    umap = node.band_get_partial_schedule_union_map().intersect_domain(node.get_domain())
-    if umap.is_empty():
-        return node
-    image = isl.Set.from_union_set(umap.range())
-    lows = [int(image.dim_min_val(d).to_python()) for d in range(node.band_n_member())]
+    bounds = _member_bounds(node)
+    lows = [lo for lo, _ in bounds or ()]
     if not any(lows):
         return node
     coincident, permutable = _band_flags(node)
