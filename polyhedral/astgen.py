@@ -17,7 +17,6 @@ or unrolled whole and its loads shared with the next loop over the same row thro
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,12 +30,14 @@ from tvm import tirx
 from akg.errors import LoweringError
 from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Select, Tensor, Var, walk
 from akg.graph.compute.float8 import bits_dtype, tir_cast
-from akg.polyhedral.model import PolyModel, Statement, linear_coefficients
+from akg.polyhedral.model import PolyModel, Statement
 from akg.polyhedral.intrinsics import FAST_F32
 from akg.polyhedral.prefetch import Stream, spread
+from akg.polyhedral.promote import Promoter, RecomputeRefused, local_index, recompute_marks, without_statements
+from akg.polyhedral.promoted_copies import PromotedCopies, Scope
+from akg.polyhedral.reduction_loops import ReductionLoops
+from akg.polyhedral.tir_ops import FENCED_CALLS, MAX_VECTOR, fold_all, ident, is_zero, reduce_identity, tir_call
 from akg.polyhedral.tirstmt import seq as _seq
-from akg.polyhedral.promote import (Promoter, Promotion, RecomputeRefused, local_index, recompute_marks,
-                                    without_statements)
 from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_RECOMPUTE, MARK_UNROLL,
                                  PREFETCH_NEST, MARK_VECTORIZE)
 
@@ -44,25 +45,7 @@ log = logging.getLogger(__name__)
 
 _PIECE_MARKS = (MARK_PROMOTE + ".", MARK_PACK + ".", MARK_RECOMPUTE + ".")
 
-_BLOCKED_SUM_DTYPES = ("float16", "bfloat16", "float32")  # float64 sums need no blocking
-MAX_VECTOR = 64  # lanes; longer constant loops are left to LLVM's vectorizer
 MAX_UNROLL = 32
-
-_FLOAT_UNARY = {
-    "exp": tirx.exp, "log": tirx.log, "sqrt": tirx.sqrt, "rsqrt": tirx.rsqrt, "tanh": tirx.tanh,
-    "sigmoid": tirx.sigmoid, "erf": tirx.erf, "sin": tirx.sin, "cos": tirx.cos,
-    "floor": tirx.floor, "ceil": tirx.ceil, "round": tirx.nearbyint,
-}
-# Results no fast-math fold may combine: with reassociation allowed LLVM folds sin(x) / cos(x)
-# into a vector tan, which came out as x itself on x86 (ONNX's Tan, expanded to sin / cos)
-_FENCED_CALLS = ("sin", "cos")
-_COMPARE = {"eq": tirx.EQ, "ne": tirx.NE, "lt": tirx.LT, "le": tirx.LE, "gt": tirx.GT, "ge": tirx.GE}
-
-
-def _ident(name: str) -> str:
-    """A C identifier for a tensor name (TVM's C code generators name parameters after buffers)."""
-    name = re.sub(r"\W", "_", name)
-    return "t" + name if name[:1].isdigit() else name
 
 
 @dataclass(frozen=True)
@@ -101,14 +84,11 @@ class LoweringHooks:
     scratch: Callable[[str], tuple | None] | None = None
 
 
-@dataclass
-class _Scope:
-    """Buffers and index offsets that a promotion mark puts in effect below it."""
-
-    buffers: dict  # tensor id -> (local buffer, offsets, layout): see Promotion.layout
+class TirLowering(ReductionLoops, PromotedCopies):
+    """The lowering of one mapped schedule (`lower_to_tir`); reduction loops and promotion
+    scopes are built by the methods of its bases (`reduction_loops`, `promoted_copies`)."""
 
 
-class TirLowering:
     def __init__(self, model: PolyModel, promoter: Promoter, name: str = "main",
                  hooks: LoweringHooks = LoweringHooks()):
         self.model = model
@@ -133,7 +113,7 @@ class TirLowering:
         self.allocs: list[tirx.Buffer] = []
         self.aliases: list[tuple] = []  # (view, parameter's data): float8 parameters as uint8
         self.loop_vars: dict[str, tirx.Var] = {}
-        self.scopes: list[_Scope] = []
+        self.scopes: list[Scope] = []
         self.piece_offsets: dict[int, list[list[isl.AstExpr]]] = {}
         self.piece_where: dict[int, list[isl.AstExpr | None]] = {}  # per promotion: when its copies run
         self.analyzer = Analyzer()
@@ -150,11 +130,11 @@ class TirLowering:
     def _declare_buffers(self, local_only: set[int]) -> None:
         program = self.model.program
         for t in [*program.placeholders, *program.outputs]:
-            buf = tirx.decl_buffer(t.shape, t.dtype, _ident(t.name))
+            buf = tirx.decl_buffer(t.shape, t.dtype, ident(t.name))
             # float8 and bfloat16 tensors are read and written as their bits (graph/compute/float8.py)
             self.buffers[id(t)] = buf
             if bits_dtype(t.dtype) != t.dtype:
-                self.buffers[id(t)] = tirx.decl_buffer(t.shape, bits_dtype(t.dtype), _ident(t.name) + "_bits")
+                self.buffers[id(t)] = tirx.decl_buffer(t.shape, bits_dtype(t.dtype), ident(t.name) + "_bits")
                 self.aliases.append((self.buffers[id(t)], buf.data))
             self.params.append(buf)
         for op in program.ops():
@@ -166,16 +146,16 @@ class TirLowering:
                 if len(scratch) > 2 and scratch[2] is not None:
                     self.exchange[id(t)] = scratch[2]
                 buf = tirx.decl_buffer(t.shape[len(t.shape) - keep:] if keep else (1,), bits_dtype(t.dtype),
-                                       _ident(t.name), scope=scope)
+                                       ident(t.name), scope=scope)
                 self.buffers[id(t)] = buf
                 self.allocs.append(buf)
             elif id(t) not in self.buffers and id(t) not in local_only:
-                buf = tirx.decl_buffer(t.shape, bits_dtype(t.dtype), _ident(t.name))
+                buf = tirx.decl_buffer(t.shape, bits_dtype(t.dtype), ident(t.name))
                 self.buffers[id(t)] = buf
                 self.allocs.append(buf)
             red = op.reduce
             if red is not None and red.reducer.startswith("arg"):
-                val = tirx.decl_buffer(t.shape, red.source.dtype, _ident(t.name) + "_val")
+                val = tirx.decl_buffer(t.shape, red.source.dtype, ident(t.name) + "_val")
                 self.shadows[id(t)] = val
                 self.allocs.append(val)
 
@@ -287,13 +267,13 @@ class TirLowering:
         args = [e.get_op_arg(i) for i in range(e.get_op_n_arg())]
         T = isl.ast_expr_op_type
         if op in (T.and_, T.and_then):
-            return _fold(tirx.And, [self.expr(a) for a in args])
+            return fold_all(tirx.And, [self.expr(a) for a in args])
         if op in (T.or_, T.or_else):
-            return _fold(tirx.Or, [self.expr(a) for a in args])
+            return fold_all(tirx.Or, [self.expr(a) for a in args])
         if op == T.max:
-            return _fold(tirx.Max, [self.expr(a) for a in args])
+            return fold_all(tirx.Max, [self.expr(a) for a in args])
         if op == T.min:
-            return _fold(tirx.Min, [self.expr(a) for a in args])
+            return fold_all(tirx.Min, [self.expr(a) for a in args])
         if op == T.minus:
             return -self.expr(args[0])
         if op in (T.cond, T.select):
@@ -384,7 +364,7 @@ class TirLowering:
             var = tirx.Var(it, "int32")
             # the loop runs var in [0, extent); the AST iterator is init + inc * var
             value = var if inc == 1 else var * inc
-            self.loop_vars[it] = value if _is_zero(init) else self.analyzer.simplify(init + value)
+            self.loop_vars[it] = value if is_zero(init) else self.analyzer.simplify(init + value)
             self.analyzer.bind(var, tvm.ir.Range.from_min_extent(0, tirx.max(extent, 1)))
             trips = int(extent.value) if isinstance(extent, tirx.IntImm) else max(1, int(bound.max_value))
             self.loop_stack.append((it, trips, _KIND_NAMES[for_kind]))
@@ -455,7 +435,7 @@ class TirLowering:
         first = tirx.const(0, "int32")
         last = self.analyzer.simplify(extent - 1)
         ends = [Analyzer().simplify(tirx.Let(lane, at, g)) for g in guards for at in (first, last)]
-        return tirx.IfThenElse(_fold(tirx.And, ends), fast, slow)
+        return tirx.IfThenElse(fold_all(tirx.And, ends), fast, slow)
 
     def _lane_guard(self, cond: tirx.PrimExpr) -> bool:
         """Is `cond` a guard `_unswitched` can test at the ends of the vector loop being
@@ -473,7 +453,7 @@ class TirLowering:
             coefficients = detect_linear_equation(c.a - c.b, [lane])
             if len(coefficients) != 2:
                 return False
-            moves = moves or not _is_zero(self.analyzer.simplify(coefficients[0]))
+            moves = moves or not is_zero(self.analyzer.simplify(coefficients[0]))
         return moves
 
     def _partial_trips(self, count: tirx.PrimExpr, full: int, most: int = 2) -> tuple[list[int], bool]:
@@ -581,172 +561,6 @@ class TirLowering:
                                   self._flat_view(self.buffers[id(t)]) if nest else None))
         return streams
 
-    def _vector_reduction(self, it: str, init, extent: int, body_node: isl.AstNode) -> tirx.Stmt | None:
-        """The loop `it` (of `extent` trips from `init`) around a single reduction update as a
-        vector reduction (see the module doc), or None where that does not apply: another
-        body, a reducer other than sum/prod/max/min, a loop too short for two vectors, or a
-        read that is neither contiguous nor invariant along the loop."""
-        if body_node.get_type() != isl.ast_node_type.user:
-            return None
-        call = body_node.user_get_expr()
-        stmt = self.model.statement(call.get_op_arg(0).get_id().get_name())
-        red, t = stmt.op.reduce, stmt.op.output
-        if stmt.role != "update" or red is None or red.reducer not in _COMBINE:
-            return None
-        lanes = self.reduce_bits // (8 * np.dtype(t.dtype).itemsize)
-        if lanes < 2 or extent < 2 * lanes:
-            return None
-        chains = max(1, min(self.reduce_chains, extent // (2 * lanes)))
-        width = lanes * chains
-
-        def env_at(position) -> dict:
-            self.loop_vars[it] = position if _is_zero(init) else self.analyzer.simplify(init + position)
-            return dict(zip(stmt.iters, (self.expr(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg()))))
-
-        probe = tirx.Var(f"{it}_probe", "int32")
-        here, there = env_at(probe), env_at(probe + 1)
-        loads = [n for n in walk(red.source) if isinstance(n, Load)]
-        if any(n.tensor is t for n in loads):
-            return None
-        for tensor, indices, allowed in [(t, stmt.op.axes, (0,)), *((n.tensor, n.indices, (0, 1)) for n in loads)]:
-            if self._buffer(tensor)[2]:
-                return None  # a blocked or permuted local layout: not contiguous as the tensor's
-            try:
-                delta = self.analyzer.simplify(self._flat(tensor, indices, there) - self._flat(tensor, indices, here))
-            except Exception:  # noqa: BLE001  (a data-dependent index)
-                return None
-            if not isinstance(delta, tirx.IntImm) or int(delta.value) not in allowed:
-                return None
-
-        combine = _COMBINE[red.reducer]
-        name = _ident(t.name)
-        acc = tirx.decl_buffer((width,), t.dtype, f"{name}_acc", scope="global")
-        outer, chain, lane = (tirx.Var(f"{it}_{x}", "int32") for x in ("o", "j", "l"))
-        self.loop_stack.append((it, extent, "vector"))
-        try:
-            env = env_at(outer * width + chain * lanes + lane)
-            self._record(stmt, call, env)
-            source = self.value(red.source, env)
-            out_index = [env[v] for v in stmt.op.axes]
-        finally:
-            self.loop_stack.pop()
-        slot = chain * lanes + lane
-        e = tirx.Var(f"{it}_e", "int32")
-        e_kind = tirx.ForKind.VECTORIZED if width <= MAX_VECTOR else tirx.ForKind.SERIAL
-        start = tirx.For(e, 0, width, e_kind, tirx.BufferStore(acc, _identity(red.reducer, t.dtype), [e]))
-        trips = extent // width
-        block = self.reduce_block if red.reducer == "sum" and t.dtype in _BLOCKED_SUM_DTYPES else 0
-        allocs = [self._alloc(acc)]
-        if block >= 2 and trips >= 2 * block:
-            # blocked summation: each accumulator sums `block` vectors into a fresh partial
-            # (`part`) that is then added to its total (`acc`), so its rounding error grows
-            # with block + trips / block, not with trips
-            part = tirx.decl_buffer((width,), t.dtype, f"{name}_part", scope="global")
-            allocs.append(self._alloc(part))
-            zero = tirx.For(e, 0, width, e_kind, tirx.BufferStore(part, _identity("sum", t.dtype), [e]))
-            add = tirx.For(e, 0, width, e_kind, tirx.BufferStore(
-                acc, tirx.BufferLoad(acc, [e]) + self._fence(tirx.BufferLoad(part, [e]), t.dtype), [e]))
-            ob = tirx.Var(f"{it}_b", "int32")
-            full, rest = divmod(trips, block)
-
-            def blocked(first, count: int, tag: str) -> tirx.Stmt:  # vectors first .. first + count
-                o, j, l = (tirx.Var(f"{it}_{x}{tag}", "int32") for x in ("o", "j", "l"))
-                self.loop_stack.append((it, extent, "vector"))
-                try:
-                    src = self.value(red.source, env_at((first + o) * width + j * lanes + l))
-                finally:
-                    self.loop_stack.pop()
-                upd = tirx.BufferStore(part, tirx.BufferLoad(part, [j * lanes + l]) + src, [j * lanes + l])
-                inner = tirx.For(o, 0, count, tirx.ForKind.SERIAL,
-                                 tirx.For(j, 0, chains, tirx.ForKind.UNROLLED,
-                                          tirx.For(l, 0, lanes, tirx.ForKind.VECTORIZED, upd)))
-                return _seq([zero, inner, add])
-
-            main = [tirx.For(ob, 0, full, tirx.ForKind.SERIAL, blocked(ob * block, block, "b"))]
-            if rest:
-                main.append(blocked(tirx.const(full * block, "int32"), rest, "r"))
-            main = _seq(main)
-        else:
-            body = tirx.BufferStore(acc, combine(tirx.BufferLoad(acc, [slot]), source), [slot])
-            main = tirx.For(outer, 0, trips, tirx.ForKind.SERIAL,
-                            tirx.For(chain, 0, chains, tirx.ForKind.UNROLLED,
-                                     tirx.For(lane, 0, lanes, tirx.ForKind.VECTORIZED, body)))
-        folds = []
-        for j in range(1, chains):  # the chains into the first vector, then halves of it
-            folds.append(_fold_into(acc, combine, lanes, j * lanes, f"{it}_c{j}", self._fence))
-        w = lanes // 2
-        while w >= 1:
-            folds.append(_fold_into(acc, combine, w, w, f"{it}_h{w}", self._fence))
-            w //= 2
-        finish = self._store(t, combine(self._load(t, out_index), tirx.BufferLoad(acc, [0])), out_index)
-        tail = None
-        if extent % width:
-            rest = tirx.Var(f"{it}_r", "int32")
-            self.loop_stack.append((it, extent % width, "serial"))
-            try:
-                env = env_at(tirx.const(extent - extent % width, "int32") + rest)
-                tail = tirx.For(rest, 0, extent % width, tirx.ForKind.SERIAL, self.statement(stmt, env))
-            finally:
-                self.loop_stack.pop()
-        return _seq([*allocs, start, main, *folds, finish, tail])
-
-    def _blocked_sum(self, it: str, init, extent: int, body_node: isl.AstNode) -> tirx.Stmt | None:
-        """The serial loop `it` around a single floating-point sum update as a blocked sum
-        (`serial_block` terms into a scalar partial, then the partial into the output), or None
-        where that does not apply: another body or reducer, or an output that moves along the
-        loop or is read by the summand."""
-        if body_node.get_type() != isl.ast_node_type.user:
-            return None
-        call = body_node.user_get_expr()
-        stmt = self.model.statement(call.get_op_arg(0).get_id().get_name())
-        red, t = stmt.op.reduce, stmt.op.output
-        if stmt.role != "update" or red is None or red.reducer != "sum" or t.dtype not in _BLOCKED_SUM_DTYPES:
-            return None
-        if any(isinstance(n, Load) and n.tensor is t for n in walk(red.source)):
-            return None
-        block = self.hooks.serial_block
-
-        def env_at(position) -> dict:
-            self.loop_vars[it] = position if _is_zero(init) else self.analyzer.simplify(init + position)
-            return dict(zip(stmt.iters, (self.expr(call.get_op_arg(i)) for i in range(1, call.get_op_n_arg()))))
-
-        probe = tirx.Var(f"{it}_probe", "int32")
-        here, there = env_at(probe), env_at(probe + 1)
-        try:
-            delta = self.analyzer.simplify(self._flat(t, stmt.op.axes, there) - self._flat(t, stmt.op.axes, here))
-        except Exception:  # noqa: BLE001  (a data-dependent index)
-            return None
-        if not isinstance(delta, tirx.IntImm) or int(delta.value) != 0:
-            return None
-        name = _ident(t.name)
-        part = tirx.decl_buffer((1,), t.dtype, f"{name}_part", scope="global")
-        ob = tirx.Var(f"{it}_b", "int32")
-        full, rest = divmod(extent, block)
-        out_index = None
-
-        def blocked(first, count: int) -> tirx.Stmt:
-            nonlocal out_index
-            oi = tirx.Var(f"{it}_i{count}", "int32")
-            self.loop_stack.append((it, count, "serial"))
-            try:
-                env = env_at(first + oi)
-                self._record(stmt, call, env)
-                src = self.value(red.source, env)
-                out_index = [env[v] for v in stmt.op.axes]
-            finally:
-                self.loop_stack.pop()
-            zero = tirx.BufferStore(part, _identity("sum", t.dtype), [0])
-            loop = tirx.For(oi, 0, count, tirx.ForKind.SERIAL,
-                            tirx.BufferStore(part, tirx.BufferLoad(part, [0]) + src, [0]))
-            add = self._store(t, self._load(t, out_index) + self._fence(tirx.BufferLoad(part, [0]), t.dtype),
-                              out_index)
-            return _seq([zero, loop, add])
-
-        body = [tirx.For(ob, 0, full, tirx.ForKind.SERIAL, blocked(ob * block, block))]
-        if rest:
-            body.append(blocked(tirx.const(full * block, "int32"), rest))
-        return _seq([self._alloc(part), *body])
-
     # --- statements -----------------------------------------------------------------------------
 
     def _user(self, call: isl.AstExpr) -> tirx.Stmt:
@@ -804,9 +618,9 @@ class TirLowering:
         if stmt.role == "assign":
             return self._store(t, self.value(op.body, env), out_index)
         if stmt.role == "init":
-            stores = [self._store(t, _identity(red.reducer, t.dtype), out_index)]
+            stores = [self._store(t, reduce_identity(red.reducer, t.dtype), out_index)]
             if id(t) in self.shadows:
-                stores.append(self._store(t, _identity(red.reducer, red.source.dtype, value=True),
+                stores.append(self._store(t, reduce_identity(red.reducer, red.source.dtype, value=True),
                                           out_index, shadow=True))
             return _seq(stores)
         src = self.value(red.source, env)
@@ -855,9 +669,9 @@ class TirLowering:
                 else:
                     out = tirx.if_then_else(c, a, b) if lazy else tirx.Select(c, a, b)
             elif isinstance(n, Call):
-                out = _call(n.op, [go(a) for a in n.args], n.args, n.dtype, self.fast_math,
+                out = tir_call(n.op, [go(a) for a in n.args], n.args, n.dtype, self.fast_math,
                             self._fence if self._in_native_vector_loop() else None)
-                if n.op in _FENCED_CALLS:
+                if n.op in FENCED_CALLS:
                     out = self._fence(out, n.dtype)
             else:
                 raise LoweringError(f"cannot lower {type(n).__name__} here")
@@ -868,117 +682,6 @@ class TirLowering:
             return out
 
         return go(e)
-
-    # --- promotion ------------------------------------------------------------------------------
-
-    def _promoted(self, node: isl.AstNode, inner: isl.AstNode) -> tirx.Stmt:
-        try:
-            piece = int(node.get_annotation().get_name()[len("piece"):])
-        except (isl.Error, AttributeError, ValueError):
-            return self.stmt(inner)
-        scope = _Scope({})
-        before, after, allocs = [], [], []
-        for p, exprs, where in zip(self.promoter.pieces[piece], self.piece_offsets[piece],
-                                   self.piece_where[piece]):
-            offsets = [self.expr(e) for e in exprs]
-            when = self._condition(where)
-            shape = p.shape
-            lanes = self._copy_lanes(p) if p.compute is not None else 0
-            if lanes:  # a recompute box computed in whole vectors: rows rounded up to them
-                shape = (*shape[:-1], -(-shape[-1] // lanes) * lanes)
-            local = tirx.decl_buffer(shape, bits_dtype(p.tensor.dtype), _ident(p.tensor.name) + "_local",
-                                     scope="global")
-            allocs.append(local)
-            if p.copy_in:
-                before.append(_when(when, self._copy(local, offsets, p, into_local=True)))
-            if p.copy_out:
-                after.append(_when(when, self._copy(local, offsets, p, into_local=False)))
-            scope.buffers[id(p.tensor)] = (local, offsets, p.layout)
-            if id(p.tensor) in self.shadows:
-                shadow = self.shadows[id(p.tensor)]
-                val = tirx.decl_buffer(p.sizes, shadow.dtype, _ident(p.tensor.name) + "_val_local",
-                                       scope="global")
-                allocs.append(val)
-                scope.buffers[("val", id(p.tensor))] = (val, offsets, 0)
-                if p.copy_in:
-                    before.append(_when(when, self._copy(val, offsets, p, into_local=True, shadow=True)))
-                if p.copy_out:
-                    after.append(_when(when, self._copy(val, offsets, p, into_local=False, shadow=True)))
-        self.scopes.append(scope)
-        try:
-            body = self.stmt(inner)
-        finally:
-            self.scopes.pop()
-        return _seq([*(self._alloc(b) for b in allocs), *before, body, *after])
-
-    def _condition(self, where: isl.AstExpr | None) -> tirx.PrimExpr | None:
-        """A promotion's `where` as isl wrote it for the loops around the mark; None when isl
-        found it always true there (the usual case)."""
-        if where is None:
-            return None
-        if where.get_type() == isl.ast_expr_type.int:  # isl decided it for these loops
-            return None if where.get_val().to_python() != 0 else tirx.const(False, "bool")
-        return self.expr(where)  # comparisons joined by and/or
-
-    def _copy_lanes(self, p: Promotion) -> int:
-        """Lanes of the vectors a recompute box is computed in: 0 (serial loops) where the
-        producer does not read its input along the box's rows (`_computed`)."""
-        lanes = self.hooks.copy_bits // (8 * np.dtype(p.tensor.dtype).itemsize)
-        along_rows = _read_order(p.compute, len(p.sizes))[-1] == len(p.sizes) - 1
-        return lanes if lanes > 1 and p.sizes and p.sizes[-1] > lanes // 2 and along_rows else 0
-
-    def _computed(self, local, offsets, p: Promotion) -> tirx.Stmt:
-        """Loops over a recompute box evaluating the producer's expression at each element.
-        Where the producer reads its input along the box's last dim, that dim runs in whole
-        vectors (the local rows are rounded up to them; lanes past the box are zeros, not
-        evaluated). Where it reads along another dim (a padded input in phases of its
-        columns: the phase moves the input column by one, the column by the stride), the
-        loops go in the order of the input they read, innermost the dim that moves it by one
-        (unrolled), serial for LLVM to vectorise with interleaved loads, not gathers."""
-        vars_ = [tirx.Var(f"{_ident(p.tensor.name)}_e{d}", "int32") for d in range(len(p.sizes))]
-        order = _read_order(p.compute, len(p.sizes))
-        lanes = self._copy_lanes(p)
-        inner = vars_[-1]
-        if lanes:
-            chunk, lane = tirx.Var(inner.name + "_v", "int32"), tirx.Var(inner.name + "_l", "int32")
-            inner = chunk * lanes + lane
-        index = [*vars_[:-1], inner] if vars_ else []
-        outer_index = [o + v for o, v in zip(offsets, index)]
-        env = dict(zip(p.compute.op.axes, outer_index))
-        value = self.value(p.compute.op.body, env)
-        if p.guard:
-            value = tirx.if_then_else(_within(outer_index, p.tensor.shape), value, tirx.const(0, local.dtype))
-        if lanes and p.sizes[-1] % lanes:
-            value = tirx.if_then_else(tirx.LT(inner, p.sizes[-1]), value, tirx.const(0, local.dtype))
-        body = tirx.BufferStore(local, value, local_index(index, p.layout))
-        if lanes:
-            body = tirx.For(lane, 0, lanes, tirx.ForKind.VECTORIZED, body)
-            body = tirx.For(chunk, 0, -(-p.sizes[-1] // lanes), tirx.ForKind.SERIAL, body)
-            order = order[:-1]
-        for k, d in enumerate(reversed(order)):
-            kind = tirx.ForKind.UNROLLED if k == 0 and not lanes and 1 < p.sizes[d] <= 4 else tirx.ForKind.SERIAL
-            body = tirx.For(vars_[d], 0, p.sizes[d], kind, body)
-        return body
-
-    def _copy(self, local, offsets, p: Promotion, into_local: bool, shadow: bool = False) -> tirx.Stmt:
-        """Loops over the promotion box copying between the local buffer and the tensor's
-        buffer in the enclosing scope (memory, or an outer local buffer); a recompute box is
-        computed instead (`_computed`)."""
-        if into_local and p.compute is not None:
-            return self._computed(local, offsets, p)
-        vars_ = [tirx.Var(f"{_ident(p.tensor.name)}_e{d}", "int32") for d in range(len(p.sizes))]
-        outer_index = [o + v for o, v in zip(offsets, vars_)]
-        into = local_index(list(vars_), p.layout)
-        if into_local:
-            body = tirx.BufferStore(local, self._load(p.tensor, outer_index, shadow), into)
-        else:
-            body = self._store(p.tensor, tirx.BufferLoad(local, into), outer_index, shadow)
-        if p.guard:
-            body = tirx.IfThenElse(_within(outer_index, p.tensor.shape), body, None)
-        for v, n in reversed(list(zip(vars_, p.sizes))):
-            body = tirx.For(v, 0, n, tirx.ForKind.SERIAL, body)
-        return body
-
 
 # --- helpers -----------------------------------------------------------------------------------
 
@@ -1002,142 +705,9 @@ class StatementRecord:
     ops: int  # arithmetic operations per instance
 
 
-def _within(index: list, shape) -> tirx.PrimExpr:
-    """Is `index` inside a tensor of `shape`?"""
-    return _fold(tirx.And, [tirx.And(tirx.GE(g, 0), tirx.LT(g, n)) for g, n in zip(index, shape)])
-
-
-def _read_order(stmt: Statement, ndim: int) -> list[int]:
-    """The dims of a statement's output, outermost first, in the order of the elements its
-    first load reads: by decreasing step of that load's flat index per step of the dim (dims
-    that do not move it outermost, ties in dim order); the dims in order where the load's
-    indices are not affine."""
-    load = next((n for n in walk(stmt.op.body) if isinstance(n, Load)), None)
-    if load is None:
-        return list(range(ndim))
-    strides = np.cumprod([1, *load.tensor.shape[::-1]])[:-1][::-1]
-    steps = [0] * ndim
-    for index, stride in zip(load.indices, strides):
-        coefficients = linear_coefficients(index)
-        if coefficients is None:
-            return list(range(ndim))
-        for d, axis in enumerate(stmt.op.axes):
-            steps[d] += coefficients.get(axis, 0) * int(stride)
-    moving = sorted((d for d in range(ndim) if steps[d]), key=lambda d: -abs(steps[d]))
-    return [d for d in range(ndim) if not steps[d]] + moving
-
-
 def _index_guard(cond: Expr) -> bool:
     """Does `cond` depend on indices only, not on data (no loads)?"""
     return not any(isinstance(n, Load) for n in walk(cond))
-
-
-def _when(cond: tirx.PrimExpr | None, stmt: tirx.Stmt) -> tirx.Stmt:
-    return stmt if cond is None else tirx.IfThenElse(cond, stmt, None)
-
-
-def _single_map(umap: isl.UnionMap) -> isl.Map:
-    maps: list[isl.Map] = []
-    umap.foreach_map(maps.append)
-    if len(maps) != 1:
-        raise LoweringError("a promoted footprint spans several loop nests")
-    return maps[0].coalesce()
-
-
-_COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": tirx.Max, "min": tirx.Min}
-
-
-def _fold_into(acc: tirx.Buffer, combine, width: int, offset: int, name: str, fence) -> tirx.Stmt:
-    """acc[0:width] = combine(acc[0:width], acc[offset:offset + width]), as one vector op,
-    both operands behind the target's reassociation fence."""
-    v = tirx.Var(name, "int32")
-    body = tirx.BufferStore(acc, combine(fence(tirx.BufferLoad(acc, [v]), acc.dtype),
-                                         fence(tirx.BufferLoad(acc, [v + offset]), acc.dtype)), [v])
-    return tirx.For(v, 0, width, tirx.ForKind.VECTORIZED if width > 1 else tirx.ForKind.SERIAL, body)
-
-
-def _identity(reducer: str, dtype: str, value: bool = False):
-    if reducer == "sum":
-        return tirx.const(0, dtype)
-    if reducer == "prod":
-        return tirx.const(1, dtype)
-    if reducer.startswith("arg") and not value:
-        return tirx.const(0, "int32")
-    lowest = reducer in ("max", "argmax")
-    if dtype.startswith("float"):
-        return tirx.const(-np.inf if lowest else np.inf, dtype)
-    return tirx.min_value(dtype) if lowest else tirx.max_value(dtype)
-
-
-def _call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = True, fence=None) -> tirx.PrimExpr:
-    if op in _FLOAT_UNARY:
-        (x,) = args
-        src = exprs[0].dtype
-        if fast_math and op in FAST_F32 and src in ("float16", "float32"):
-            fast = FAST_F32[op]
-            fn = (lambda v: fast(v, fence)) if fence is not None else fast
-        else:
-            fn = _FLOAT_UNARY[op]
-        if src == "float16":  # compute fp16 math in fp32
-            return tirx.Cast("float16", fn(tirx.Cast("float32", x)))
-        return fn(x)
-    if op == "neg":
-        return -args[0]
-    if op == "abs":
-        return tirx.abs(args[0])
-    if op == "not":
-        return tirx.Not(args[0])
-    if op == "isnan":
-        return tirx.isnan(args[0])
-    if op == "isinf":
-        return tirx.isinf(args[0])
-    if op == "sign":
-        raise LoweringError("sign is expanded by its compute definition")
-    a, b = args
-    if op == "add":
-        return a + b
-    if op == "sub":
-        return a - b
-    if op == "mul":
-        return a * b
-    if op == "div":
-        if isinstance(b, tirx.FloatImm) and b.value == 0:  # TVM refuses to fold x / 0.0
-            return a * tirx.const(float(np.copysign(np.inf, b.value)), dtype)
-        return tirx.Div(a, b)
-    if op == "floordiv":
-        return tirx.floordiv(a, b)
-    if op == "floormod":
-        if dtype.startswith("float"):
-            return a - tirx.floor(a / b) * b
-        return tirx.floormod(a, b)
-    if op == "max":
-        return tirx.Max(a, b)
-    if op == "min":
-        return tirx.Min(a, b)
-    if op == "pow":
-        if dtype == "float16":
-            return tirx.Cast("float16", tirx.power(tirx.Cast("float32", a), tirx.Cast("float32", b)))
-        return tirx.power(a, b)
-    if op == "and":
-        return tirx.And(a, b)
-    if op == "or":
-        return tirx.Or(a, b)
-    if op in _COMPARE:
-        return _COMPARE[op](a, b)
-    raise LoweringError(f"no TIR lowering for '{op}'")
-
-
-
-
-def _fold(fn, items: list):
-    out = items[0]
-    for x in items[1:]:
-        out = fn(out, x)
-    return out
-
-
-def _is_zero(e) -> bool:
-    return isinstance(e, tirx.IntImm) and e.value == 0
 
 
 def lower_to_tir(model: PolyModel, schedule: isl.Schedule, promote: bool = True,

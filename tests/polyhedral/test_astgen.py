@@ -204,7 +204,7 @@ def test_a_recompute_box_is_computed_in_the_order_of_the_input_it_reads():
     # a padded input in phases of its columns [n, c, row, phase, col] reads the input at column
     # 2 * col + phase: the phase moves it by one, the column by two, so the phase goes
     # innermost and the column next; a plain padded copy reads along its own last dim
-    from akg.polyhedral.astgen import _read_order
+    from akg.polyhedral.promoted_copies import read_order
 
     for stride, want in ((2, [0, 1, 2, 4, 3]), (1, [0, 1, 2, 3])):
         b = GraphBuilder("pool")
@@ -212,7 +212,7 @@ def test_a_recompute_box_is_computed_in_the_order_of_the_input_it_reads():
                               padding=[1, 1]))
         model = Pipeline(lower_graph(b.build()), host_cpu()).model
         (pad,) = [s for s in model.statements if s.write.tensor.name.endswith(".pad")]
-        assert _read_order(pad, len(pad.write.tensor.shape)) == want
+        assert read_order(pad, len(pad.write.tensor.shape)) == want
 
 
 def _phases(c=8, t=14):

@@ -1,0 +1,122 @@
+"""Scalar operations of the compute IR as TIR expressions (part of the isl AST -> TIR lowering,
+`akg.polyhedral.astgen`): calls, reduction identities and combiners, C identifiers for tensor
+names, and the widest vector loop the lowering emits."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from tvm import tirx
+
+from akg.errors import LoweringError
+from akg.polyhedral.intrinsics import FAST_F32
+
+MAX_VECTOR = 64  # lanes; longer constant loops are left to LLVM's vectorizer
+
+_FLOAT_UNARY = {
+    "exp": tirx.exp, "log": tirx.log, "sqrt": tirx.sqrt, "rsqrt": tirx.rsqrt, "tanh": tirx.tanh,
+    "sigmoid": tirx.sigmoid, "erf": tirx.erf, "sin": tirx.sin, "cos": tirx.cos,
+    "floor": tirx.floor, "ceil": tirx.ceil, "round": tirx.nearbyint,
+}
+# Results no fast-math fold may combine: with reassociation allowed LLVM folds sin(x) / cos(x)
+# into a vector tan, which came out as x itself on x86 (ONNX's Tan, expanded to sin / cos)
+FENCED_CALLS = ("sin", "cos")
+_COMPARE = {"eq": tirx.EQ, "ne": tirx.NE, "lt": tirx.LT, "le": tirx.LE, "gt": tirx.GT, "ge": tirx.GE}
+
+
+def ident(name: str) -> str:
+    """A C identifier for a tensor name (TVM's C code generators name parameters after buffers)."""
+    name = re.sub(r"\W", "_", name)
+    return "t" + name if name[:1].isdigit() else name
+
+
+COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": tirx.Max, "min": tirx.Min}
+
+
+def reduce_identity(reducer: str, dtype: str, value: bool = False):
+    """The initial value of a `reducer` over `dtype` (an arg-reduction's index, or with
+    `value` its running value)."""
+    if reducer == "sum":
+        return tirx.const(0, dtype)
+    if reducer == "prod":
+        return tirx.const(1, dtype)
+    if reducer.startswith("arg") and not value:
+        return tirx.const(0, "int32")
+    lowest = reducer in ("max", "argmax")
+    if dtype.startswith("float"):
+        return tirx.const(-np.inf if lowest else np.inf, dtype)
+    return tirx.min_value(dtype) if lowest else tirx.max_value(dtype)
+
+
+def tir_call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = True, fence=None) -> tirx.PrimExpr:
+    """The compute IR's call `op` on lowered `args` (`exprs`: the IR operands, for their
+    dtypes); float32 transcendental functions by their vectorisable expansions with
+    `fast_math`, fp16 math in fp32."""
+    if op in _FLOAT_UNARY:
+        (x,) = args
+        src = exprs[0].dtype
+        if fast_math and op in FAST_F32 and src in ("float16", "float32"):
+            fast = FAST_F32[op]
+            fn = (lambda v: fast(v, fence)) if fence is not None else fast
+        else:
+            fn = _FLOAT_UNARY[op]
+        if src == "float16":  # compute fp16 math in fp32
+            return tirx.Cast("float16", fn(tirx.Cast("float32", x)))
+        return fn(x)
+    if op == "neg":
+        return -args[0]
+    if op == "abs":
+        return tirx.abs(args[0])
+    if op == "not":
+        return tirx.Not(args[0])
+    if op == "isnan":
+        return tirx.isnan(args[0])
+    if op == "isinf":
+        return tirx.isinf(args[0])
+    if op == "sign":
+        raise LoweringError("sign is expanded by its compute definition")
+    a, b = args
+    if op == "add":
+        return a + b
+    if op == "sub":
+        return a - b
+    if op == "mul":
+        return a * b
+    if op == "div":
+        if isinstance(b, tirx.FloatImm) and b.value == 0:  # TVM refuses to fold x / 0.0
+            return a * tirx.const(float(np.copysign(np.inf, b.value)), dtype)
+        return tirx.Div(a, b)
+    if op == "floordiv":
+        return tirx.floordiv(a, b)
+    if op == "floormod":
+        if dtype.startswith("float"):
+            return a - tirx.floor(a / b) * b
+        return tirx.floormod(a, b)
+    if op == "max":
+        return tirx.Max(a, b)
+    if op == "min":
+        return tirx.Min(a, b)
+    if op == "pow":
+        if dtype == "float16":
+            return tirx.Cast("float16", tirx.power(tirx.Cast("float32", a), tirx.Cast("float32", b)))
+        return tirx.power(a, b)
+    if op == "and":
+        return tirx.And(a, b)
+    if op == "or":
+        return tirx.Or(a, b)
+    if op in _COMPARE:
+        return _COMPARE[op](a, b)
+    raise LoweringError(f"no TIR lowering for '{op}'")
+
+
+def fold_all(fn, items: list):
+    """fn(fn(items[0], items[1]), ...)."""
+    out = items[0]
+    for x in items[1:]:
+        out = fn(out, x)
+    return out
+
+
+def is_zero(e) -> bool:
+    return isinstance(e, tirx.IntImm) and e.value == 0
