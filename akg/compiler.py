@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from akg.errors import LoweringError, ScheduleError
-from akg.graph.compute.lower import Program, lower_graph
+from akg.graph.compute.lower import Program, default_fusion, lower_graph
 from akg.graph.ir import Graph
 from akg.graph.subgraph import Subgraph, workload_key
 from akg.kernel import Kernel, KernelStats
@@ -170,7 +170,7 @@ def build(subgraph: Subgraph | Graph | Program, target: str | Target = "cpu",
     if program is None:
         program = subgraph if isinstance(subgraph, Program) else _lowered(subgraph, target)
     lower_s = time.perf_counter() - t0
-    fusion = config.fusion if config is not None else "smart"
+    fusion = config.fusion if config is not None else default_fusion(program)
     pipeline = Pipeline(program, target, fusion)
     pipeline.stats.lower_s = lower_s
     kernel = pipeline.build(config, config_source=source)

@@ -73,7 +73,13 @@ class TuningTask:
     def fusions(self) -> tuple[str, ...]:
         return FUSION_STRATEGIES
 
-    def default_config(self, fusion: str = "smart") -> Config:
+    def default_config(self, fusion: str | None = None) -> Config:
+        """The target's default config under `fusion` (None: the strategy `akg.compiler.build`
+        defaults to for this program, `default_fusion`)."""
+        if fusion is None:
+            from akg.graph.compute.lower import default_fusion
+
+            fusion = default_fusion(self.pipeline().program)
         return self.pipeline(fusion).default_config()
 
     def alternative_configs(self, fusion: str = "smart") -> list[Config]:
