@@ -65,6 +65,9 @@ class Target(abc.ABC):
     # so that a vector along its output row loads each tap contiguously; False for a target
     # whose vector copies cannot stride over the input to build the phases
     window_phases: ClassVar[bool] = True
+    # 3x3 convs that fit are run as Winograd F(2x2, 3x3) (`akg.graph.winograd`; needs
+    # `vector_lanes`): the CPU, where the products' vectors run along rows of tiles
+    winograd: ClassVar[bool] = False
 
     @property
     def key(self) -> str:

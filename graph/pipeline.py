@@ -1,7 +1,7 @@
 """The graph pass pipeline (graph stage, between import and kernel generation): a model Graph
 through the named passes of `PASSES`, in order, to the Partition of its kernels.
 
-    autodiff -> parallel -> complex -> storage -> expand -> simplify -> layout -> fuse
+    autodiff -> parallel -> complex -> storage -> expand -> simplify -> winograd -> layout -> fuse
 
 Every step is a `GraphPass`: a name and a function of the graph and the `PlanOptions` (the
 target, fusion limits). All but the last map a Graph to a Graph; "fuse", the last, cuts it
@@ -25,6 +25,7 @@ from akg.graph.ir import Graph
 from akg.graph.layout import pack_weights
 from akg.graph.memory import check_model_memory
 from akg.graph.simplify import simplify
+from akg.graph.winograd import winograd_convs
 from akg.registry import Registry
 
 
@@ -82,6 +83,10 @@ def _simplify(graph: Graph, options: PlanOptions) -> Graph:
     return simplify(graph)
 
 
+def _winograd(graph: Graph, options: PlanOptions) -> Graph:
+    return winograd_convs(graph, target=options.target)
+
+
 def _layout(graph: Graph, options: PlanOptions) -> Graph:
     return pack_weights(graph, target=options.target)
 
@@ -100,6 +105,8 @@ PASSES: tuple[GraphPass, ...] = (
                                    "(akg.graph.storage)"),
     GraphPass("expand", _expand, "composite ops -> basic ops (akg.graph.expand)"),
     GraphPass("simplify", _simplify, "CSE, DCE, constant folding, identities (akg.graph.simplify)"),
+    GraphPass("winograd", _winograd, "3x3 convs the target runs faster as Winograd F(2x2, 3x3): input "
+                                     "transform, product, output transform (akg.graph.winograd)"),
     GraphPass("layout", _layout, "constant matmul weights stored as panels for the target, a "
                                  "computed K^T read [K, N] (akg.graph.layout.pack_weights)"),
     GraphPass("fuse", _fuse, "basic ops -> kernels, a Partition (akg.graph.fuse)"),

@@ -5,4 +5,5 @@ from akg.graph.ops.registry import (  # noqa: F401
     COMPUTES, EXPANDERS, VJP_RULES, Attr, Attrs, ComputeCtx, OpDef, defcompute, defexpand, defop, defsharding, defvjp,
     get_op,
 )
-from akg.graph.ops import collective, complex, conv, elementwise, index, layout, linalg, nn, reduce  # noqa: F401,E402
+from akg.graph.ops import (collective, complex, conv, elementwise, index, layout, linalg, nn, reduce,  # noqa: F401,E402
+                           winograd)

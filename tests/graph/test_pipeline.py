@@ -37,7 +37,8 @@ def _small():
 
 
 def test_passes_are_named_and_ordered():
-    assert [p.name for p in PASSES] == ["autodiff", "parallel", "complex", "storage", "expand", "simplify", "layout", "fuse"]
+    assert [p.name for p in PASSES] == ["autodiff", "parallel", "complex", "storage", "expand", "simplify", "winograd", "layout",
+                                        "fuse"]
     assert all(isinstance(p, GraphPass) and p.doc for p in PASSES)
     assert list(GRAPH_PASSES) == sorted(p.name for p in PASSES)
     for name, p in GRAPH_PASSES.items():

@@ -232,6 +232,8 @@ NON_DIFFERENTIABLE = [
     "floor", "ceil", "round", "sign", "mod", "equal", "not_equal", "less", "less_equal", "greater",
     "greater_equal", "logical_and", "logical_or", "logical_not", "isnan", "isinf", "argmax", "argmin",
     "one_hot", "complex", "real", "imag",
+    # Winograd's convolution ops exist only after autodiff (the "winograd" pass of compilation)
+    "winograd_input", "winograd_product", "winograd_output",
     # collectives of per-rank graphs: the SPMD split runs after autodiff
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "shard_slice", "mark_partial", "send", "recv",
 ]

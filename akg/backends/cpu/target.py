@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -27,6 +28,8 @@ class CpuTarget(Target):
     l2_bytes: int = 1024 * 1024
     fast_math_reassoc: bool = True  # lets LLVM vectorize reductions (sum order may change)
     extra: tuple = field(default=(), compare=False)
+
+    winograd: ClassVar[bool] = True  # `Target.winograd`
 
     def __post_init__(self):
         if not self.memory:

@@ -16,7 +16,7 @@ from akg.graph.types import TensorType
 FAMILIES = {
     "akg.graph.ops.elementwise", "akg.graph.ops.layout", "akg.graph.ops.reduce",
     "akg.graph.ops.linalg", "akg.graph.ops.conv", "akg.graph.ops.nn", "akg.graph.ops.index",
-    "akg.graph.ops.complex", "akg.graph.ops.collective",
+    "akg.graph.ops.complex", "akg.graph.ops.collective", "akg.graph.ops.winograd",
 }
 
 
@@ -330,6 +330,9 @@ SAMPLES: dict[str, tuple[list[TensorType], dict]] = {
     "dense": ([T((2, 5, 3)), T((4, 3)), T((4,))], {}),
     "conv2d": ([T((2, 4, 7, 6)), T((6, 2, 3, 2))],
                {"strides": [2, 1], "padding": [1, 0, 2, 1], "dilation": [1, 2], "groups": 2}),
+    "winograd_input": ([T((2, 3, 5, 6))], {"padding": [1, 0], "out_hw": [5, 4], "cols": 3}),
+    "winograd_product": ([T((4, 4, 5, 3)), T((4, 4, 3, 6, 3))], {}),
+    "winograd_output": ([T((4, 4, 5, 6, 3))], {"batch": 2, "out_hw": [5, 4], "cols": 3}),
     "max_pool2d": ([T((1, 2, 5, 5))], {"kernel": [3], "strides": [2], "padding": [1], "ceil_mode": True}),
     "avg_pool2d": ([T((1, 2, 5, 5))], {"kernel": [3, 2], "padding": [1, 1], "count_include_pad": False}),
     "global_avg_pool2d": ([T((2, 3, 4, 5))], {"keepdims": False}),
