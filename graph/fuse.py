@@ -123,16 +123,18 @@ class Partition:
 # --- partitioning -------------------------------------------------------------------------------
 
 
-def partition(graph: Graph, *, simplify: bool = True, pack_weights: bool = True,
+def partition(graph: Graph, *, simplify: bool = True, pack_weights: bool = True, winograd: bool = True,
               limits: FusionLimits = FusionLimits(), target=None) -> Partition:
     """Cut `graph` into kernels through the pipeline's passes (`akg.graph.pipeline.PASSES`):
-    expand composites, simplify (unless told not to), store constant matmul weights as panels
-    (`akg.graph.layout`, unless told not to; `target` decides their width), then `fuse`.
-    Tuning and compiling for one target must pass that same target, so that they cut the same
-    kernels (workload keys). New callers use `akg.graph.pipeline.plan_model`."""
+    expand composites, simplify (unless told not to), run the 3x3 convs that the target takes
+    as Winograd that way (`akg.graph.winograd`, unless told not to), store constant matmul
+    weights as panels (`akg.graph.layout`, unless told not to; `target` decides their width),
+    then `fuse`. Tuning and compiling for one target must pass that same target, so that they
+    cut the same kernels (workload keys). New callers use `akg.graph.pipeline.plan_model`."""
     from akg.graph.pipeline import PASSES, plan_model  # the pipeline sits above this stage
 
-    skip = {name for name, on in (("simplify", simplify), ("layout", pack_weights)) if not on}
+    skip = {name for name, on in (("simplify", simplify), ("layout", pack_weights), ("winograd", winograd))
+            if not on}
     return plan_model(graph, target, passes=[p for p in PASSES if p.name not in skip], limits=limits)
 
 

@@ -357,6 +357,8 @@ NOT_IN_ONNX = {  # registry ops ONNX has no op for
     "rsqrt": "ONNX writes it Reciprocal(Sqrt(x))",
     "variance": "ONNX writes it with ReduceMean (as in MeanVarianceNormalization)",
     "dropout": "ONNX's Dropout cases draw a random mask or are training mode (out of scope)",
+    **{op: "a part of a Winograd convolution that akg.graph.winograd makes of a 3x3 Conv when compiling"
+       for op in ("winograd_input", "winograd_product", "winograd_output")},
 }
 
 
