@@ -35,7 +35,7 @@ def tile_columns(target, node) -> int | None:
     """The columns of 2x2 tiles the product runs along for `node` (a conv2d) on `target`: the
     tiles of an output row, or one vector of them where the row has fewer; None where the
     conv is not run as Winograd there (see the module doc)."""
-    if not getattr(target, "winograd", False):
+    if not getattr(target, "winograd", False):  # None, or a target object that describes other things only
         return None
     lanes = target.vector_lanes(node.outputs[0].dtype)
     _, _, oh, ow = node.outputs[0].shape
@@ -45,34 +45,36 @@ def tile_columns(target, node) -> int | None:
     return max(cols, lanes)
 
 
-def fits(node, weight: np.ndarray | None, target) -> bool:
-    """Whether conv2d `node` with constant `weight` (None: computed) runs as Winograd on `target`."""
+def winograd_columns(node, weight: np.ndarray | None, target) -> int | None:
+    """The tile columns (`tile_columns`) of conv2d `node` with constant `weight` (None: computed)
+    where it runs as Winograd on `target`; None where it stays a conv."""
     if weight is None or weight.dtype != np.float32 or weight.shape[2:] != (3, 3):
-        return False
+        return None
     if node.attrs["groups"] != 1 or pair(node.attrs["strides"], "strides") != (1, 1) \
             or pair(node.attrs["dilation"], "dilation") != (1, 1):
-        return False
+        return None
     if max(pads4(node.attrs["padding"])) > 1 or min(weight.shape[:2]) < MIN_CHANNELS:
-        return False
-    return tile_columns(target, node) is not None
+        return None
+    return tile_columns(target, node)
 
 
 def winograd_convs(graph: Graph, target=None) -> Graph:
-    """`graph` with every conv2d that `fits` the target rewritten as Winograd's three ops; the
-    output keeps the conv's value, so its users (the epilogue) are unchanged."""
+    """`graph` with every conv2d that runs as Winograd on the target (`winograd_columns`)
+    rewritten as Winograd's three ops; the output keeps the conv's value, so its users (the
+    epilogue) are unchanged."""
     if not getattr(target, "winograd", False):
         return graph
     rw = _Rewriter(graph)
     transformed: dict[Value, Value] = {}  # conv weight -> its U
     for node in rw.walk():
         ins = rw.inputs(node)
-        if node.op != "conv2d" or not fits(node, rw.constants.get(ins[1]), target):
+        cols = winograd_columns(node, rw.constants.get(ins[1]), target) if node.op == "conv2d" else None
+        if cols is None:
             rw.keep(node)
             continue
         x, w = ins
         out = node.outputs[0]
         n, k, oh, ow = out.shape
-        cols = tile_columns(target, node)
         rows = tiles_of(oh, ow)[0]
         pt, pl, _, _ = pads4(node.attrs["padding"])
         if w not in transformed:

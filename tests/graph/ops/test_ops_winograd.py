@@ -82,3 +82,19 @@ def test_the_interpreter_runs_the_chain():
     (got,) = evaluate(b.build(), {"x": xs})
     want = conv2d(xs.astype(np.float64), w.astype(np.float64), (1, 1), (1, 1, 1, 1), (1, 1), 1)
     assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("op, attrs, message", [
+    ("winograd_input", {"out_hw": [0, 8]}, "'out_hw' must be 2 sizes > 0, got \\(0, 8\\)"),
+    ("winograd_input", {"out_hw": [8]}, "'out_hw' must be 2 sizes > 0"),
+    ("winograd_input", {"out_hw": [8, 8], "cols": -1}, "'cols' must not be negative"),
+    ("winograd_input", {"out_hw": [8, 8], "padding": [1]}, "'padding' must be 2 pads >= 0"),
+    ("winograd_output", {"out_hw": [8, 8], "batch": 0}, "'batch' must be positive"),
+])
+def test_bad_attributes_are_attribute_errors(op, attrs, message):
+    from akg.errors import AttrError
+
+    b = GraphBuilder()
+    x = b.input("x", (1, 3, 8, 8)) if op == "winograd_input" else b.input("m", (4, 4, 2, 4, 4))
+    with pytest.raises(AttrError, match=f"op '{op}': attribute {message}"):
+        b.op(op, x, **attrs)
