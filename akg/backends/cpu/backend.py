@@ -9,6 +9,14 @@ import tempfile
 # one thread on a 2-core machine. Use every core unless the user chose otherwise; this must
 # happen before the first parallel kernel runs.
 os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+# After a parallel kernel, TVM's workers wait for the next one by calling sched_yield up to
+# TVM_THREAD_POOL_SPIN_COUNT times before they sleep: 300000 by default, ~150 ms of a busy core
+# after every model call, which slowed whatever the caller ran next (ONNX Runtime 4x, timed
+# right after a 2 ms akg call). SPIN_COUNT keeps them awake for the gaps between the kernels
+# of one call (microseconds: the kernels of a model are called back to back by its driver) and
+# a few milliseconds after it. Read once, when the first parallel kernel starts.
+SPIN_COUNT = 10000
+os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(SPIN_COUNT))
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
