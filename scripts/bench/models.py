@@ -12,9 +12,12 @@ script exports from it. Every contender's output is checked against the referenc
 (`akg.verify.compare`); a contender that fails the check is named in the table's last column.
 
 The contenders are timed in alternating rounds, each reporting the median call of its best
-round (`timing.timeit_interleaved`). akg's model time is split into kernel time (the sum of
-every kernel call timed alone with TVM's time_evaluator on the model's own values, best of
-`--kernel-rounds` rounds) and call-path time (model call minus kernel time).
+round (`timing.timeit_interleaved`: 9 rounds or more, until every contender's best settles).
+`timing.HostProbe` runs in the rounds too: while its kernels run slower than their best in
+this process the host is in a slow spell and the rounds go on (the table's `rounds (host)`
+column). akg's model time is split into kernel time (the sum of every kernel call timed alone
+with TVM's time_evaluator on the model's own values, best of `--kernel-rounds` rounds or more)
+and call-path time (model call minus kernel time).
 
 Needs the benchmark extras: `pip install torch==2.13.0 onnx onnxruntime` (a CPU wheel).
 
@@ -40,7 +43,7 @@ os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import timeit_interleaved  # noqa: E402
+from timing import HostProbe, best_rounds, timeit_interleaved  # noqa: E402
 from torch_models import BUILT_MODELS  # noqa: E402
 
 from akg.graph import evaluate, random_inputs  # noqa: E402
@@ -205,15 +208,18 @@ def onnx_session(fn, tensors, path: Path):
 
 def kernel_times(model, inputs: dict, rounds: int) -> list[float]:
     """Seconds of every kernel call of `model`, each timed alone on the model's own values (its
-    inputs, weights and the outputs of the calls before), best of `rounds` rounds."""
+    inputs, weights and the outputs of the calls before), best of `rounds` rounds or more
+    (`timing.best_rounds`: until the bests settle)."""
     from call_path import kernel_timers
 
     timers = kernel_timers(model, inputs)
-    best = [math.inf] * len(timers)
-    for _ in range(rounds):
-        for i, (timer, args) in enumerate(timers):
-            best[i] = min(best[i], statistics.median(timer(*args).results))
-    return best
+
+    def run_round(i):
+        timer, args = timers[i]
+        return statistics.median(timer(*args).results)
+
+    best, _ = best_rounds(range(len(timers)), run_round, rounds)
+    return [best[i] for i in range(len(timers))]
 
 
 def kernel_flops(graph) -> list[int]:
@@ -308,7 +314,8 @@ def graph_behind_torch_compile(model, tensors):
     return backend
 
 
-def bench_model(name: str, graph, trials: int, workdir: Path, kernel_rounds: int = 3, doors: bool = True) -> dict:
+def bench_model(name: str, graph, trials: int, workdir: Path, kernel_rounds: int = 3, doors: bool = True,
+                probe: HostProbe | None = None) -> dict:
     import torch
 
     from akg.api import compile_model
@@ -371,7 +378,9 @@ def bench_model(name: str, graph, trials: int, workdir: Path, kernel_rounds: int
             row["onnxruntime_error"] = str(e).splitlines()[0][:120]
         if doors:
             contenders.update(door_contenders(row, graph, tensors, ordered, workdir / f"{name}.onnx", checked, default))
-        row.update(timeit_interleaved(contenders))
+        timing = {}
+        row.update(timeit_interleaved(contenders, probe=probe, report=timing))
+        row["rounds"], row["host"] = timing["rounds"], timing.get("host")
     for label, model in models.items():
         row[f"{label}_kernel_times"] = kernel_times(model, inputs, kernel_rounds)
         row[f"{label}_kernels_s"] = sum(row[f"{label}_kernel_times"])
@@ -390,11 +399,20 @@ def ratio(a, b):
     return f"{b / a:.2f}x" if a and b else "n/a"
 
 
+def rounds(row) -> str:
+    """The rounds the contenders were timed in, and the host probe's best round in them over its
+    best in the run (stream / compute; 1.00: the host was as fast as it ever was)."""
+    host = row.get("host")
+    if not host:
+        return str(row.get("rounds", "-"))
+    return f"{row['rounds']} ({host['stream']:.2f} / {host['compute']:.2f})"
+
+
 def table(rows) -> str:
     head = ("| model | kernel calls | akg default ms (kernels + call path) | akg tuned ms (kernels + call path) "
             "| interpreter ms | eager ms | Inductor ms | ONNX Runtime ms | tuned vs eager | tuned vs Inductor "
-            "| tuned vs ORT | fails the check |")
-    lines = [head, "|" + "---|" * 12]
+            "| tuned vs ORT | rounds (host) | fails the check |")
+    lines = [head, "|" + "---|" * 13]
 
     def split(r, label):
         total, kernels = r.get(f"{label}_s"), r.get(f"{label}_kernels_s")
@@ -409,7 +427,7 @@ def table(rows) -> str:
             f"| {split(r, 'akg_tuned')} | {fmt_ms(r['interpreter_s'])} | {fmt_ms(r['torch_eager_s'])} "
             f"| {fmt_ms(r.get('torch_compile_s'))} | {fmt_ms(r.get('onnxruntime_s'))} "
             f"| {ratio(best, r['torch_eager_s'])} | {ratio(best, r.get('torch_compile_s'))} "
-            f"| {ratio(best, r.get('onnxruntime_s'))} | {', '.join(r['failed']) or 'none'} |")
+            f"| {ratio(best, r.get('onnxruntime_s'))} | {rounds(r)} | {', '.join(r['failed']) or 'none'} |")
     return "\n".join(lines)
 
 
@@ -476,10 +494,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     graphs = load_graphs(args.models)
     workdir = Path(tempfile.mkdtemp(prefix="akg-bench-models-"))
+    probe = HostProbe()
     rows = []
     for name, g in graphs:
         print(f"== {name}", flush=True)
-        rows.append(bench_model(name, g, args.trials, workdir, args.kernel_rounds, doors=not args.no_doors))
+        rows.append(bench_model(name, g, args.trials, workdir, args.kernel_rounds, doors=not args.no_doors,
+                                probe=probe))
         print(table(rows[-1:]).splitlines()[-1], flush=True)
     load = os.getloadavg()
     text = "\n".join([

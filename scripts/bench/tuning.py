@@ -10,7 +10,8 @@ OPENBLAS_L2_SIZE unset) is reported for reference.
 Final times: once both tuners are done, akg's default kernel, akg's tuned kernel and
 MetaSchedule's kernel run on the same buffers in alternating rounds
 (`timing.time_modules_interleaved`: each round one `time_evaluator` run per contender, each
-contender's mean call in its best round), so a slow spell of the shared host cannot
+contender's mean call in its best round; 9 rounds or more, until the bests settle and the
+run's `timing.HostProbe` is out of a slow spell), so a slow spell of the shared host cannot
 favour whoever happened to be timed in a quiet one. For memory-bound workloads whose output is
 as large as their largest input, a one-read, one-write kernel over the same bytes (`y = x * 1.5`, built by
 akg) runs in the same rounds: the "stream floor" no kernel of that workload can beat.
@@ -37,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import peers  # noqa: E402  (sets TVM_NUM_THREADS before TVM starts its thread pool)
 from kernels import arrays_for, corpus_chains, suite_benches  # noqa: E402
-from timing import time_modules_interleaved  # noqa: E402
+from timing import HostProbe, time_modules_interleaved  # noqa: E402
 
 import akg  # noqa: E402
 from akg.db import open_database  # noqa: E402
@@ -119,7 +120,17 @@ def final_times(modules: dict, ins, outs, floor) -> dict:
     floor_mod, floor_arrays = floor
     if floor_mod is not None:
         calls["stream_floor_s"] = (floor_mod, [tvm.runtime.tensor(a, dev) for a in floor_arrays])
-    return time_modules_interleaved(calls, rounds=9, seconds=0.2)
+    return time_modules_interleaved(calls, rounds=9, seconds=0.2, probe=host_probe())
+
+
+_PROBE = []
+
+
+def host_probe():
+    """The run's one `timing.HostProbe` (its bests span the whole run)."""
+    if not _PROBE:
+        _PROBE.append(HostProbe())
+    return _PROBE[0]
 
 
 def main(argv=None) -> int:
