@@ -19,10 +19,12 @@ from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_P
                                  BandInfo)
 from akg.schedules.cpu_band import (CACHE_LEVEL, CHUNKS_PER_CORE, PREFETCH_DISTANCES, REDUCTION_BLOCKS,
                                     REGISTER_LEVEL, BandConfig)
-from akg.schedules.cpu_defaults import default_bands, parallel_threshold
+from akg.schedules.cpu_defaults import PARALLEL_MIN_REDUCTION_POINTS, default_bands, parallel_threshold
 from akg.schedules.recipe import Recipe
 from akg.schedules.space import (LEGACY_SWITCHES, Config, Space, Step, check_steps, divisors_and_powers,
                                  legacy_config)
+
+SMALL_PARALLEL = 4  # alternative configs run bands with work down to threshold / this in parallel
 
 
 def cpu_config(fusion: str = "smart", bands=None, **switches) -> Config:
@@ -32,6 +34,7 @@ def cpu_config(fusion: str = "smart", bands=None, **switches) -> Config:
     extra = tuple(Step(op, k, None, value) for k, b in enumerate(bands or ()) if isinstance(b, BandConfig)
                   for op, value in (("prefetch", b.prefetch), ("block", b.block)) if value)
     extra += tuple(Step("recompute", k) for k, b in enumerate(bands or ()) if isinstance(b, BandConfig) and b.recompute)
+    extra += tuple(Step("map", k, "cores") for k, b in enumerate(bands or ()) if isinstance(b, BandConfig) and b.parallel)
     return Config(fusion, config.steps + extra) if extra else config
 
 
@@ -45,7 +48,7 @@ def switches_of(config: Config) -> dict[str, bool]:
 def _band_of(config: Config, k: int, members: int) -> BandConfig:
     order, tile, register, sink, pack = tuple(range(members)), (0,) * members, (0,) * members, False, False
     prefetch = block = 0
-    recompute = False
+    recompute = parallel = False
     for s in config.band_steps(k):
         if s.op == "order":
             order = s.arg
@@ -69,9 +72,11 @@ def _band_of(config: Config, k: int, members: int) -> BandConfig:
                 raise ScheduleError(f"band {k}: reduction block {block!r} is not a count of iterations")
         elif s.op == "recompute":
             recompute = True
+        elif s.op == "map" and s.level == "cores":
+            parallel = True
         else:
             raise ScheduleError(f"band {k}: step '{s}' does not apply to a band on the CPU")
-    return BandConfig(order, tile, register, sink, pack, prefetch, block, recompute)
+    return BandConfig(order, tile, register, sink, pack, prefetch, block, recompute, parallel)
 
 
 def bands_of(config: Config) -> tuple[BandConfig, ...] | None:
@@ -317,10 +322,19 @@ class CpuRecipe(Recipe):
         """Whole vectors where the default takes half vectors (`half_vector_window`): which
         wins depends on the channels and the width of the rows (MobileNetV2's 1x1 expansion
         24 -> 144 channels at 56 px: 105.6 -> 96.5 us alone as whole vectors, 145 -> 121 us
-        in the model; 40 -> 240 channels at 40 px: 142.8 -> 152.0 us)."""
+        in the model; 40 -> 240 channels at 40 px: 142.8 -> 152.0 us). And the bands over a
+        reduction (a conv's, a matmul's) whose work is below `parallel_threshold` by at most
+        SMALL_PARALLEL times run in parallel (`BandConfig.parallel`): whether that wins depends
+        on the host's launch cost."""
         default = default_bands(bands, self.target, dtype)
         whole = default_bands(bands, self.target, dtype, half_vectors=False)
-        return [cpu_config(fusion, whole)] if whole != default else []
+        out = [cpu_config(fusion, whole)] if whole != default else []
+        small = [self.target.cores > 1 and parallel_threshold(i) == PARALLEL_MIN_REDUCTION_POINTS
+                 and parallel_threshold(i) // SMALL_PARALLEL <= i.work < parallel_threshold(i) for i in bands]
+        if any(small):
+            out.append(cpu_config(fusion, tuple(replace(b, parallel=True) if s else b
+                                                for b, s in zip(default, small))))
+        return out
 
     def space(self, bands, fusion="smart") -> CpuSpace:
         return CpuSpace(fusion, bands=tuple(band_space(i) for i in bands), target=self.target)
@@ -339,7 +353,8 @@ class CpuRecipe(Recipe):
         switches = switches_of(config)
         plans = []
         for info, bc in zip(bands, band_knobs(config, bands, self.target, dtype)):
-            parallel = switches["parallel"] and info.work >= parallel_threshold(info) and self.target.cores > 1
+            parallel = switches["parallel"] and (info.work >= parallel_threshold(info) or bc.parallel) \
+                and self.target.cores > 1
             if info.blocks and not (bc.order[0] == 0 and 0 < bc.tile[0] < info.extents[0]
                                     and bc.tile[0] % info.blocks == 0):
                 parallel = False  # a chunk (a row, untiled) would split a block of partial sums
@@ -369,7 +384,8 @@ class CpuRecipe(Recipe):
             sink = float(bc.sink)
         sw = switches_of(config)
         return [*tiles, *regs, sink, float(sw["fast_math"]), float(sw["promote"]), float(sw["vectorize"]),
-                float(sw["unroll"]), float(sw["parallel"]), float(config.fusion == "max"),
+                float(sw["unroll"]), float(sw["parallel"]) + float(bool(given) and any(b.parallel for b in given)),
+                float(config.fusion == "max"),
                 float(config.fusion == "smart"), float(config.fusion == "none")]
 
 

@@ -58,6 +58,12 @@ class BandConfig:
     # nest of their own: each cache tile computes the part of their tensors it reads into a
     # local buffer (`tree.MARK_RECOMPUTE`); needs a cache tile, else ignored
     recompute: bool = False
+    # the band's outer loop runs on every core even where its work is below
+    # `parallel_threshold` (set there for the Xeon VM's ~1.5-2 us launches): on a host whose
+    # launches are cheaper small kernels gain (Zen 4, ~0.8 us: ResNet-18 width 16's 3x3 convs of
+    # ~295K multiply-adds 6.5 -> 4.7 us, LeNet-5's first conv 16 -> 7 us), so the tuner measures
+    # it (`CpuRecipe.alternative_configs`). Step: ["map", k, "cores", null]
+    parallel: bool = False
 
     def __post_init__(self):
         for name in ("order", "tile", "register"):
@@ -65,3 +71,4 @@ class BandConfig:
         object.__setattr__(self, "prefetch", int(self.prefetch))
         object.__setattr__(self, "block", int(self.block))
         object.__setattr__(self, "recompute", bool(self.recompute))
+        object.__setattr__(self, "parallel", bool(self.parallel))

@@ -644,3 +644,29 @@ def test_rows_of_input_over_half_of_l1_take_two_register_rows(channels, k, image
     assert band.register[-3:-1] == ((rows, 16 // rows) if band.order[-3] == n - 2 else (16 // rows, rows))
     inputs = random_inputs(graph, 0)
     assert compare(graph, built(**inputs), Reference.of(graph, inputs)) == []
+
+
+def test_small_convs_have_a_parallel_alternative_for_the_tuner():
+    # ResNet-18 width 16's 3x3 convs (~295K multiply-adds, 16 channels at 8 px, batch 2) run on
+    # one core by default (below `parallel_threshold`); the tuner's first batch also measures
+    # them on every core, whose gain depends on the host's launch cost
+    target = get_target("cpu")
+    if target.cores < 2:
+        pytest.skip("one core: nothing runs in parallel")
+    graph = _conv_bn_relu(2, 16, 16, 8, 3, 1)
+    kernel, built = _kernel_config(graph)
+    assert "T.parallel" not in built.tir()
+    alternatives = akg.compiler.pipeline_for(kernel.subgraph.graph, target).alternative_configs()
+    (parallel,) = [c for c in alternatives if any(s.op == "map" and s.band is not None for s in c.steps)]
+    bands = bands_of(parallel)
+    assert bands[-1].parallel and bands[-1] == replace(bands_of(built.config)[-1], parallel=True)
+    assert cpu_config(parallel.fusion, bands) == parallel  # the knob round-trips through its step
+    k = akg.build(kernel.subgraph, target, parallel)
+    assert "T.parallel" in k.tir()
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, k(**inputs), Reference.of(graph, inputs)) == []
+    # a conv far below the threshold, and one above it (parallel already), get no such alternative
+    for small in (_conv_bn_relu(1, 8, 8, 4, 3, 1), _conv_bn_relu(2, 64, 64, 14, 3, 1)):
+        (kernel, _) = _kernel_config(small)
+        alternatives = akg.compiler.pipeline_for(kernel.subgraph.graph, target).alternative_configs()
+        assert not any(s.op == "map" and s.band is not None for c in alternatives for s in c.steps)
