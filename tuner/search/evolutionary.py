@@ -1,7 +1,8 @@
 """EvolutionarySearch ("evolutionary"): a population seeded with the best measured configs, the
 default config of every fusion strategy and random samples evolves by mutation and crossover
 for a few generations with the cost model as fitness; the batch is the defaults and the recipe's
-alternatives to them not measured yet (`SearchStrategy._defaults`), then the model's top picks plus
+alternatives to them not measured yet (`SearchStrategy._defaults`: akg compile's config and its
+alternatives first), then the model's top picks plus
 an epsilon share of random unmeasured configs (exploration). While the model is
 uninformative (untrained, or the random model) the batch is drawn from the seeded random
 generator alone, so a tune with a fixed seed and the random model is deterministic."""
