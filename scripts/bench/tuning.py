@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import functools
 import math
 import os
 import platform
@@ -123,14 +124,10 @@ def final_times(modules: dict, ins, outs, floor) -> dict:
     return time_modules_interleaved(calls, rounds=9, seconds=0.2, probe=host_probe())
 
 
-_PROBE = []
-
-
+@functools.cache
 def host_probe():
     """The run's one `timing.HostProbe` (its bests span the whole run)."""
-    if not _PROBE:
-        _PROBE.append(HostProbe())
-    return _PROBE[0]
+    return HostProbe()
 
 
 def main(argv=None) -> int:
