@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
+import memory_bound  # noqa: E402
 import peers  # noqa: E402  (sets TVM_NUM_THREADS before TVM starts its thread pool)
 import suite  # noqa: E402
 
@@ -80,6 +81,12 @@ def suite_benches() -> list[Bench]:
               w["bias_gelu"].flops, w["bias_gelu"].bytes, "memory", np_fn("np_bias_gelu")),
         Bench("reduce_sum", _graph("reduce_sum", lambda b: b.output(b.sum(b.input("x", (4096, 1024)), axes=[1]))),
               w["reduce_sum"].flops, w["reduce_sum"].bytes, "memory", np_fn("np_reduce_sum")),
+        # the multi-pass reductions of memory_bound.py, built the same way
+        Bench("rms_norm", _graph("rms_norm", lambda b: memory_bound.rms_norm(b, suite.RN_M, suite.RN_N)),
+              w["rms_norm"].flops, w["rms_norm"].bytes, "memory", np_fn("np_rms_norm")),
+        Bench("layer_norm_backward", _graph("layer_norm_backward", lambda b: memory_bound.layer_norm_backward(
+            b, suite.LB_M, suite.LB_N)), w["layer_norm_backward"].flops, w["layer_norm_backward"].bytes, "memory",
+              np_fn("np_layer_norm_backward")),
     ]
 
 

@@ -512,7 +512,7 @@ def tune_metaschedule(
         seed=seed,
     )
     tune_seconds = time.perf_counter() - t_start[0]
-    _stop_popen_workers(runner, builder)
+    stop_popen_workers(runner, builder)
     sch = ms.tir_integration.compile_tir(db, mod, target)
     kernel = None
     if sch is not None:
@@ -524,7 +524,7 @@ def tune_metaschedule(
     return MSResult(kernel, tune_seconds, len(curve), best, curve, work_dir, sch, db)
 
 
-def _stop_popen_workers(*owners) -> None:
+def stop_popen_workers(*owners) -> None:
     """Shut MetaSchedule's runner/builder worker processes down before anything else is timed:
     left to the garbage collector, the runner's worker (with TVM's spinning thread pool)
     outlived tune_tir and slowed the next kernels timed in this process by up to 50%."""

@@ -287,6 +287,79 @@ def in_reduce_sum(rng):
     return [_rand(rng, (RS_M, RS_N))]
 
 
+# --------------------------------------------------------------------------- rms_norm
+RN_M, RN_N, RN_EPS = 4096, 1024, 1e-5
+
+
+def te_rms_norm(M=RN_M, N=RN_N, eps=RN_EPS):
+    """y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis."""
+    te = _te()
+    X = te.placeholder((M, N), F32, name="X")
+    G = te.placeholder((N,), F32, name="gamma")
+    k = te.reduce_axis((0, N), name="k")
+    sq = te.compute((M,), lambda i: te.sum(X[i, k] * X[i, k], axis=k), name="row_sqsum")
+    rstd = te.compute((M,), lambda i: te.rsqrt(sq[i] / te.const(float(N), F32) + te.const(eps, F32)),
+                      name="rstd")
+    Y = te.compute((M, N), lambda i, j: X[i, j] * rstd[i] * G[j], name="rms_norm")
+    return [X, G, Y]
+
+
+def np_rms_norm(arrays):
+    X, G = arrays[:2]
+    return X / np.sqrt((X * X).mean(axis=-1, keepdims=True) + np.float32(RN_EPS)) * G
+
+
+def in_rms_norm(rng):
+    return [_rand(rng, (RN_M, RN_N)), 1.0 + _rand(rng, (RN_N,), 0.1)]
+
+
+# ---------------------------------------------------------------- layer_norm_backward
+LB_M, LB_N = 4096, 1024
+
+
+def te_layer_norm_backward(M=LB_M, N=LB_N):
+    """dx, dgamma, dbeta of a layer norm from dy, x and the forward's mean and rstd (per row,
+    kept as [M, 1]) and gamma: xhat = (x - mean) rstd, g = dy gamma,
+    dx = rstd (g - mean(g) - xhat mean(g xhat)), dgamma = sum_rows(dy xhat), dbeta = sum_rows(dy)."""
+    te = _te()
+    DY = te.placeholder((M, N), F32, name="dy")
+    X = te.placeholder((M, N), F32, name="X")
+    MU = te.placeholder((M, 1), F32, name="mean")
+    RS = te.placeholder((M, 1), F32, name="rstd")
+    G = te.placeholder((N,), F32, name="gamma")
+    inv_n = te.const(1.0 / N, F32)
+
+    def xhat(i, j):
+        return (X[i, j] - MU[i, 0]) * RS[i, 0]
+
+    k1 = te.reduce_axis((0, N), name="k1")
+    m1 = te.compute((M,), lambda i: te.sum(DY[i, k1] * G[k1], axis=k1), name="m1")
+    k2 = te.reduce_axis((0, N), name="k2")
+    m2 = te.compute((M,), lambda i: te.sum(DY[i, k2] * G[k2] * xhat(i, k2), axis=k2), name="m2")
+    DX = te.compute((M, N), lambda i, j: RS[i, 0] * (DY[i, j] * G[j] - m1[i] * inv_n - xhat(i, j) * m2[i] * inv_n),
+                    name="dx")
+    r1 = te.reduce_axis((0, M), name="r1")
+    DG = te.compute((N,), lambda j: te.sum(DY[r1, j] * xhat(r1, j), axis=r1), name="dgamma")
+    r2 = te.reduce_axis((0, M), name="r2")
+    DB = te.compute((N,), lambda j: te.sum(DY[r2, j], axis=r2), name="dbeta")
+    return [DY, X, MU, RS, G, DX, DG, DB]
+
+
+def np_layer_norm_backward(arrays):
+    dy, x, mean, rstd, g = arrays[:5]
+    xhat = (x - mean) * rstd
+    dyg = dy * g
+    dx = rstd * (dyg - dyg.mean(axis=1, keepdims=True) - xhat * (dyg * xhat).mean(axis=1, keepdims=True))
+    return [dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)]
+
+
+def in_layer_norm_backward(rng):
+    x = _rand(rng, (LB_M, LB_N))
+    mean = x.mean(axis=1, keepdims=True)
+    rstd = (1.0 / np.sqrt(x.var(axis=1, keepdims=True) + np.float32(LN_EPS))).astype(F32)
+    return [_rand(rng, (LB_M, LB_N)), x, mean, rstd, 1.0 + _rand(rng, (LB_N,), 0.1)]
+
+
 # ------------------------------------------------------------------------------ suite
 _B = 4  # bytes per float32
 
@@ -343,5 +416,22 @@ WORKLOADS: dict[str, Workload] = {
         bytes=_B * (RS_M * RS_N + RS_M),
         output_shapes=[(RS_M,)], bound="memory", rtol=1e-4, atol=1e-3,
         description="sum over last axis of X[4096,1024] f32",
+    ),
+    "rms_norm": Workload(
+        "rms_norm", te_rms_norm, np_rms_norm, in_rms_norm,
+        # nominal: sq+acc (2), mul rstd, mul gamma = 4 / element
+        flops=4.0 * RN_M * RN_N,
+        bytes=_B * (2 * RN_M * RN_N + RN_N),
+        output_shapes=[(RN_M, RN_N)], bound="memory", rtol=1e-4, atol=1e-4,
+        description="rms norm over last axis of X[4096,1024] f32, gamma, eps=1e-5",
+    ),
+    "layer_norm_backward": Workload(
+        "layer_norm_backward", te_layer_norm_backward, np_layer_norm_backward, in_layer_norm_backward,
+        # nominal per element: xhat (2), dy*g, two row sums with their products (3), dx (5),
+        # dgamma (2), dbeta (1) = 14
+        flops=14.0 * LB_M * LB_N,
+        bytes=_B * (3 * LB_M * LB_N + 2 * LB_M + 3 * LB_N),
+        output_shapes=[(LB_M, LB_N), (LB_N,), (LB_N,)], bound="memory", rtol=1e-4, atol=1e-3,
+        description="layer-norm backward: dx, dgamma, dbeta from dy, x, mean, rstd, gamma [4096,1024] f32",
     ),
 }

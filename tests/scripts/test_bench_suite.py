@@ -1,0 +1,80 @@
+"""The kernel benchmarks' suite (scripts/bench/kernels.py, suite.py): the NumPy function a
+benchmark times as its NumPy baseline computes what the benchmark's graph computes, and the
+tuning benchmark's summary states the issue's checks (stream fraction, tuned against default)."""
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from akg.verify import Reference
+
+BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench"
+
+
+def _bench_module(name: str):
+    """scripts/bench/<name>.py imported as the benchmarks import each other (by plain name,
+    with scripts/bench on sys.path)."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    return importlib.import_module(name)
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return _bench_module("kernels")
+
+
+@pytest.fixture(scope="module")
+def tuning():
+    return _bench_module("tuning")
+
+
+MEMORY_BOUND = ("softmax", "layer_norm", "bias_gelu", "reduce_sum", "rms_norm", "layer_norm_backward")
+
+
+def test_the_suite_has_the_multi_pass_reductions(kernels):
+    names = [b.name for b in kernels.suite_benches()]
+    assert set(MEMORY_BOUND) <= set(names)
+
+
+@pytest.mark.parametrize("name", MEMORY_BOUND)
+def test_numpy_baseline_computes_the_graph(kernels, name):
+    suite = _bench_module("suite")
+    bench = next(b for b in kernels.suite_benches() if b.name == name)
+    program, ins, outs = kernels.arrays_for(bench.graph)
+    fn = getattr(suite, bench.numpy_fn.rsplit(":", 1)[1])
+    got = fn(ins)
+    got = list(got) if isinstance(got, (list, tuple)) else [got]
+    graph_inputs = dict(zip([t.name for t in program.inputs], ins))
+    expected = Reference.of(bench.graph, graph_inputs).exact
+    assert len(got) == len(expected) == len(outs)
+    for g, e, o in zip(got, expected, outs):
+        assert np.shape(g) == e.shape == o.shape
+        scale = max(1.0, float(np.max(np.abs(e))))
+        np.testing.assert_allclose(np.asarray(g, np.float64), e, rtol=1e-3, atol=1e-4 * scale)
+
+
+def _row(name, default, tuned, floor=None, floor_bytes=32 << 20, nbytes=32 << 20, ms=None, error=None):
+    return {"name": name, "budget": 64, "akg_default_s": default, "akg_s": tuned, "ms_s": ms,
+            "stream_floor_s": floor, "floor_bytes": floor_bytes, "bytes": nbytes, "ms_error": error,
+            "numpy_s": None, "akg_tune_s": 1.0, "akg_trials": 64, "ms_tune_s": 1.0, "ms_trials": 64,
+            "akg_reach95": 1, "ms_reach95": 1, "akg_second_run_new": 0}
+
+
+def test_summary_states_the_stream_fraction_and_slower_tuned_rows(tuning):
+    rows = [_row("layer_norm", 1.0e-3, 0.5e-3, floor=0.45e-3, ms=1.0e-3),  # 90% of the floor
+            _row("softmax", 1.0e-3, 1.0e-3, floor=0.45e-3, ms=2.0e-3),  # 45%
+            _row("layer_norm_backward", 1.0e-3, 1.2e-3, floor=0.5e-3, nbytes=48 << 20, error="ScheduleError: x")]
+    assert tuning.stream_fraction(rows[0]) == pytest.approx(0.9)
+    assert tuning.stream_fraction(rows[2]) == pytest.approx(0.625)
+    text = tuning.summary(rows)
+    assert "layer_norm @ 64: tuned at 90% of the stream floor's bandwidth, default at 45% (>= 80%: met)" in text
+    assert "softmax @ 64: tuned at 45%" in text and "NOT met" in text
+    assert "tuned slower than default beyond 3%: layer_norm_backward @ 64 (0.83x)" in text
+    assert "MetaSchedule failed at 64 trials on layer_norm_backward" in text
+    assert "2.00x over 2 kernels" in text  # the geometric mean leaves the failed row out
+    table = tuning.table(rows)
+    assert "| failed |" in table and "90% (45%)" in table
