@@ -152,7 +152,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     benches = suite_benches() + corpus_chains()
     if args.only:
-        benches = [b for b in benches if any(b.name.startswith(w) for w in args.only.split(","))]
+        # a workload's whole name picks it alone (layer_norm, not layer_norm_backward), else a
+        # prefix picks every workload it starts (corpus)
+        names = {b.name for b in benches}
+        wanted = args.only.split(",")
+        benches = [b for b in benches if any(b.name == w or (w not in names and b.name.startswith(w)) for w in wanted)]
     target = peers.detect_target()
     work = Path(tempfile.mkdtemp(prefix="akg-bench-tuning-"))
     rows = []
