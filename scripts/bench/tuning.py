@@ -19,8 +19,8 @@ table gives such a kernel's bandwidth (the bytes it must move at least, over its
 fraction of the floor's; the summary checks the multi-pass reductions (layer_norm, softmax,
 rms_norm, layer_norm_backward) against 80% of it and lists every row whose tuned kernel timed
 slower than its default beyond `timing.TOLERANCE`. Where MetaSchedule fails on a workload (its
-schedule rules raise on the layer-norm backward's three outputs) the row says so and stays out
-of the geometric mean.
+schedule rules raise on the layer-norm backward) the row says so and stays out of the
+geometric mean.
 
     python scripts/bench/tuning.py [--budgets 64,256] [--only matmul,softmax] [--record docs/performance.md]
 """
@@ -246,7 +246,7 @@ def summary(rows) -> str:
                        f"at {_pct(stream_fraction(r, 'akg_default_s'))} (>= {FLOOR_TARGET:.0%}: {verdict})")
     slower = [f"{r['name']} @ {r['budget']} ({r['akg_default_s'] / r['akg_s']:.2f}x)" for r in rows
               if r.get("akg_s") and r.get("akg_default_s") and r["akg_s"] > r["akg_default_s"] * (1 + NOISE)]
-    out.append("tuned slower than default beyond " f"{NOISE:.0%}: " + (", ".join(slower) if slower else "none"))
+    out.append(f"tuned slower than default beyond {NOISE:.0%}: " + (", ".join(slower) if slower else "none"))
     return "\n".join(out)
 
 
