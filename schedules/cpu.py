@@ -303,6 +303,13 @@ class BandPlan:
     recompute: tuple[str, ...] = ()  # producers computed cache tile by cache tile
 
 
+def _near_reduction_threshold(info: BandInfo) -> bool:
+    """A band over a reduction whose work is below `parallel_threshold` by at most
+    SMALL_PARALLEL times."""
+    threshold = parallel_threshold(info)
+    return threshold == PARALLEL_MIN_REDUCTION_POINTS and threshold // SMALL_PARALLEL <= info.work < threshold
+
+
 class CpuRecipe(Recipe):
     """The CPU's mapping: cache and register tiles, micro-kernels with sunk register loops,
     packed operand panels, parallel outer loops and vector inner loops."""
@@ -329,8 +336,7 @@ class CpuRecipe(Recipe):
         default = default_bands(bands, self.target, dtype)
         whole = default_bands(bands, self.target, dtype, half_vectors=False)
         out = [cpu_config(fusion, whole)] if whole != default else []
-        small = [self.target.cores > 1 and parallel_threshold(i) == PARALLEL_MIN_REDUCTION_POINTS
-                 and parallel_threshold(i) // SMALL_PARALLEL <= i.work < parallel_threshold(i) for i in bands]
+        small = [self.target.cores > 1 and _near_reduction_threshold(i) for i in bands]
         if any(small):
             out.append(cpu_config(fusion, tuple(replace(b, parallel=True) if s else b
                                                 for b, s in zip(default, small))))

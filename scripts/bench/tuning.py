@@ -100,7 +100,8 @@ def ms_side(bench, budget: int, work_dir: str, target, program) -> tuple[dict, d
         res = peers.tune_metaschedule(to_te(program), target, trials=budget, work_dir=work_dir)
     except Exception as e:  # noqa: BLE001  (MetaSchedule's own schedule rules can fail on a workload)
         peers.stop_popen_workers()
-        first = next((ln for ln in str(e).splitlines() if "Error message:" in ln), str(e).splitlines()[0])
+        lines = str(e).splitlines() or [type(e).__name__]
+        first = next((ln for ln in lines if "Error message:" in ln), lines[0])
         print(f"   MetaSchedule failed: {first.strip()[:200]}", flush=True)
         return {"ms_tune_s": 0.0, "ms_trials": 0, "ms_reach95": None, "ms_tuner_best_s": None,
                 "ms_error": f"{type(e).__name__}: {first.strip()[:200]}"}, {}

@@ -78,3 +78,17 @@ def test_summary_states_the_stream_fraction_and_slower_tuned_rows(tuning):
     assert "2.00x over 2 kernels" in text  # the geometric mean leaves the failed row out
     table = tuning.table(rows)
     assert "| failed |" in table and "90% (45%)" in table
+
+
+@pytest.mark.parametrize("message", ["ScheduleError: ...\nError message: The primitive requires", ""])
+def test_a_metaschedule_failure_becomes_a_row_not_a_crash(tuning, monkeypatch, message):
+    def fail(*args, **kwargs):
+        raise RuntimeError(message)
+
+    monkeypatch.setattr(tuning, "to_te", lambda program: program)
+    monkeypatch.setattr(tuning.peers, "tune_metaschedule", fail)
+    monkeypatch.setattr(tuning.peers, "stop_popen_workers", lambda *owners: None)
+    row, modules = tuning.ms_side(None, 64, "unused", None, None)
+    assert modules == {} and row["ms_trials"] == 0
+    assert row["ms_error"].startswith("RuntimeError: ")
+    assert ("The primitive requires" in row["ms_error"]) == bool(message)
