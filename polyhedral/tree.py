@@ -58,6 +58,9 @@ class BandInfo:
     #                  only in chunks of whole blocks of this many iterations
     reduction_outer: int = 0  # trips of the outer loop of the reduction below (a conv's input
     #                           channels, a matmul's K), 0 where none
+    reduction_loops: int = 0  # loops below that carry the reduction and take more than one trip
+    #                           (a 1x1 conv: 1, its input channels; a KxK conv: 3, its taps 2
+    #                           over one input channel)
     image_axes: tuple[int, ...] = ()  # per member: the index of the 4-d tensors written below
     #                                   (an NCHW image: 0 N, 1 C, 2 H, 3 W) that it moves alone, by
     #                                   one (-1: none)
@@ -266,6 +269,7 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             blocks=_blocks(model, node),
             image_axes=_image_axes(model, node),
             reduction_outer=_reduction_outer(inner),
+            reduction_loops=_reduction_loops(inner),
             producers=recomputable_producers(model, names),
             row_steps=_row_steps(model, node),
         ))
@@ -305,6 +309,13 @@ def _reduction_band(bands: list[isl.ScheduleNode]) -> isl.ScheduleNode | None:
 def _reduction_outer(inner: list[isl.ScheduleNode]) -> int:
     band = _reduction_band(inner)
     return _member_extents(band)[0] if band is not None else 0
+
+
+def _reduction_loops(inner: list[isl.ScheduleNode]) -> int:
+    """`BandInfo.reduction_loops`: members of the bands below that carry a dependence and take
+    more than one trip."""
+    return sum(1 for b in inner for d, extent in enumerate(_member_extents(b))
+               if extent > 1 and not b.band_member_get_coincident(d))
 
 
 def _image_axes(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:

@@ -310,6 +310,39 @@ def _near_reduction_threshold(info: BandInfo) -> bool:
     return threshold == PARALLEL_MIN_REDUCTION_POINTS and threshold // SMALL_PARALLEL <= info.work < threshold
 
 
+# Register tiles with fewer accumulators for a conv whose reduction is its window alone, or
+# little more (<= 49 points per output: LeNet-5's 1 -> 6 channel 5x5 conv), with output rows as
+# the vector loop and a tile over two loops above it (rows x images or channels): which tile
+# wins turns on how LLVM legalises the row's partial last vector and keeps the window's
+# overlapping loads, so it changes from shape to shape (2 Zen 4 cores, each conv alone: 1 -> 6
+# channels, 5x5, 28 px, batch 4: 4 x 4 accumulators 22.8 us, 4 x 1 12.2, 4 x 2 16.9; at 32 px
+# 4 x 2 vectors 21.6, 2 x 2 vectors 12.7; 3 -> 8 channels, 3x3, 32 px: 8 x 2 vectors 16.8,
+# 2 x 2 vectors 10.8; 3 -> 8 channels at 20 px and 2 -> 8 at 30 px (5x5) keep their
+# default). Each choice: (position from the end, new size; 0 halves it).
+FEWER_ACCUMULATORS = ((2, 1), (2, 0), (3, 0))
+
+
+def _fewer_accumulators(bc: BandConfig, info: BandInfo, choice: int) -> BandConfig:
+    """`bc` with the register tile of FEWER_ACCUMULATORS[choice], where the band is such a
+    conv's (sunk, vector loop read through a window, a shallow reduction with taps below its
+    outer loop: not a 1x1 conv's channels alone); else `bc`."""
+    n = len(bc.order)
+    row = bc.order[-1]
+    depth = info.work // max(1, math.prod(info.extents))
+    if not (bc.sink and n >= 3 and bc.register[-1] and info.windowed and info.windowed[row] > 0
+            and info.reduction_loops >= 2 and depth <= 49 and (bc.register[-2] > 1 or bc.register[-3] > 1)):
+        return bc
+    pos, size = FEWER_ACCUMULATORS[choice]
+    register = list(bc.register)
+    register[-pos] = size or register[-pos] // 2
+    if register[-pos] < 1 or register[-pos] == bc.register[-pos]:
+        return bc
+    tile = bc.tile[-pos] or info.extents[bc.order[-pos]]
+    if tile % register[-pos]:
+        return bc
+    return replace(bc, register=tuple(register))
+
+
 class CpuRecipe(Recipe):
     """The CPU's mapping: cache and register tiles, micro-kernels with sunk register loops,
     packed operand panels, parallel outer loops and vector inner loops."""
@@ -332,14 +365,30 @@ class CpuRecipe(Recipe):
         in the model; 40 -> 240 channels at 40 px: 142.8 -> 152.0 us). And the bands over a
         reduction (a conv's, a matmul's) whose work is below `parallel_threshold` by at most
         SMALL_PARALLEL times run in parallel (`BandConfig.parallel`): whether that wins depends
-        on the host's launch cost."""
+        on the host's launch cost; that applies to the default and to each alternative. And a
+        conv whose reduction is little more than its window takes register tiles with fewer
+        accumulators (`FEWER_ACCUMULATORS`). Alternatives the target rejects are left out."""
         default = default_bands(bands, self.target, dtype)
         whole = default_bands(bands, self.target, dtype, half_vectors=False)
-        out = [cpu_config(fusion, whole)] if whole != default else []
+        candidates = [whole] if whole != default else []
+        for choice in range(len(FEWER_ACCUMULATORS)):
+            fewer = tuple(_fewer_accumulators(b, i, choice) for b, i in zip(default, bands))
+            if fewer != default and fewer not in candidates:
+                candidates.append(fewer)
         small = [self.target.cores > 1 and _near_reduction_threshold(i) for i in bands]
         if any(small):
-            out.append(cpu_config(fusion, tuple(replace(b, parallel=True) if s else b
-                                                for b, s in zip(default, small))))
+            # in parallel: the default, and each alternative above that changes a small band
+            parallel = [tuple(replace(b, parallel=True) if s else b for b, s in zip(c, small))
+                        for c in (default, *candidates)]
+            candidates += [c for c, base in zip(parallel, (default, *candidates)) if c != base and c != default]
+        out = []
+        for c in candidates:
+            config = cpu_config(fusion, c)
+            try:
+                self.validate(config, bands)
+            except ScheduleError:
+                continue
+            out.append(config)
         return out
 
     def space(self, bands, fusion="smart") -> CpuSpace:

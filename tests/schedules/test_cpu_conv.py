@@ -3,6 +3,7 @@ narrower than a vector is vectorised over its output channels, read along a chan
 weight (`akg.graph.layout`); every small, strided, 1x1 and depthwise shape of the benchmark's
 CNNs still matches the reference, with the layout and mapping the model pipeline chooses."""
 
+import math
 import re
 from dataclasses import replace
 
@@ -670,3 +671,31 @@ def test_small_convs_have_a_parallel_alternative_for_the_tuner():
         (kernel, _) = _kernel_config(small)
         alternatives = akg.compiler.pipeline_for(kernel.subgraph.graph, target).alternative_configs()
         assert not any(s.op == "map" and s.band is not None for c in alternatives for s in c.steps)
+
+
+@pytest.mark.parametrize("batch, channels, out_channels, image, k", [(4, 1, 6, 28, 5), (2, 3, 8, 32, 3)])
+def test_shallow_window_convs_have_alternatives_with_fewer_accumulators(batch, channels, out_channels, image, k):
+    # a conv whose reduction is its window (LeNet-5's 1 -> 6 channels, 5x5) over output rows as
+    # vectors: the tuner's first batch also measures register tiles with fewer accumulators
+    # (`FEWER_ACCUMULATORS`), each computing the same result; a 1x1 conv has none of them
+    target = get_target("cpu")
+    graph = _conv_bn_relu(batch, channels, out_channels, image, k, 1)
+    kernel, built = _kernel_config(graph)
+    band = bands_of(built.config)[-1]
+    if not (band.sink and len(band.order) >= 3 and (band.register[-2] > 1 or band.register[-3] > 1)):
+        pytest.skip(f"this target's default has no register tile over rows and channels here: {band}")
+    alternatives = akg.compiler.pipeline_for(kernel.subgraph.graph, target).alternative_configs()
+    fewer = [bands_of(c)[-1] for c in alternatives]
+    accumulators = lambda b: math.prod(max(1, r) for r in b.register[-3:-1])  # noqa: E731
+    fewer = [b for b in fewer if b.register[-1] == band.register[-1] and b.order == band.order
+             and accumulators(b) < accumulators(band)]
+    assert fewer, alternatives
+    assert all(b.register[-2] <= band.register[-2] and b.register[-3] <= band.register[-3] for b in fewer)
+    inputs = random_inputs(graph, 0)
+    reference = Reference.of(graph, inputs)
+    for config in alternatives:
+        assert compare(graph, akg.build(kernel.subgraph, target, config)(**inputs), reference) == []
+    pointwise = _conv_bn_relu(1, 24, 144, 28, 1, 1)
+    kernel, built = _kernel_config(pointwise)
+    for config in akg.compiler.pipeline_for(kernel.subgraph.graph, target).alternative_configs():
+        assert bands_of(config)[-1].register[-3:-1] in (bands_of(built.config)[-1].register[-3:-1],), config
