@@ -39,7 +39,7 @@ from akg.polyhedral.reduction_loops import ReductionLoops
 from akg.polyhedral.tir_ops import FENCED_CALLS, MAX_VECTOR, fold_all, ident, is_zero, reduce_identity, tir_call
 from akg.polyhedral.tirstmt import seq as _seq
 from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_RECOMPUTE, MARK_UNROLL,
-                                 PREFETCH_NEST, MARK_VECTORIZE)
+                                 PREFETCH_NEST, MARK_VECTORIZE, affs_by_statement)
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,37 @@ class LoweringHooks:
     # plain buffer. With `exchange(value, delta)`, the tensor's last index is the lane that holds
     # the element: a statement reads its own lane's value, or lane + delta's by the exchange
     scratch: Callable[[str], tuple | None] | None = None
+    # statements at one point of a band (a reduction's initialisation, the reduction and its
+    # epilogue, ordered by a sequence below) kept in one piece of code: isl otherwise may emit a
+    # mark above that sequence once per statement, and a promotion there then copies its box in
+    # and out around each. It may also guard a statement inside a loop it shares with others
+    # (`if c1 == 0`), which a backend that maps loop nests by their shape may not take; off for
+    # a schedule where that would put a reduction's initialisation inside its loop
+    # (`_fixed_in_varying_member`).
+    group_coscheduled: bool = False
+
+
+def _fixed_in_varying_member(schedule: isl.Schedule) -> bool:
+    """Does a band member fix some statement at one value while it runs others through a loop
+    (a reduction's initialisation at 0 of the reduction's loop)? Kept together with the
+    statements it shares that value with (`LoweringHooks.group_coscheduled`), such a statement
+    would run under a guard inside the loop instead of before it (a 64-channel 3x3 conv 7%
+    slower), so grouping stays off for such a schedule."""
+    found = False
+
+    def visit(node: isl.ScheduleNode) -> bool:
+        nonlocal found
+        if node.get_type() == isl.schedule_node_type.band:
+            mupa = node.band_get_partial_schedule()
+            for d in range(node.band_n_member()):
+                affs = affs_by_statement(mupa.get_at(d)).values()
+                fixed = [a is not None and a.is_cst() for a in affs]
+                if any(fixed) and not all(fixed):
+                    found = True
+        return not found
+
+    schedule.get_root().foreach_descendant_top_down(visit)
+    return found
 
 
 class TirLowering(ReductionLoops, PromotedCopies):
@@ -203,6 +234,7 @@ class TirLowering(ReductionLoops, PromotedCopies):
         ctx = self.model.ctx
         ctx.set_ast_build_atomic_upper_bound(True)
         ctx.set_ast_build_detect_min_max(True)
+        ctx.set_ast_build_group_coscheduled(self.hooks.group_coscheduled and not _fixed_in_varying_member(schedule))
         build = isl.AstBuild.from_context(isl.Set("{ : }", context=ctx))
 
         failures: list[Exception] = []

@@ -116,3 +116,66 @@ def test_recompute_boxes_stay_inside_the_tensors_they_read():
     outs = [np.full(t.shape, np.nan, t.dtype) for t in program.outputs]
     interpret(kernel.func, [*ins, *(np.array(a) for a in program.params.values()), *outs])
     np.testing.assert_allclose(outs[0], evaluate(graph, inputs)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_reductions_init_and_epilogue_share_its_promoted_accumulators():
+    # a conv tiled one output row at a time, all its channels, no register tile (the default of
+    # a 16-channel conv at 8 px): its initialisation, the reduction and the epilogue sit at one
+    # point of the band, ordered by a sequence under the promotion mark; the AST keeps them in
+    # one piece, so the accumulators start at zero in the local buffer and the epilogue reads
+    # them there: the conv's output never goes through memory (no global buffer, no copies)
+    import re
+    from dataclasses import replace
+
+    import numpy as np
+
+    from akg.compiler import pipeline_for
+    from akg.graph import GraphBuilder, evaluate, random_inputs
+    from akg.schedules.cpu import bands_of, cpu_config, switches_of
+    from akg.target import get_target
+
+    b = GraphBuilder("conv")
+    w = b.const(np.random.default_rng(0).standard_normal((16, 16, 3, 3)).astype(np.float32), name="w")
+    y = b.conv2d(b.input("x", (2, 16, 8, 8)), w, strides=[1, 1], padding=[1, 1])
+    b.output(b.relu(b.add(y, b.input("bias", (1, 16, 1, 1)))))
+    graph = b.build()
+    pipeline = pipeline_for(graph, get_target("cpu"), "smart")
+    default = pipeline.default_config()
+    *rest, conv = bands_of(default)
+    n = len(conv.order)
+    conv = replace(conv, order=tuple(range(n)), tile=(1, 0, 1, 0)[-n:], register=(0,) * n, sink=True, parallel=False)
+    kernel = pipeline.build(cpu_config(default.fusion, (*rest, conv), **switches_of(default)))
+    tir = kernel.tir()
+    # the only buffers in memory: the padded input, and the conv's accumulators in a local one
+    globals_ = [m for m in re.findall(r"(\w+) = T.alloc_buffer", tir) if not m.endswith(("_local", "_pad"))]
+    assert globals_ == [], tir
+    inputs = random_inputs(graph, 0)
+    np.testing.assert_allclose(kernel(**inputs)[0], evaluate(graph, inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_an_initialisation_fixed_in_the_reductions_loop_stays_before_it():
+    # a register-tiled conv whose reduction band runs its initialisation at 0 of the reduction's
+    # outer loop: the statements at one band point are not grouped for such a schedule
+    # (`_fixed_in_varying_member`), so the initialisation runs before the loop, not under a
+    # guard inside it
+    import re
+
+    import numpy as np
+
+    from akg.compiler import pipeline_for
+    from akg.graph import GraphBuilder, evaluate, random_inputs
+    from akg.polyhedral.astgen import _fixed_in_varying_member
+    from akg.target import get_target
+
+    b = GraphBuilder("conv")
+    w = b.const(np.random.default_rng(0).standard_normal((16, 16, 3, 3)).astype(np.float32), name="w")
+    b.output(b.conv2d(b.input("x", (1, 16, 32, 32)), w, strides=[1, 1], padding=[1, 1]))
+    graph = b.build()
+    pipeline = pipeline_for(graph, get_target("cpu"), "smart")
+    config = pipeline.default_config()
+    schedule = pipeline.recipe.apply(config, pipeline.model, pipeline.schedule, pipeline.bands, pipeline.dtype)
+    assert _fixed_in_varying_member(schedule)
+    kernel = pipeline.build(config)
+    assert not re.search(r"if c\d+ == 0:", kernel.tir()), kernel.tir()
+    inputs = random_inputs(graph, 0)
+    np.testing.assert_allclose(kernel(**inputs)[0], evaluate(graph, inputs)[0], rtol=1e-4, atol=1e-4)

@@ -45,9 +45,12 @@ def cpu_lowering(target, config) -> LoweringHooks:
     blocked (`REDUCE_BLOCK` terms per partial) so that their error grows like
     block + n / block rather than n: per lane of vector reductions, and for serial sum loops
     only where LLVM may not reorder them (where it may, it splits them into several
-    accumulators itself, which blocking on top of measured less accurate)."""
+    accumulators itself, which blocking on top of measured less accurate). Coscheduled
+    statements stay together (`LoweringHooks.group_coscheduled`): a 16-channel 3x3 conv at 8 px
+    whose accumulators were copied in and out around its reduction, 7.4 -> 5.9 us alone (Zen 4)."""
     reduce_bits = target.vector_bits if (config.has("vectorize") and target.fast_math_reassoc) else 0
     return LoweringHooks(fence=llvm_fence, local_alloc=stack_alloc, reduce_bits=reduce_bits,
                          fast_math=config.has("fast_math"), reduce_block=REDUCE_BLOCK,
                          serial_block=0 if target.fast_math_reassoc else REDUCE_BLOCK, prefetch=llvm_prefetch,
-                         copy_bits=target.vector_bits if config.has("vectorize") else 0)
+                         copy_bits=target.vector_bits if config.has("vectorize") else 0,
+                         group_coscheduled=True)
