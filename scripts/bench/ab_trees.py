@@ -7,7 +7,8 @@ workers then time every default kernel, every tuned kernel (time_evaluator) and 
 compiled model (Python calls) in alternating rounds, each reporting its best round. For
 refactors that must leave speed alone.
 
-    python scripts/bench/ab_trees.py --base HEAD~3 [--rounds 9] [--seconds 0.25] [--tune-trials 32] [--json out.json]
+    python scripts/bench/ab_trees.py --base HEAD~3 [--rounds 9] [--seconds 0.25] [--tune-trials 32]
+                                     [--models mlp,resnet_block,transformer_block] [--json out.json]
 
 The base tree is `git archive`d and, like the working tree, staged as one package (as
 scripts/lint_imports.py does); both workers run with this interpreter and its packages.
@@ -68,8 +69,18 @@ target = get_target("cpu")
 graphs = {b.name: b.graph for b in kernels.suite_benches()}
 examples = sys.argv[2]
 models = {}
+
+def load(name):
+    """An example (.mir), a shared MindIR model or a model torch_models.py builds."""
+    from pathlib import Path
+    for path in (Path(examples) / f"{name}.mir", Path(examples).parents[1] / "shared" / "corpus" / "mindir" / f"{name}.mindir"):
+        if path.exists():
+            return load_model(path)
+    import torch_models
+    return torch_models.BUILT_MODELS[name]()
+
 for name in sys.argv[3].split(","):
-    models[name] = load_model(f"{examples}/{name}.mir")
+    models[name] = load(name)
     seen = set()
     for k, fk in enumerate(partition(models[name], target).kernels):
         if fk.subgraph.workload_key not in seen:
@@ -136,10 +147,10 @@ for line in sys.stdin:
 
 
 class Worker:
-    def __init__(self, label: str, staged: Path, env_extra: dict):
+    def __init__(self, label: str, staged: Path, env_extra: dict, models=MODELS):
         self.label = label
         env = {**os.environ, "PYTHONPATH": str(staged), **env_extra}
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, str(HERE), str(ROOT / "examples"), ",".join(MODELS)],
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, str(HERE), str(ROOT / "examples"), ",".join(models)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=staged)
 
     def ask(self, **cmd) -> dict:
@@ -175,12 +186,16 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=0.25)
     ap.add_argument("--tune-trials", type=int, default=32,
                     help="tune each suite kernel this many trials in each tree (0: no tuning rows)")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help="models whose distinct kernels and whole calls are timed: examples (examples/*.mir), "
+                         "shared MindIR models (mlp, lenet5, ...) or torch_models.py's (resnet18_w16_32, ...)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
     with tempfile.TemporaryDirectory(prefix="akg-ab-") as tmp:
         tmp = Path(tmp)
-        base = Worker("base", stage_base(args.base, tmp / "base"), {})
-        new = Worker("new", lint_imports.stage(tmp / "new", migrations=True), {})
+        base = Worker("base", stage_base(args.base, tmp / "base"), {}, models)
+        new = Worker("new", lint_imports.stage(tmp / "new", migrations=True), {}, models)
         workers = (base, new)
         names = base.ask(op="list")
         assert names == new.ask(op="list"), "the trees cut the example models into different kernels"
