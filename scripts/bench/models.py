@@ -72,7 +72,8 @@ def timeit(fn, min_seconds: float = 1.0, min_runs: int = 5) -> float:
 
 def load_graphs(names: str) -> list[tuple[str, object]]:
     """(name, Graph) per entry of `--models`: `examples`, `mindir`, a built model's name
-    (`torch_models.BUILT_MODELS`) or an example's name."""
+    (`torch_models.BUILT_MODELS`), an example's name or a shared MindIR model's (an example's
+    name wins: both have an mlp and a resnet_block)."""
     graphs = []
     for name in (n.strip() for n in names.split(",") if n.strip()):
         if name == "mindir":
@@ -83,8 +84,11 @@ def load_graphs(names: str) -> list[tuple[str, object]]:
             graphs.append((name, BUILT_MODELS[name]()))
         elif (EXAMPLES / f"{name}.mir").exists():
             graphs.append((name, load_model(EXAMPLES / f"{name}.mir")))
+        elif name in MINDIR_MODELS and (MINDIR / f"{name}.mindir").exists():
+            graphs.append((name, load_model(MINDIR / f"{name}.mindir")))
         else:
-            known = ", ".join(["examples", "mindir", *BUILT_MODELS, *(p.stem for p in sorted(EXAMPLES.glob("*.mir")))])
+            known = ", ".join(["examples", "mindir", *BUILT_MODELS, *(p.stem for p in sorted(EXAMPLES.glob("*.mir"))),
+                               *MINDIR_MODELS])
             raise SystemExit(f"unknown model '{name}' (known: {known})")
     return graphs
 
