@@ -163,11 +163,13 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
             tile[0] = _largest_fitting(ext[0], chunk, rows or 1)
             if rows > 1:
                 register[0], tile[0] = _even_chunks(ext[0], tile[0], rows, cores, shallow=depth <= 49)
-    if info.passes > 1 and info.row_writers <= 1 and not sink and coin[-1] and register[-1] == 0 \
+    if info.passes > 2 and info.row_writers <= 1 and not sink and coin[-1] and register[-1] == 0 \
             and not info.blocks:
         # several passes over each row that reduce it to scalars before a last one writes it
         # (a layer norm's mean, variance, output): a block of rows filling half of L1 runs
-        # each pass before the next. Each pass stays a loop of its own, which LLVM would
+        # each pass before the next. Not for two passes (an rms_norm's sum of squares and
+        # output): with the prefetch its blocks of 2 rows were its slowest variant on Zen 4
+        # three times (4096 x 1024: 0.334-0.362 ms against 0.265-0.307 one row at a time). Each pass stays a loop of its own, which LLVM would
         # otherwise fully unroll and merge, keeping a whole row live in spilled registers
         # (layer norm 4096 x 1024: 0.47 -> 0.40 ms). Not where passes write rows of
         # temporaries (a softmax's exponentials: 0.63 -> 0.72 ms), nor in a band that carries
