@@ -380,7 +380,7 @@ class CpuRecipe(Recipe):
             # in parallel: the default, and each alternative above that changes a small band
             parallel = [tuple(replace(b, parallel=True) if s else b for b, s in zip(c, small))
                         for c in (default, *candidates)]
-            candidates += [c for c, base in zip(parallel, (default, *candidates)) if c != base and c != default]
+            candidates += [c for c, base in zip(parallel, (default, *candidates)) if c != base]
         out = []
         for c in candidates:
             config = cpu_config(fusion, c)
