@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from akg.graph import GraphBuilder, evaluate, random_inputs
-from akg.graph.fuse import (ANCHOR_KINDS, STAGE_KINDS, FusionLimits, Partition, constant_only_nodes,
+from akg.graph.fuse import (ANCHOR_KINDS, INDEX_CHANGES, STAGE_KINDS, FusionLimits, Partition, constant_only_nodes,
                             emit_partition, partition)
 from akg.graph.io import load_mir
 
@@ -37,9 +37,13 @@ def reasons(p: Partition) -> dict[tuple[str, int, int], str]:
 
 def check_partition(graph, p: Partition, limits: FusionLimits = FusionLimits(), seed: int = 0) -> None:
     """The invariants every partition keeps."""
-    # every node of the partitioned graph is in exactly one kernel
+    # every node of the partitioned graph is in a kernel; only index changes are in several
+    # (rule 7: copied into the kernels that read them), and only one kernel writes a value
     placed = Counter(id(n) for k in p.kernels for n in k.nodes)
-    assert set(placed) == {id(n) for n in p.graph.nodes} and set(placed.values()) <= {1}
+    assert set(placed) == {id(n) for n in p.graph.nodes}
+    assert all(placed[id(n)] == 1 or n.op in INDEX_CHANGES for n in p.graph.nodes)
+    written = Counter(name for k in p.kernels for name in k.outputs)
+    assert set(written.values()) <= {1}
     # the kernels run in the order given: each input is a graph input or an earlier output,
     # so the kernel graph is a DAG; constants live inside the kernels
     available = {v.name for v in p.graph.inputs}
@@ -207,6 +211,39 @@ def test_a_flatten_after_a_pool_is_the_classifier_s_prologue():
     g = b.build()
     p = partition(g)
     assert groups(p) == [["pool"], ["flat", "y"]]
+    check_partition(g, p)
+
+
+def test_an_index_change_read_by_several_kernels_is_copied_into_each():
+    """Rule 7: a reshape of a graph input feeding two matmuls (a transformer's query and key
+    projections) is each one's prologue; no kernel writes the reshaped input for the other."""
+    b = GraphBuilder("qk")
+    x = b.input("x", (2, 8, 16))
+    flat = b.reshape(x, shape=[16, 16], name="flat")
+    q = b.matmul(flat, _weights(b, "wq", (16, 16)), name="q")
+    k = b.matmul(flat, _weights(b, "wk", (16, 16), 1), name="k")
+    b.output(b.relu(q, name="rq"), b.relu(k, name="rk"))
+    g = b.build()
+    p = partition(g)
+    assert groups(p) == [["flat", "q", "rq"], ["flat", "k", "rk"]]
+    assert [kk.inputs for kk in p.kernels] == [("x",), ("x",)]
+    assert [kk.outputs for kk in p.kernels] == [("rq",), ("rk",)]
+    assert not p.cuts
+    check_partition(g, p)
+    assert "1 index change(s) copied into the kernels that read them" in emit_partition(p)
+
+
+def test_an_index_change_of_a_kernel_s_own_value_is_written_once():
+    """An index change of a value its kernel computes stays there and is written out (the
+    other kernels could not read its input)."""
+    b = GraphBuilder("own")
+    x = b.input("x", (16, 16))
+    e = b.exp(x, name="e")
+    t = b.transpose(e, perm=[1, 0], name="t")
+    b.output(b.add(t, x, name="a"), b.matmul(t, _weights(b, "w", (16, 16)), name="m"))
+    g = b.build()
+    p = partition(g)
+    assert sum(any(n.outputs[0].name == "t" for n in kk.nodes) for kk in p.kernels) == 1
     check_partition(g, p)
 
 
