@@ -69,6 +69,10 @@ class BandInfo:
     row_steps: tuple[int, ...] = ()  # per member: the largest constant step by which it moves an
     #                                  index of a read other than the last (a strided conv's
     #                                  output row moves its input row by the stride)
+    runs: tuple[int, ...] = ()  # per member: the steps it makes before a merged loop's outer
+    #                             iterator moves (16 for 16 * head + d, an attention's heads
+    #                             merged into the hidden dim), the least over its statements;
+    #                             0 where it merges no loops
 
     @property
     def members(self) -> int:
@@ -175,6 +179,25 @@ def _row_steps(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
     return tuple(steps)
 
 
+def _runs(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
+    """`BandInfo.runs`: per band member, the smallest coefficient other than its unit one in
+    any statement's affine function (the unit iterator runs that far before the next moves)."""
+    mupa = node.band_get_partial_schedule()
+    runs = [0] * node.band_n_member()
+    for d in range(node.band_n_member()):
+        for name, aff in affs_by_statement(mupa.get_at(d)).items():
+            if aff is None:
+                continue
+            stmt = model.statement(name)
+            coeffs = [abs(int(aff.get_coefficient_val(isl.dim_type.in_, i).to_python())) for i in range(len(stmt.iters))]
+            if coeffs.count(1) != 1:
+                continue
+            others = [c for c in coeffs if c > 1]
+            if others:
+                runs[d] = min(runs[d] or min(others), min(others))
+    return tuple(runs)
+
+
 def affs_by_statement(upa: isl.UnionPwAff) -> dict[str, isl.Aff]:
     """The affine function of each statement in a band member (None if piecewise)."""
     out = {}
@@ -272,6 +295,7 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             reduction_loops=_reduction_loops(inner),
             producers=recomputable_producers(model, names),
             row_steps=_row_steps(model, node),
+            runs=_runs(model, node),
         ))
     return infos
 

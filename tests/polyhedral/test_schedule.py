@@ -6,8 +6,8 @@ from akg.graph import GraphBuilder
 from akg.graph.compute.lower import lower_graph
 from akg.polyhedral.deps import compute_dependences
 from akg.polyhedral.model import build_model
-from akg.polyhedral.schedule import respects, schedule
-from akg.polyhedral.tree import analyze, outer_band_paths
+from akg.polyhedral.schedule import _determined, respects, schedule
+from akg.polyhedral.tree import all_bands, analyze, outer_band_paths
 
 
 def _softmax_after_matmul():
@@ -79,3 +79,25 @@ def test_a_head_merging_member_counts_as_contiguous():
     merged = max(range(len(info.extents)), key=lambda d: info.extents[d])
     assert info.extents[merged] == 64 and info.reduction_inner
     assert info.contiguity[merged] >= info.inner_contiguity  # so the register tile sinks
+
+
+def _context_of_heads(batch=2, heads=4, seq=16, d=16):
+    """An attention's context product with its heads merged back into the hidden dim, the way
+    MindSpore writes it: (b, h, s, s) x (b, h, s, d) -> transpose (b, s, h, d) -> (b * s, h * d)."""
+    b = GraphBuilder("ctx4")
+    ctx = b.batch_matmul(b.input("p", (batch, heads, seq, seq)), b.input("v", (batch, heads, seq, d)))
+    b.output(b.reshape(b.transpose(ctx, perm=[0, 2, 1, 3]), shape=[batch * seq, heads * d]))
+    return b.build()
+
+
+def test_a_band_that_the_bands_above_fix_is_dropped():
+    # isl completes the product's schedule below the outer band (16 b + s, 16 h + d) with a band
+    # over (-s, -d), which orders nothing there; normalisation drops it
+    m = build_model(lower_graph(_context_of_heads()))
+    d = compute_dependences(m)
+    result = schedule(m, d)
+    assert respects(result.schedule, d)
+    assert not any(_determined(node) for node in all_bands(result.schedule))
+    (info,) = analyze(m, result.schedule)
+    merged = max(range(len(info.extents)), key=lambda k: info.extents[k])
+    assert info.extents[merged] == 64 and info.runs[merged] == 16  # d runs 16 steps, then h moves

@@ -90,3 +90,21 @@ def test_a_matrix_vector_product_streams_its_weight_on_every_core():
         assert "T.parallel" in built.tir()
     inputs = random_inputs(graph, 1)
     assert compare(graph, [built(**inputs)[0]], Reference.of(graph, inputs)) == []
+
+
+def test_a_context_product_with_merged_heads_vectorizes_along_one_head():
+    """The context product written back with its heads merged into the hidden dim (16 h + d)
+    takes a vector strip no wider than one head's d: a strip across two heads gathers every
+    operand (MindIR transformer_layer: 10.0 -> 0.56 us)."""
+    b = GraphBuilder("ctx4")
+    ctx = b.batch_matmul(b.input("p", (2, 4, 16, 16)), b.input("v", (2, 4, 16, 16)))
+    b.output(b.reshape(b.transpose(ctx, perm=[0, 2, 1, 3]), shape=[32, 64]))
+    graph = b.build()
+    target = get_target("cpu")
+    (kernel,) = partition(graph, target=target).kernels
+    built = akg.build(kernel.subgraph, target)
+    band = bands_of(built.config)[-1]
+    assert band.sink and band.register[-1] == 16, band
+    assert "15 - " not in built.tir()  # no loop runs backwards (a band isl added over -d)
+    inputs = random_inputs(graph, 1)
+    assert compare(graph, [built(**inputs)[0]], Reference.of(graph, inputs)) == []
