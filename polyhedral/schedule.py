@@ -174,7 +174,8 @@ def _determined(node: isl.ScheduleNode) -> bool:
     an outer band over a reshaped output's rows and columns (16 i0 + i2, 16 i1 + i3: an
     attention's heads merged back into the hidden dim) it adds a band over (-i2, -i3), which
     the mapping would then tile as loops of one trip and vectorize along the wrong dim (a
-    transformer's context product: 10 us for 65 kFLOP)."""
+    transformer's context product: 10 us for 65 kFLOP). A band of one point is no such band
+    (see below)."""
     if not node.has_parent() or node.get_type() != isl.schedule_node_type.band:
         return False
     domain = node.get_domain()
@@ -182,6 +183,12 @@ def _determined(node: isl.ScheduleNode) -> bool:
     if prefix.is_empty():
         return False
     values = node.band_get_partial_schedule_union_map().intersect_domain(domain)
+    if isl.Set.from_union_set(values.range()).is_singleton():
+        # a band of one point stays (a reduction's init under its sunk band, at 0): the CPU
+        # defaults were measured with it there. `BandInfo.reduction_outer` reads it as the
+        # reduction's outer loop (1 trip instead of a matmul's K); dropped, the defaults of a
+        # Winograd product changed and ran 1.6x slower (ResNet block, Zen 4)
+        return False
     return prefix.reverse().apply_range(values).is_single_valued()
 
 
