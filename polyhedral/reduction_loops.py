@@ -23,7 +23,7 @@ class ReductionLoops:
     def _vector_reduction(self, it: str, init, extent: int, body_node: isl.AstNode) -> tirx.Stmt | None:
         """The loop `it` (of `extent` trips from `init`) around a single reduction update as a
         vector reduction (see the module doc), or None where that does not apply: another
-        body, a reducer other than sum/prod/max/min, a loop too short for two vectors, or a
+        body, a reducer other than sum/prod/max/min, a loop shorter than one vector, or a
         read that is neither contiguous nor invariant along the loop."""
         if body_node.get_type() != isl.ast_node_type.user:
             return None
@@ -33,7 +33,10 @@ class ReductionLoops:
         if stmt.role != "update" or red is None or red.reducer not in COMBINE:
             return None
         lanes = self.reduce_bits // (8 * np.dtype(t.dtype).itemsize)
-        if lanes < 2 or extent < 2 * lanes:
+        if lanes < 2 or extent < lanes:
+            # one vector is enough: a row of 16 floats (an attention's softmax over 16 keys,
+            # the lanes of a split max) reduced by a tree of halves instead of 16 dependent
+            # steps (MindIR transformer_layer's softmax 2.1 -> 1.25 us)
             return None
         chains = max(1, min(self.reduce_chains, extent // (2 * lanes)))
         width = lanes * chains

@@ -65,12 +65,28 @@ def test_a_few_short_rows_still_reduce_along_the_rows(rows, cols):
     assert "_acc" in _check(_reduce("sum", (rows, cols), [1]), rtol=1e-4, atol=1e-4)
 
 
+LANES = host_cpu().vector_lanes("float32")
+
+
 @pytest.mark.parametrize("graph", [
     _reduce("sum", (1024, 64), [0]),  # reduction along a strided axis: the vector loop is the output's
-    _reduce("sum", (64, 12), [1]),    # shorter than two vectors
+    _reduce("sum", (64, LANES - 4), [1]),    # shorter than one vector
 ], ids=["strided", "short"])
 def test_other_reductions_are_left_alone(graph):
     assert "_acc" not in _check(graph, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["max", "sum"])
+def test_a_row_of_one_vector_is_a_vector_reduction(op):
+    # rows of one vector (an attention's softmax over 16 keys): a load and a tree of halves
+    tir = _check(_reduce(op, (2, 4, 16, LANES), [3]), rtol=1e-5, atol=1e-5)
+    assert "_acc" in tir and "_h2" in tir
+
+
+def test_a_softmax_over_rows_of_one_vector_matches_the_reference():
+    b = GraphBuilder("sm16")
+    b.output(b.softmax(b.input("x", (2, 4, 16, LANES)), axis=-1))
+    assert "_acc" in _check(b.build(), rtol=1e-5, atol=1e-6)
 
 
 def test_no_vector_reductions_without_vectorisation():
