@@ -92,3 +92,14 @@ def test_a_metaschedule_failure_becomes_a_row_not_a_crash(tuning, monkeypatch, m
     assert modules == {} and row["ms_trials"] == 0
     assert row["ms_error"].startswith("RuntimeError: ")
     assert ("The primitive requires" in row["ms_error"]) == bool(message)
+
+
+@pytest.mark.parametrize("name", ["layer_norm", "layer_norm_backward"])
+def test_the_stream_floor_moves_the_workload_s_bytes(kernels, tuning, name):
+    # a floor over fewer bytes than the kernel moves could sit in a cache the kernel overflows
+    bench = next(b for b in kernels.suite_benches() if b.name == name)
+    _, ins, outs = kernels.arrays_for(bench.graph)
+    module, arrays = tuning.stream_floor(bench, ins, outs)
+    assert module is not None and len(arrays) == 2 and arrays[0].shape == arrays[1].shape
+    want = sum(a.nbytes for a in (*ins, *outs))
+    assert abs(sum(a.nbytes for a in arrays) - want) <= 2 * arrays[0].shape[-1] * arrays[0].itemsize
