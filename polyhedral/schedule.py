@@ -176,18 +176,16 @@ def _determined(node: isl.ScheduleNode) -> bool:
     the mapping would then tile as loops of one trip and vectorize along the wrong dim (a
     transformer's context product: 10 us for 65 kFLOP). A band of one point is no such band
     (see below)."""
-    if not node.has_parent() or node.get_type() != isl.schedule_node_type.band:
-        return False
     domain = node.get_domain()
     prefix = node.get_prefix_schedule_union_map().intersect_domain(domain)
     if prefix.is_empty():
         return False
     values = node.band_get_partial_schedule_union_map().intersect_domain(domain)
     if isl.Set.from_union_set(values.range()).is_singleton():
-        # a band of one point stays (a reduction's init under its sunk band, at 0): the CPU
-        # defaults were measured with it there. `BandInfo.reduction_outer` reads it as the
-        # reduction's outer loop (1 trip instead of a matmul's K); dropped, the defaults of a
-        # Winograd product changed and ran 1.6x slower (ResNet block, Zen 4)
+        # a band of one point stays (a reduction's init under its sunk band, at 0): the
+        # mappings' defaults were measured with it there. `BandInfo.reduction_outer` reads it
+        # as the reduction's outer loop (1 trip instead of a matmul's K); dropped, the default
+        # register tiles of a Winograd product changed and ran 1.6x slower (ResNet block, Zen 4)
         return False
     return prefix.reverse().apply_range(values).is_single_valued()
 

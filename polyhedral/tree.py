@@ -183,18 +183,12 @@ def _runs(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
     """`BandInfo.runs`: per band member, the smallest coefficient other than its unit one in
     any statement's affine function (the unit iterator runs that far before the next moves)."""
     mupa = node.band_get_partial_schedule()
-    runs = [0] * node.band_n_member()
+    runs = []
     for d in range(node.band_n_member()):
-        for name, aff in affs_by_statement(mupa.get_at(d)).items():
-            if aff is None:
-                continue
-            stmt = model.statement(name)
-            coeffs = [abs(int(aff.get_coefficient_val(isl.dim_type.in_, i).to_python())) for i in range(len(stmt.iters))]
-            if coeffs.count(1) != 1:
-                continue
-            others = [c for c in coeffs if c > 1]
-            if others:
-                runs[d] = min(runs[d] or min(others), min(others))
+        steps = [c for name, aff in affs_by_statement(mupa.get_at(d)).items()
+                 if _unit_iterator(model.statement(name), aff) is not None
+                 for c in map(abs, _coefficients(model.statement(name), aff)) if c > 1]
+        runs.append(min(steps, default=0))
     return tuple(runs)
 
 
@@ -226,9 +220,13 @@ def _unit_iterator(stmt, member: isl.Aff | None):
     coefficient), or None."""
     if member is None:
         return None
-    coeffs = [int(member.get_coefficient_val(isl.dim_type.in_, i).to_python()) for i in range(len(stmt.iters))]
-    unit = [i for i, c in enumerate(coeffs) if abs(c) == 1]
+    unit = [i for i, c in enumerate(_coefficients(stmt, member)) if abs(c) == 1]
     return stmt.iters[unit[0]] if len(unit) == 1 else None
+
+
+def _coefficients(stmt, member: isl.Aff) -> list[int]:
+    """The schedule member's coefficient of each of the statement's iterators."""
+    return [int(member.get_coefficient_val(isl.dim_type.in_, i).to_python()) for i in range(len(stmt.iters))]
 
 
 def _index_step(stmt, access, member: isl.Aff, index: int) -> int:

@@ -175,8 +175,9 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
         # (a layer norm's mean, variance, output): a block of rows filling half of L1 runs
         # each pass before the next. Not for two passes (an rms_norm's sum of squares and
         # output): with the prefetch its blocks of 2 rows were its slowest variant on Zen 4
-        # three times (4096 x 1024: 0.334-0.362 ms against 0.265-0.307 one row at a time). Each pass stays a loop of its own, which LLVM would
-        # otherwise fully unroll and merge, keeping a whole row live in spilled registers
+        # three times (4096 x 1024: 0.334-0.362 ms against 0.265-0.307 one row at a time).
+        # Each pass stays a loop of its own, which LLVM would otherwise fully unroll and
+        # merge, keeping a whole row live in spilled registers
         # (layer norm 4096 x 1024: 0.47 -> 0.40 ms). Not where passes write rows of
         # temporaries (a softmax's exponentials: 0.63 -> 0.72 ms), nor in a band that carries
         # partial column sums from row to row (their rows stay in L1 beside the row's: a

@@ -4,9 +4,9 @@
 Kernels (4096 x 1024 float32 by default): layer_norm, softmax, rms_norm and a fused layer-norm
 backward (dx, dgamma, dbeta from dy, x, mean, rstd, gamma). Each is built with akg's default
 config (and, with --variants, with other row-block sizes and software-prefetch distances, knobs
-the tuner searches for these kernels) and timed with the stream floor (`y = x * 1.5`, built by akg, over
-as many bytes as the kernel must move: half read, half written; 4096 x 1024 for the forward
-kernels, 6144 x 1024 for the backward's 48 MB) in alternating rounds
+the tuner searches for these kernels) and timed with the stream floor (`y = x * 1.5`, built by
+akg, over as many bytes as the kernel must move: half read, half written; ~4096 x 1024 for the
+forward kernels, ~6150 x 1024 for the backward's 48 MB) in alternating rounds
 (`timing.time_modules_interleaved`, best round). A kernel's bandwidth is the bytes it must move
 at least (every input read once, every output written once) over its time; its stream fraction
 is that bandwidth over its floor's in the same run.

@@ -13,10 +13,10 @@ MetaSchedule's kernel run on the same buffers in alternating rounds
 contender's mean call in its best round; 9 rounds or more, until the bests settle and the
 run's `timing.HostProbe` is out of a slow spell), so a slow spell of the shared host cannot
 favour whoever happened to be timed in a quiet one. For memory-bound workloads whose output is
-as large as their largest input, a one-read, one-write kernel over the same bytes (`y = x * 1.5`, built by
-akg, as many bytes read and written as the workload must move) runs in the same rounds: the "stream floor" no kernel of that workload can beat. The
-table gives such a kernel's bandwidth (the bytes it must move at least, over its time) as a
-fraction of the floor's; the summary checks the multi-pass reductions (layer_norm, softmax,
+as large as their largest input, a one-read, one-write kernel over the same bytes (`y = x * 1.5`,
+built by akg, moving as many bytes as the workload must) runs in the same rounds: the "stream
+floor" no kernel of that workload can beat. The table gives such a kernel's bandwidth (the
+bytes it must move at least, over its time) as a fraction of the floor's; the summary checks the multi-pass reductions (layer_norm, softmax,
 rms_norm, layer_norm_backward) against 80% of it and lists every row whose tuned kernel timed
 slower than its default beyond `timing.TOLERANCE`. Where MetaSchedule fails on a workload (its
 schedule rules raise on the layer-norm backward) the row says so and stays out of the
