@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 import islpy as isl
+import psutil
 
 from akg.errors import ScheduleError
 from akg.polyhedral.deps import Dependences
@@ -23,8 +24,14 @@ FUSION_STRATEGIES = ("max", "smart", "none")
 DEFAULT_MAX_OPERATIONS = 2_000_000
 # isl counts simplex pivots, and with constant sizes a pivot on growing integer coefficients
 # can take milliseconds, so the quota alone may allow minutes; the scheduler also runs in a
-# forked child under this wall-clock limit.
+# forked child under this limit on its CPU time. CPU time, not wall-clock time: on a loaded
+# host (a tuning farm, CI, the benchmarks' peers) a wall-clock limit dropped kernels to the
+# sequential schedule whose isl schedule takes 0.5 s of CPU (ResNet-18's Winograd input
+# transforms at 14 px), so the same model compiled to other code. A wall-clock backstop of
+# WALL_FACTOR times the limit still stops a child that gets almost no CPU.
 DEFAULT_MAX_SECONDS = 4.0
+WALL_FACTOR = 10
+POLL_SECONDS = 0.05
 
 
 class _ScheduleTimeout(Exception):
@@ -66,8 +73,8 @@ def schedule(model: PolyModel, deps: Dependences, fusion: str = "smart",
     ctx.set_max_operations(max_operations)
     try:
         return ScheduleResult(normalize(_compute(constraints, ctx, max_seconds), deps), fusion)
-    except _ScheduleTimeout:
-        reason = f"isl scheduler took over {max_seconds:g} s"
+    except _ScheduleTimeout as e:
+        reason = str(e)
     except isl.Error as e:
         text = str(e)
         reason = ("isl operation quota exceeded" if "maximal number of operations" in text
@@ -80,9 +87,9 @@ def schedule(model: PolyModel, deps: Dependences, fusion: str = "smart",
 
 
 def _compute(constraints: isl.ScheduleConstraints, ctx: isl.Context, max_seconds: float | None) -> isl.Schedule:
-    """constraints.compute_schedule(), in a forked child that is killed after max_seconds
-    (islpy holds the GIL, so nothing in this process could interrupt it). The child sends the
-    schedule tree back as text."""
+    """constraints.compute_schedule(), in a forked child that is killed after max_seconds of
+    CPU time, or WALL_FACTOR times that of wall-clock time (islpy holds the GIL, so nothing in
+    this process could interrupt it). The child sends the schedule tree back as text."""
     if not max_seconds or not hasattr(os, "fork"):
         return constraints.compute_schedule()
     read_end, write_end = os.pipe()
@@ -102,13 +109,18 @@ def _compute(constraints: isl.ScheduleConstraints, ctx: isl.Context, max_seconds
         finally:
             os._exit(code)
     os.close(write_end)
-    chunks, deadline = [], time.monotonic() + max_seconds
+    chunks, deadline = [], time.monotonic() + WALL_FACTOR * max_seconds
     try:
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([read_end], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)
-                raise _ScheduleTimeout()
+            if not select.select([read_end], [], [], POLL_SECONDS)[0]:
+                if _cpu_seconds(pid) > max_seconds:
+                    os.kill(pid, signal.SIGKILL)
+                    raise _ScheduleTimeout(f"isl scheduler took over {max_seconds:g} s of CPU time")
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    raise _ScheduleTimeout(f"isl scheduler ran over {WALL_FACTOR * max_seconds:g} s "
+                                           f"(wall clock) with under {max_seconds:g} s of CPU time")
+                continue
             chunk = os.read(read_end, 1 << 16)
             if not chunk:
                 break
@@ -120,6 +132,16 @@ def _compute(constraints: isl.ScheduleConstraints, ctx: isl.Context, max_seconds
     if data[:1] == b"S":
         return isl.Schedule.read_from_str(ctx, data[1:].decode())
     raise isl.Error(data[1:].decode() if data[:1] == b"E" else "the isl scheduler process died")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) the process `pid` has used; 0 where it cannot be read (it
+    has just exited: its pipe is read next)."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return 0.0
+    return times.user + times.system
 
 
 def respects(schedule: isl.Schedule, deps: Dependences) -> bool:
@@ -182,10 +204,9 @@ def _determined(node: isl.ScheduleNode) -> bool:
         return False
     values = node.band_get_partial_schedule_union_map().intersect_domain(domain)
     if isl.Set.from_union_set(values.range()).is_singleton():
-        # a band of one point stays (a reduction's init under its sunk band, at 0): the
-        # mappings' defaults were measured with it there. `BandInfo.reduction_outer` reads it
-        # as the reduction's outer loop (1 trip instead of a matmul's K); dropped, the default
-        # register tiles of a Winograd product changed and ran 1.6x slower (ResNet block, Zen 4)
+        # a band of one point stays (a reduction's init under its sunk band, at 0; a Winograd
+        # output transform's copy out of its tiles): the mappings' defaults were measured with
+        # it there (the band analysis skips it as a loop: `tree._reduction_band`)
         return False
     return prefix.reverse().apply_range(values).is_single_valued()
 

@@ -1,7 +1,9 @@
 """Scheduling: fusion strategies, the operation quota fallback, tree normalisation."""
 
 import logging
+from types import SimpleNamespace
 
+import akg.polyhedral.schedule as sched
 from akg.graph import GraphBuilder
 from akg.graph.compute.lower import lower_graph
 from akg.polyhedral.deps import compute_dependences
@@ -41,15 +43,30 @@ def test_quota_falls_back_to_sequential_schedule_and_says_so(caplog):
 
 def test_slow_scheduler_is_stopped_by_the_time_limit():
     """Attention's context kernel under maximal fusion keeps isl busy for minutes with few
-    (but slow) operations; the wall-clock limit stops it and the schedule falls back."""
+    (but slow) operations; the limit on its CPU time stops it and the schedule falls back."""
     b = GraphBuilder("g")
     ctx = b.batch_matmul(b.input("p", (12, 128, 128)), b.input("v", (12, 128, 64)))
     b.output(b.reshape(b.transpose(ctx, perm=[1, 0, 2]), shape=[128, 768]))
     m = build_model(lower_graph(b.build()))
     d = compute_dependences(m)
     result = schedule(m, d, "max", max_seconds=0.3)
-    assert result.fallback == "isl scheduler took over 0.3 s"
+    assert result.fallback == "isl scheduler took over 0.3 s of CPU time"
     assert respects(result.schedule, d)
+
+
+def test_slow_wall_clock_does_not_stop_the_scheduler(monkeypatch):
+    """On a loaded host the child gets a fraction of a CPU: the limit is on its CPU time, so a
+    wall clock running far ahead of it (here each reading a second later) does not drop the
+    kernel to the sequential schedule; the wall-clock backstop is WALL_FACTOR times longer."""
+    clock = iter(range(0, 1_000_000))
+    monkeypatch.setattr(sched, "time", SimpleNamespace(monotonic=lambda: float(next(clock))))
+    m, d = _softmax_after_matmul()
+    result = schedule(m, d, "smart", max_seconds=2.0)
+    assert result.fallback is None
+    monkeypatch.setattr(sched, "_cpu_seconds", lambda pid: 0.0)  # a child that never runs
+    monkeypatch.setattr(sched, "select", SimpleNamespace(select=lambda r, w, x, timeout: ([], [], [])))
+    result = schedule(m, d, "smart", max_seconds=2.0)
+    assert result.fallback == "isl scheduler ran over 20 s (wall clock) with under 2 s of CPU time"
 
 
 def test_schedule_computed_in_a_child_matches_the_direct_one():
