@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import islpy as isl
 import numpy as np
 
+from akg.graph.compute.expr import PHASES
 from akg.errors import LoweringError
 from akg.polyhedral.model import PolyModel, linear_coefficients
 
@@ -324,8 +325,10 @@ def recomputable_producers(model: PolyModel, names) -> tuple[str, ...]:
 
 
 def _reduction_band(bands: list[isl.ScheduleNode]) -> isl.ScheduleNode | None:
-    """The first of `bands` whose outer member carries a dependence (a reduction's loop)."""
-    return next((b for b in bands if not b.band_member_get_coincident(0)), None)
+    """The first of `bands` whose outer member carries a dependence and takes more than one
+    trip (a reduction's loop; not the band of one point that a reduction's initialisation
+    keeps under a sunk band)."""
+    return next((b for b in bands if not b.band_member_get_coincident(0) and _member_extents(b)[0] > 1), None)
 
 
 def _reduction_outer(inner: list[isl.ScheduleNode]) -> int:
@@ -343,8 +346,9 @@ def _reduction_loops(inner: list[isl.ScheduleNode]) -> int:
 def _image_axes(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
     """For each band member: the index of the 4-d tensors written below (an NCHW image's N, C,
     H or W) that moves by one with it, no other index moving; the largest tensor decides, -1
-    where the member moves none. A 5-d tensor written below is an image whose width is split
-    in two (a padded input stored in phases of its columns, `[N, C, H, stride, W / stride]`):
+    where the member moves none. A 5-d tensor written below counts where it is an image whose
+    width is split in two (a padded input stored in phases of its columns, `[N, C, H, stride,
+    W / stride]`, `Tensor.layout` PHASES; not a Winograd transform's `[4, 4, C, rows, cols]`):
     its N, C and H count, so the loop nest that writes the phases splits them by rows like
     the conv that reads them (ResNet-18's stem at 224 px, its phases split by its 3 channels
     before, one core writing two of them: 757-772 -> 729-759 us warm, 802-808 -> 767-786 us
@@ -355,7 +359,8 @@ def _image_axes(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
     for name in _statement_names(node):
         stmt = model.statement(name)
         acc = stmt.write
-        if acc is None or not acc.exact or acc.tensor.ndim not in (4, 5):
+        if acc is None or not acc.exact or acc.tensor.ndim not in (4, 5) \
+                or (acc.tensor.ndim == 5 and acc.tensor.layout != PHASES):
             continue
         size = int(np.prod(acc.tensor.shape, dtype=np.int64))
         for d, m in enumerate(members):

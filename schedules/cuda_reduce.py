@@ -110,7 +110,7 @@ def spread_reductions(program: Program, chosen: dict[int, tuple[int, bool]]) -> 
         red = op.reduce
         if id(op) not in chosen:
             body = rewrite(op.body)
-            new = op if body is op.body else ComputeOp(op.name, op.axes, body)
+            new = op if body is op.body else ComputeOp(op.name, op.axes, body, op.output.layout)
             if new is not op:
                 remap[id(op.output)] = new.output
             origin[id(new)] = op

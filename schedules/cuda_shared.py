@@ -216,7 +216,7 @@ def replace_op(program: Program, op: ComputeOp, final) -> Program:
         body = rebuild(other.body, lambda n: Load(remap[id(n.tensor)], n.indices)
                        if isinstance(n, Load) and id(n.tensor) in remap else None)
         if body is not other.body:
-            remap[id(other.output)] = ComputeOp(other.name, other.axes, body).output
+            remap[id(other.output)] = ComputeOp(other.name, other.axes, body, other.output.layout).output
     outputs = [remap.get(id(t), t) for t in program.outputs]
     return Program(program.name, program.inputs, outputs, program.params, program.complex_io)
 

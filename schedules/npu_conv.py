@@ -233,7 +233,7 @@ def fold_padding(program):
             if pads:
                 saved = dict(folded)
                 folded.update(pads)
-                candidate = ComputeOp(op.name, op.axes, fold(op.body))
+                candidate = ComputeOp(op.name, op.axes, fold(op.body), op.output.layout)
                 readers = [o for o in ops if any(ld.tensor is op.output for ld in loads_of(o))]
                 if on_cube(conv_shape(candidate)) and len(readers) == 1 and cast_of(readers[0], op):
                     remap[id(op.output)] = candidate.output
@@ -243,7 +243,7 @@ def fold_padding(program):
                 folded.update(saved)
         body = fold(op.body)
         if body is not op.body:
-            remap[id(op.output)] = ComputeOp(op.name, op.axes, body).output
+            remap[id(op.output)] = ComputeOp(op.name, op.axes, body, op.output.layout).output
     if not changed:
         return program
     return Program(program.name, program.inputs, [remap.get(id(t), t) for t in program.outputs], program.params,

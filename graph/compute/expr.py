@@ -132,13 +132,19 @@ class Reduce(Expr):
 # --- tensors and ops --------------------------------------------------------------------------
 
 
+PHASES = "NCHPW"  # `Tensor.layout` of an image whose columns are split in phases (`padded_phases`)
+
+
 class Tensor:
-    """A placeholder (op None) or the output of a ComputeOp; indexing builds a Load."""
+    """A placeholder (op None) or the output of a ComputeOp; indexing builds a Load. `layout`
+    names what the indices are where the shape alone does not say it (PHASES), else None."""
 
-    __slots__ = ("name", "shape", "dtype", "op", "__weakref__")
+    __slots__ = ("name", "shape", "dtype", "op", "layout", "__weakref__")
 
-    def __init__(self, name: str, shape: Sequence[int], dtype: str, op: "ComputeOp | None" = None):
+    def __init__(self, name: str, shape: Sequence[int], dtype: str, op: "ComputeOp | None" = None,
+                 layout: str | None = None):
         self.name, self.shape, self.dtype, self.op = name, tuple(int(d) for d in shape), dtype, op
+        self.layout = layout
 
     @property
     def ndim(self) -> int:
@@ -160,9 +166,9 @@ class ComputeOp:
 
     __slots__ = ("name", "axes", "body", "output")
 
-    def __init__(self, name: str, axes: Sequence[Var], body: Expr):
+    def __init__(self, name: str, axes: Sequence[Var], body: Expr, layout: str | None = None):
         self.name, self.axes, self.body = name, tuple(axes), body
-        self.output = Tensor(name, [a.extent for a in self.axes], body.dtype, self)
+        self.output = Tensor(name, [a.extent for a in self.axes], body.dtype, self, layout)
 
     @property
     def reduce(self) -> Reduce | None:
@@ -180,11 +186,11 @@ def fresh(prefix: str) -> str:
     return f"{prefix}{next(_ids)}"
 
 
-def compute(shape: Sequence[int], fcompute: Callable[..., Expr], name: str) -> Tensor:
-    """Tensor of `shape` with out[i...] = fcompute(i...)."""
+def compute(shape: Sequence[int], fcompute: Callable[..., Expr], name: str, layout: str | None = None) -> Tensor:
+    """Tensor of `shape` with out[i...] = fcompute(i...) (`layout`: see `Tensor`)."""
     axes = [Var(f"{name}.i{d}", n) for d, n in enumerate(shape)]
     body = as_expr(fcompute(*axes))
-    return ComputeOp(name, axes, body).output
+    return ComputeOp(name, axes, body, layout).output
 
 
 def reduce_axis(extent: int, name: str) -> Var:

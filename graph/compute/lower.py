@@ -255,7 +255,7 @@ def inline(program: Program) -> Program:
         if inlinable(op, body):
             new_body[id(op.output)] = (op, body)
         else:
-            remap[id(op.output)] = ComputeOp(op.name, op.axes, body).output
+            remap[id(op.output)] = ComputeOp(op.name, op.axes, body, op.output.layout).output
     return Program(program.name, program.inputs, [remap[id(t)] for t in program.outputs], program.params,
                    program.complex_io)
 
@@ -326,7 +326,7 @@ def rfactor_reductions(program: Program, lanes_of, blocked: bool = False) -> Pro
                                            reduce(reducer, p[(lane, *i) if blocked else (*i, lane)], [lane]),
                                            op.name)
         elif body is not op.body:
-            remap[id(op.output)] = ComputeOp(op.name, op.axes, body).output
+            remap[id(op.output)] = ComputeOp(op.name, op.axes, body, op.output.layout).output
     if not remap:
         return program
     outputs = [remap.get(id(t), t) for t in program.outputs]

@@ -205,7 +205,7 @@ def global_avg_pool2d(x, keepdims):
 
 # --- compute definitions ----------------------------------------------------------------------
 
-from akg.graph.compute.expr import call, cast, compute, const, reduce, reduce_axis, select  # noqa: E402
+from akg.graph.compute.expr import PHASES, call, cast, compute, const, reduce, reduce_axis, select  # noqa: E402
 from akg.graph.compute.helpers import inside  # noqa: E402
 from akg.graph.ops.reduce import accumulate_dtype  # noqa: E402
 from akg.graph.ops.registry import defcompute  # noqa: E402
@@ -232,7 +232,7 @@ def padded_phases(name: str, x, pads: tuple[int, int, int, int], stride: int, fi
     return compute((n, c, h + pt + pb, stride, cols),
                    lambda b, ch, y, p, z: select(inside((y - pt, z * stride + p - pl), (h, w)),
                                                  x[b, ch, y - pt, z * stride + p - pl], const(fill, x.dtype)),
-                   f"{name}.pad")
+                   f"{name}.pad", layout=PHASES)
 
 
 IMAGE_CHANNELS = 4  # input channels per group of a conv over an image (gray, RGB, RGBA)

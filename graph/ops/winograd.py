@@ -125,7 +125,7 @@ def winograd_output(m, batch, out_hw, cols):
 
 # --- compute definitions ----------------------------------------------------------------------
 
-from akg.graph.compute.expr import call, cast, compute, const, reduce, reduce_axis, select  # noqa: E402
+from akg.graph.compute.expr import PHASES, call, cast, compute, const, reduce, reduce_axis, select  # noqa: E402
 from akg.graph.compute.helpers import inside  # noqa: E402
 from akg.graph.ops.reduce import accumulate_dtype  # noqa: E402
 from akg.graph.ops.registry import defcompute  # noqa: E402
@@ -164,7 +164,8 @@ def _input_compute(ctx, x, padding, out_hw, cols):
     zero = const(0.0, x.dtype)
     xph = compute((n, c, 2 * r + 2, 2, t + 1),
                   lambda b, ch, y, p, z: select(inside((y - pt, z * 2 + p - pl), (h, w)),
-                                                x[b, ch, y - pt, z * 2 + p - pl], zero), f"{ctx.name}.pad")
+                                                x[b, ch, y - pt, z * 2 + p - pl], zero), f"{ctx.name}.pad",
+                  layout=PHASES)
 
     def body(a, bb, ch, row, col):
         img, y = (row // r, row % r) if n > 1 else (0, row)

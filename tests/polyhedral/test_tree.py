@@ -8,6 +8,7 @@ import pytest
 
 from akg.compiler import pipeline_for
 from akg.graph import GraphBuilder, evaluate, random_inputs
+from akg.graph.pipeline import plan_model
 from akg.schedules.cpu import BandConfig, bands_of, cpu_config, switches_of
 from akg.target import get_target
 
@@ -132,6 +133,32 @@ def test_a_padded_input_in_phases_is_an_image_split_by_its_rows():
     assert sorted(phases.image_axes) == [-1, -1, 1, 2]
     rows = phases.image_axes.index(2)
     assert phases.extents[rows] == 64 + 6
+
+
+def test_reduction_outer_is_the_reduction_loop_not_the_band_of_its_initialisation():
+    # the init of a reduction sunk below its band keeps a band of one point (at 0) that
+    # carries no loop: a matmul's reduction outer loop is its K
+    b = GraphBuilder("matmul")
+    b.output(b.matmul(b.input("a", (64, 96)), b.input("w", (96, 32))))
+    (band,) = pipeline_for(b.build(), get_target("cpu")).bands
+    assert band.reduction_inner and band.reduction_outer == 96
+
+
+def test_a_winograd_transform_is_no_image():
+    # the product of a 3x3 conv run as Winograd writes [4, 4, K, rows, cols]: a 5-d tensor that
+    # is no image in phases, so no member walks an image's rows or channels; its reduction
+    # (input channels) is 64 long
+    b = GraphBuilder("conv")
+    x = b.input("x", (1, 64, 28, 28))
+    b.output(b.conv2d(x, b.const(np.ones((64, 64, 3, 3), np.float32), name="w"), padding=[1, 1]))
+    target = get_target("cpu")
+    kernels = {k.name.split(".")[-1]: k for k in plan_model(b.build(), target).kernels}
+    product = [k for name, k in kernels.items() if "winograd_product" in name]
+    if not product:
+        pytest.skip("this target runs no Winograd convs")
+    (band,) = pipeline_for(product[0].subgraph.graph, target).bands
+    assert band.image_axes == (-1,) * band.members
+    assert band.reduction_outer == 64
 
 
 def test_shift_to_origin_starts_every_member_at_zero_and_keeps_its_flags():

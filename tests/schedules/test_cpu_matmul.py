@@ -10,7 +10,7 @@ import pytest
 import akg
 from akg.graph import GraphBuilder, random_inputs
 from akg.graph.fuse import partition
-from akg.schedules.cpu import bands_of
+from akg.schedules.cpu import bands_of, cpu_config, switches_of
 from akg.target import get_target
 from akg.verify import Reference, compare
 
@@ -108,3 +108,21 @@ def test_a_context_product_with_merged_heads_vectorizes_along_one_head():
     assert "15 - " not in built.tir()  # no loop runs backwards (a band isl added over -d)
     inputs = random_inputs(graph, 1)
     assert compare(graph, [built(**inputs)[0]], Reference.of(graph, inputs)) == []
+
+
+@pytest.mark.parametrize("block", [16, 24])
+def test_a_matmul_reduction_runs_in_blocks(block):
+    # the band of one point that keeps a matmul's initialisation under the sunk band is no
+    # loop of the reduction: the block loop runs over K's blocks (ceil(96 / block)), the
+    # initialisation in the first, the bias and relu in the last, and the result stays exact
+    graph = _dense(64, 96, 48)
+    target = get_target("cpu")
+    (kernel,) = partition(graph, target=target).kernels
+    default = akg.build(kernel.subgraph, target)
+    bands = list(bands_of(default.config))
+    bands[-1] = dataclasses.replace(bands[-1], sink=True, block=block)
+    blocked = akg.build(kernel.subgraph, target, cpu_config(default.config.fusion, tuple(bands),
+                                                            **switches_of(default.config)))
+    assert f"T.grid({-(-96 // block)}" in blocked.tir() or f"range({-(-96 // block)})" in blocked.tir()
+    inputs = random_inputs(graph, 1)
+    assert compare(graph, [blocked(**inputs)[0]], Reference.of(graph, inputs)) == []
