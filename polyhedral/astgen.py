@@ -38,8 +38,9 @@ from akg.polyhedral.promoted_copies import PromotedCopies, Scope
 from akg.polyhedral.reduction_loops import ReductionLoops
 from akg.polyhedral.tir_ops import FENCED_CALLS, MAX_VECTOR, fold_all, ident, is_zero, reduce_identity, tir_call
 from akg.polyhedral.tirstmt import seq as _seq
+from akg.polyhedral.bands import affs_by_statement
 from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_RECOMPUTE, MARK_UNROLL,
-                                 PREFETCH_NEST, MARK_VECTORIZE, affs_by_statement)
+                                 PREFETCH_NEST, MARK_VECTORIZE)
 
 log = logging.getLogger(__name__)
 

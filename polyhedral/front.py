@@ -13,7 +13,7 @@ from akg.polyhedral.deps import Dependences, compute_dependences
 from akg.polyhedral.model import PolyModel, build_model
 from akg.polyhedral.row_partials import fuse_row_partials
 from akg.polyhedral.schedule import schedule as isl_schedule
-from akg.polyhedral.tree import BandInfo, analyze
+from akg.polyhedral.bands import BandInfo, analyze
 
 
 @dataclass

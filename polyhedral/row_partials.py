@@ -17,7 +17,7 @@ import islpy as isl
 
 from akg.polyhedral.deps import Dependences
 from akg.polyhedral.model import PolyModel, Statement, linear_coefficients
-from akg.polyhedral.tree import affs_by_statement
+from akg.polyhedral.bands import affs_by_statement
 
 
 def _row_of(stmt: Statement) -> tuple[str, int] | None:

@@ -206,7 +206,7 @@ def _determined(node: isl.ScheduleNode) -> bool:
     if isl.Set.from_union_set(values.range()).is_singleton():
         # a band of one point stays (a reduction's init under its sunk band, at 0; a Winograd
         # output transform's copy out of its tiles): the mappings' defaults were measured with
-        # it there (the band analysis skips it as a loop: `tree._reduction_band`)
+        # it there (the band analysis skips it as a loop: `bands.reduction_band`)
         return False
     return prefix.reverse().apply_range(values).is_single_valued()
 

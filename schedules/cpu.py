@@ -15,8 +15,8 @@ from typing import Iterator
 
 from akg.errors import ScheduleError
 from akg.polyhedral import tree
-from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_RECOMPUTE, VECTOR_LAST,
-                                 BandInfo)
+from akg.polyhedral.bands import BandInfo
+from akg.polyhedral.tree import MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_RECOMPUTE, VECTOR_LAST
 from akg.schedules.cpu_band import (CACHE_LEVEL, CHUNKS_PER_CORE, PREFETCH_DISTANCES, REDUCTION_BLOCKS,
                                     REGISTER_LEVEL, BandConfig)
 from akg.schedules.cpu_defaults import PARALLEL_MIN_REDUCTION_POINTS, default_bands, parallel_threshold

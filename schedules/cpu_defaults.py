@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from akg.polyhedral.tree import BandInfo
+from akg.polyhedral.bands import BandInfo
 from akg.schedules.cpu_band import (CHUNKS_PER_CORE, COLUMN_RUN_BYTES, PARALLEL_MIN_POINTS,
                                     PARALLEL_MIN_REDUCTION_POINTS, REDUCTION_BLOCKS, REGISTER_BYTES, BandConfig,
                                     vector_strip)

@@ -31,7 +31,8 @@ from typing import Iterator
 
 from akg.errors import ScheduleError
 from akg.polyhedral import tree
-from akg.polyhedral.tree import MARK_UNROLL, BandInfo
+from akg.polyhedral.bands import BandInfo
+from akg.polyhedral.tree import MARK_UNROLL
 from akg.schedules.recipe import Recipe
 from akg.schedules.space import Config, Space, Step, check_steps
 

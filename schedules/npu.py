@@ -22,7 +22,8 @@ import numpy as np
 
 from akg.errors import ScheduleError
 from akg.polyhedral import tree
-from akg.polyhedral.tree import MARK_PARALLEL, BandInfo
+from akg.polyhedral.bands import BandInfo
+from akg.polyhedral.tree import MARK_PARALLEL
 from akg.schedules.recipe import Recipe
 from akg.schedules.npu_conv import (ConvShape, cast_of, conv_chunks, conv_fits, conv_k_steps, conv_roles,
                                     conv_shape, conv_tiles, fit_conv, fold_padding, member_tiles, on_cube, role_tiles)

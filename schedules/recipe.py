@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import abc
 
-from akg.polyhedral.tree import BandInfo
+from akg.polyhedral.bands import BandInfo
 from akg.schedules.space import Config, Space
 
 

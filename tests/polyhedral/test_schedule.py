@@ -9,7 +9,8 @@ from akg.graph.compute.lower import lower_graph
 from akg.polyhedral.deps import compute_dependences
 from akg.polyhedral.model import build_model
 from akg.polyhedral.schedule import _determined, respects, schedule
-from akg.polyhedral.tree import all_bands, analyze, outer_band_paths
+from akg.polyhedral.bands import analyze, outer_band_paths
+from akg.polyhedral.tree import all_bands
 
 
 def _softmax_after_matmul():

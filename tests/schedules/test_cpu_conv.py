@@ -418,7 +418,7 @@ def test_a_single_image_is_split_between_the_cores_by_rows():
     # few output channels read its whole input once per chunk, and half of that input sat in
     # the other core's cache (its producer split it by rows): the rows go outermost instead
     from akg.schedules.cpu_defaults import image_rows_member
-    from akg.polyhedral.tree import BandInfo
+    from akg.polyhedral.bands import BandInfo
 
     info = BandInfo(index=0, extents=(24, 56, 56), coincident=(True,) * 3, permutable=True, statements=("S",),
                     contiguity=(0, 0, 1), inner_contiguity=0, has_inner=True, reduction_inner=True,

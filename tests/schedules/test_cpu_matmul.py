@@ -75,7 +75,7 @@ def test_a_matrix_vector_product_streams_its_weight_on_every_core():
     # a classifier on one image (1 x 512 x 1000: 512 K multiply-adds, each reading its own
     # weight element) runs its columns in parallel where a matmul of as many multiply-adds
     # over several rows (64 x 64 x 128, each weight element serving 64 rows) stays on one core
-    from akg.polyhedral.tree import BandInfo
+    from akg.polyhedral.bands import BandInfo
     from akg.schedules.cpu_band import PARALLEL_MIN_REDUCTION_POINTS
     from akg.schedules.cpu_defaults import parallel_threshold
 

@@ -18,7 +18,8 @@ import tvm
 
 from akg.errors import LoweringError, ScheduleError
 from akg.polyhedral import tree
-from akg.polyhedral.tree import MARK_PROMOTE, MARK_UNROLL, BandInfo
+from akg.polyhedral.bands import BandInfo
+from akg.polyhedral.tree import MARK_PROMOTE, MARK_UNROLL
 from akg.schedules.recipe import Recipe
 from akg.schedules.space import Config, Space, Step, check_steps, divisors_and_powers
 from akg.target import (UNROLL, Artifact, Backend, HostArrays, MemoryLevel, Target, register_backend,

@@ -2,7 +2,7 @@ import pytest
 
 from akg.errors import UnknownTargetError
 from akg.schedules.cpu_defaults import default_band
-from akg.polyhedral.tree import BandInfo
+from akg.polyhedral.bands import BandInfo
 from akg.backends.cpu.target import CpuTarget, host_cpu, vector_unit
 from akg.target import get_target
 
