@@ -53,20 +53,57 @@ def chosen_config(choice) -> tuple[Config | None, str]:
                                              f"{verdict.timestamp:%Y-%m-%d})")
 
 
-def _chooser(db):
+def _database(db):
     if db is None:
         return None
     from akg.db import Database, open_database
 
-    database = db if isinstance(db, Database) else open_database(db)
+    return db if isinstance(db, Database) else open_database(db)
+
+
+def _chooser(db):
+    database = _database(db)
+    if database is None:
+        return None
     return lambda graph, target: tuned_config(graph, target, database)
 
 
 def build(subgraph, target: str | Target = "cpu", config: Config | None = None, db=None):
-    """Compile one subgraph into a Kernel: `config`, else the best record of the tuning
-    database `db` when one is given and has one, else the target's default; the kernel says
-    which."""
-    return _build(subgraph, get_target(target), config, choose=_chooser(db))
+    """Compile one subgraph into a Kernel: `config`, else the config the tuning database `db`
+    chose for it when one is given and has one, else the target's default; the kernel says
+    which. With `db`, a graph is built as the kernel `tune` tuned for it (`_as_tuned`)."""
+    target = get_target(target)
+    database = _database(db)
+    if config is None and database is not None:
+        subgraph = _as_tuned(subgraph, target, database)
+    return _build(subgraph, target, config, choose=_chooser(database))
+
+
+def _as_tuned(subgraph, target: Target, database):
+    """`subgraph` as `tune` keyed it in `database`: `tune` plans a graph into kernels
+    (`plan_model`: composite ops expanded, the graph simplified), so a softmax or a layer norm
+    is tuned as a graph of basic ops under another workload key than its own. Where the
+    database has nothing under the graph's own key and planning makes one kernel that takes
+    and returns arrays of the same shapes and dtypes in the same order, that kernel is what is
+    built (and found); else `subgraph` as given (a graph planned into several kernels is tuned
+    kernel by kernel, which `compile` builds)."""
+    from akg.graph.ir import Graph
+    from akg.graph.pipeline import plan_model
+    from akg.graph.subgraph import Subgraph, workload_key
+
+    graph = subgraph.graph if isinstance(subgraph, Subgraph) else subgraph
+    if not isinstance(graph, Graph) or database.choice(workload_key(graph), target.key) is not None:
+        return subgraph
+    kernels = plan_model(graph, target).kernels
+    if len(kernels) != 1:
+        return subgraph
+    planned = kernels[0].subgraph.graph
+
+    def signature(g):
+        return [(tuple(v.shape), str(v.dtype)) for v in (*g.inputs, None, *g.outputs) if v is not None], \
+            len(g.inputs)
+
+    return planned if signature(planned) == signature(graph) else subgraph
 
 
 def load(model):

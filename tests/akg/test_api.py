@@ -8,6 +8,7 @@ import numpy as np
 import akg
 from akg.db import Record, TargetInfo, Workload, open_database
 from akg.graph import GraphBuilder
+from akg.graph.pipeline import plan_model
 from akg.graph.subgraph import Subgraph
 from akg.schedules.cpu import BandConfig, bands_of, cpu_config
 from akg.schedules.space import Config
@@ -103,3 +104,28 @@ def test_tune_takes_an_onnx_model(tmp_path):
     akg.tune(proto, target="cpu", trials=2, db=db, batch=2, confirm=False)
     measured = db.records(Subgraph(_matmul()).workload_key, get_target("cpu").key)
     assert len(measured) >= 1  # recorded under the workload of the same graph loaded from .mir
+
+
+def test_build_finds_the_config_tuned_for_a_graph_of_composite_ops(tmp_path):
+    # `tune` plans a softmax into a kernel of basic ops, under another workload key than the
+    # graph's own: `build` with the database builds that kernel, with the config recorded for it
+    b = GraphBuilder("softmax")
+    b.output(b.softmax(b.input("x", (64, 256))))
+    graph = b.build()
+    target = get_target("cpu")
+    (kernel,) = plan_model(graph, target).kernels
+    assert kernel.subgraph.workload_key != Subgraph(graph).workload_key
+    default = akg.build(kernel.subgraph, target)
+    (band,) = bands_of(default.config)
+    tuned = cpu_config(default.config.fusion, (BandConfig(band.order, (16,), (0,), False, False),))
+    assert tuned != default.config
+    db = open_database(str(tmp_path / "softmax.db"))
+    db.register_target(TargetInfo.of(target))
+    db.register_workload(Workload.of(kernel.subgraph))
+    db.add(Record(kernel.subgraph.workload_key, target.key, tuned.to_json(), "ok", 1e-6))
+    built = akg.build(graph, db=db)
+    assert built.config == tuned and built.config_source.startswith("tuned")
+    x = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
+    want = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(built(x)[0], want / want.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+    assert akg.build(graph).config_source == "default"

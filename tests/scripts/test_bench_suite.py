@@ -80,6 +80,24 @@ def test_summary_states_the_stream_fraction_and_slower_tuned_rows(tuning):
     assert "| failed |" in table and "90% (45%)" in table
 
 
+def test_a_tuned_row_with_the_default_config_is_no_slower_tuned_row(tuning):
+    # the same config built twice times a few percent apart: not a tuned kernel slower than
+    # the default; a workload tuned as several kernels says so
+    same = _row("conv2d", 1.0e-3, 1.0e-3, ms=1.5e-3)
+    same.update(akg_same_config=True, akg_tuned_kernels=1)
+    apart = _row("layer_norm_backward", 1.0e-3, 1.0e-3)
+    apart.update(akg_same_config=True, akg_tuned_kernels=2)
+    slower = _row("softmax", 1.0e-3, 1.1e-3)
+    slower.update(akg_same_config=False, akg_tuned_kernels=1)
+    text = tuning.summary([same, apart, slower])
+    assert "tuned slower than default beyond 3%: softmax @ 64 (0.91x)" in text
+    assert "tuned as several kernels (akg compile's), timed as akg.build's one kernel with its default config: " \
+           "layer_norm_backward @ 64 (2 kernels)" in text
+    table = tuning.table([same, apart])
+    assert "1.000 ms (default config) |" in table
+    assert "(default config: tuned as 2 kernels, not this one)" in table
+
+
 @pytest.mark.parametrize("message", ["ScheduleError: ...\nError message: The primitive requires", ""])
 def test_a_metaschedule_failure_becomes_a_row_not_a_crash(tuning, monkeypatch, message):
     def fail(*args, **kwargs):
