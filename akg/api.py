@@ -100,8 +100,8 @@ def _as_tuned(subgraph, target: Target, database):
     planned = kernels[0].subgraph.graph
 
     def signature(g):
-        return [(tuple(v.shape), str(v.dtype)) for v in (*g.inputs, None, *g.outputs) if v is not None], \
-            len(g.inputs)
+        return ([(tuple(v.shape), str(v.dtype)) for v in g.inputs],
+                [(tuple(v.shape), str(v.dtype)) for v in g.outputs])
 
     return planned if signature(planned) == signature(graph) else subgraph
 

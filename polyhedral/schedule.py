@@ -24,11 +24,11 @@ FUSION_STRATEGIES = ("max", "smart", "none")
 DEFAULT_MAX_OPERATIONS = 2_000_000
 # isl counts simplex pivots, and with constant sizes a pivot on growing integer coefficients
 # can take milliseconds, so the quota alone may allow minutes; the scheduler also runs in a
-# forked child under this limit on its CPU time. CPU time, not wall-clock time: on a loaded
-# host (a tuning farm, CI, the benchmarks' peers) a wall-clock limit dropped kernels to the
-# sequential schedule whose isl schedule takes 0.5 s of CPU (ResNet-18's Winograd input
-# transforms at 14 px), so the same model compiled to other code. A wall-clock backstop of
-# WALL_FACTOR times the limit still stops a child that gets almost no CPU.
+# forked child under this limit on its CPU time. CPU time, not wall-clock time: with a
+# wall-clock limit, a compile that got little CPU (niced, beside a benchmark) dropped kernels
+# whose isl schedule takes 0.5 s of CPU (ResNet-18's Winograd input transforms at 14 px) to the
+# sequential schedule, so the same model compiled to other code by the host's load. A
+# wall-clock backstop of WALL_FACTOR times the limit still stops a child that gets almost no CPU.
 DEFAULT_MAX_SECONDS = 4.0
 WALL_FACTOR = 10
 POLL_SECONDS = 0.05
