@@ -279,17 +279,25 @@ def _cast_compute(ctx, x, to, saturate=False):
                                                         const(top, "float32")))
             if to == "bool":
                 return call("ne", v, const(0, "float32"))
-            return _float_to_unsigned_expr(v, to) if to in _WRAPPED_UNSIGNED else cast_expr(to, v)
+            return _float_to_unsigned_expr(v, to) if to in _UNSIGNED else cast_expr(to, v)
         return _map(ctx, store, x)
     if to == "bool":
         return _map(ctx, lambda v: call("ne", v, const(0, v.dtype)), x)
-    if is_float(x.dtype) and to in _WRAPPED_UNSIGNED:
+    if is_float(x.dtype) and to in _UNSIGNED:
         return _map(ctx, lambda v: _float_to_unsigned_expr(v, to), x)
     return _map(ctx, lambda v: cast_expr(to, v), x)
 
 
+_UNSIGNED = ("uint8", "uint16", *_WRAPPED_UNSIGNED)
+
+
 def _float_to_unsigned_expr(v, to):
-    """The kernel form of `_float_to_unsigned` (LLVM's fptoui is poison below zero)."""
+    """The kernel form of `_float_to_unsigned` and of NumPy's float -> uint8/uint16 (which wrap
+    through int32). LLVM's fptoui is poison below zero: where it vectorises a float -> uint16
+    cast for AVX2 it saturates negative values to 0 (unsigned-saturating packs), so the kernel
+    converts to a signed integer and truncates that."""
+    if to in ("uint8", "uint16"):
+        return cast_expr(to, cast_expr("int32", v))
     low = cast_expr(to, cast_expr("int64", v))
     if to != "uint64":
         return low
