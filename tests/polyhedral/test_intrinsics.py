@@ -12,6 +12,7 @@ import akg
 from akg.graph import GraphBuilder
 from akg.polyhedral.intrinsics import fast_exp
 from akg.schedules.cpu import bands_of, cpu_config
+from akg.target import get_target
 
 LOG_FLT_MAX = float(np.log(np.float64(np.finfo(np.float32).max)))  # 88.7228...
 
@@ -42,10 +43,14 @@ def test_exp_needs_no_compare():
     assert "* T.float32(2.0)" not in text
 
 
-@pytest.mark.parametrize("strip,magic", [(16, True), (32, False), (0, False)])
+LANES = get_target("cpu").vector_lanes("float32")  # the host's: the kernels run here
+
+
+@pytest.mark.parametrize("strip,magic", [(LANES, True), (2 * LANES, False), (0, False)],
+                         ids=["one-vector", "two-vectors", "no-vector-loop"])
 def test_exp_within_an_ulp_over_its_normal_range(strip, magic):
     # every result that is a normal float32 not flushed (x above ~-86.99, see _EXP_LOW); in
-    # an explicit loop of one vector (16 lanes) n is rounded by a magic number behind a
+    # an explicit loop of one vector (16 lanes on AVX-512) n is rounded by a magic number behind a
     # reassociation fence, elsewhere (two vectors: LLVM would scalarise the fence; no vector
     # loop: LLVM's loop vectoriser gives up on a fence) by floor and a conversion
     x = np.linspace(-86.9, LOG_FLT_MAX - 1e-5, 1 << 20, dtype=np.float32)
