@@ -25,7 +25,7 @@ class BandInfo:
     permutable: bool
     statements: tuple[str, ...]
     contiguity: tuple[int, ...]  # per member: elements streamed with unit stride along it
-    inner_contiguity: int  # the best such score of any loop below the band
+    inner_contiguity: int  # the best such score of any loop below the band that gathers no read
     has_inner: bool  # bands (loops) below this one, e.g. a reduction
     reduction_inner: bool  # some loop below carries a dependence (a reduction)
     work: int = 0  # statement instances under the band: how much a thread launch is worth
@@ -121,13 +121,16 @@ def statement_names(node: isl.ScheduleNode) -> tuple[str, ...]:
 
 
 def member_contiguity(model: PolyModel, node: isl.ScheduleNode, strided: bool = False,
-                windowed: bool = False) -> tuple[int, ...]:
+                windowed: bool = False, gather_free: bool = False) -> tuple[int, ...]:
     """For each band member: the accesses whose last index moves by +-1 with it (and no other
     index moves), each weighted by the size of the tensor it streams through; `strided`: the
     reads whose last index moves by a constant step of 2 or more instead; `windowed`: the reads
-    whose last index moves with it and with a reduction iterator (a sliding window)."""
+    whose last index moves with it and with a reduction iterator (a sliding window);
+    `gather_free`: 0 for a member that some read moves with other than along its last index
+    by +-1 (a vector loop over it would gather that read)."""
     mupa = node.band_get_partial_schedule()
     counts = [0] * node.band_n_member()
+    gathers = [False] * node.band_n_member()
     members = [affs_by_statement(mupa.get_at(d)) for d in range(node.band_n_member())]
     for name in statement_names(node):
         stmt = model.statement(name)
@@ -143,7 +146,18 @@ def member_contiguity(model: PolyModel, node: isl.ScheduleNode, strided: bool = 
                     hit = (step > 1) if strided else (step == 1)
                 if hit:
                     counts[d] += int(np.prod(acc.tensor.shape, dtype=np.int64))
-    return tuple(counts)
+                elif gather_free and acc is not stmt.write and aff is not None and _moves(stmt, acc, aff):
+                    gathers[d] = True
+    return tuple(0 if g else c for c, g in zip(counts, gathers))
+
+
+def _moves(stmt, access, member: isl.Aff) -> bool:
+    """Does some index of the access move with the member's unit iterator? (An index that is
+    no linear form says nothing.)"""
+    var = _unit_iterator(stmt, member)
+    if var is None:
+        return False
+    return any(c is not None and c.get(var, 0) != 0 for c in (_blocked_coefficients(e, var) for e in access.indices))
 
 
 def _row_steps(model: PolyModel, node: isl.ScheduleNode) -> tuple[int, ...]:
@@ -265,7 +279,8 @@ def analyze(model: PolyModel, schedule: isl.Schedule) -> list[BandInfo]:
             contiguity=member_contiguity(model, node),
             strided=member_contiguity(model, node, strided=True),
             windowed=member_contiguity(model, node, windowed=True),
-            inner_contiguity=max((max(member_contiguity(model, b), default=0) for b in inner), default=0),
+            inner_contiguity=max((max(member_contiguity(model, b, gather_free=True), default=0) for b in inner),
+                                 default=0),
             has_inner=bool(inner),
             reduction_inner=any(not all(b.band_member_get_coincident(d) for d in range(b.band_n_member()))
                                 for b in inner),
