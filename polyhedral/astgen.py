@@ -37,7 +37,7 @@ from akg.polyhedral.promote import Promoter, RecomputeRefused, local_index, reco
 from akg.polyhedral.promoted_copies import PromotedCopies, Scope
 from akg.polyhedral.reduction_loops import ReductionLoops
 from akg.polyhedral.tir_ops import FENCED_CALLS, MAX_VECTOR, fold_all, ident, is_zero, reduce_identity, tir_call
-from akg.polyhedral.tirstmt import seq as _seq
+from akg.polyhedral.tirstmt import allocates, seq as _seq
 from akg.polyhedral.bands import affs_by_statement
 from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_RECOMPUTE, MARK_UNROLL,
                                  PREFETCH_NEST, MARK_VECTORIZE)
@@ -405,6 +405,12 @@ class TirLowering(ReductionLoops, PromotedCopies):
             try:
                 streams = self._prefetch_streams(it, body_node, distance * inc, nest) if distance else []
                 body = self.stmt(body_node)
+                if for_kind == tirx.ForKind.VECTORIZED and allocates(body):
+                    # a buffer allocated per lane (an accumulator promoted below the vector
+                    # loop, where the reduction has one point): TVM's vectoriser would share
+                    # one buffer among the lanes, so the loop runs serial
+                    log.debug("%s: vector loop %s allocates a buffer; run serial", self.name, it)
+                    for_kind = tirx.ForKind.SERIAL
                 return tirx.For(var, 0, extent, for_kind, spread(body, streams, self.hooks.prefetch, nest)
                                  if streams else body)
             finally:

@@ -1,6 +1,6 @@
 """Small helpers over TIR statements that the generator builds and then edits (the Python
 bindings of this TVM have no statement visitor or mutator): flattening sequences, walking
-loops, replacing one statement."""
+loops, finding allocations, replacing one statement."""
 
 from __future__ import annotations
 
@@ -35,6 +35,11 @@ def loops(stmt: tirx.Stmt) -> list[tirx.For]:
     for sub in substatements(stmt):
         out.extend(loops(sub))
     return out
+
+
+def allocates(stmt: tirx.Stmt) -> bool:
+    """Whether `stmt` allocates a buffer anywhere inside it."""
+    return isinstance(stmt, tirx.AllocBuffer) or any(allocates(sub) for sub in substatements(stmt))
 
 
 def replace(stmt: tirx.Stmt, old: tirx.Stmt, new: tirx.Stmt) -> tirx.Stmt:

@@ -278,3 +278,21 @@ def test_a_guard_that_reads_data_stays_in_the_loop():
     inputs = {"x": np.ones((8, 64), np.float32), "m": np.tile([1.0, -1.0], (8, 32)).astype(np.float32)}
     np.testing.assert_allclose(kernel(**inputs)[0], evaluate(graph, inputs)[0], rtol=1e-6)
     assert kernel.tir().count("T.vectorized") == 1  # built once: nothing to unswitch
+
+
+@pytest.mark.parametrize("m, transpose_a", [(2, False), (3, True)])
+def test_a_vector_loop_that_allocates_per_lane_runs_serial(m, transpose_a):
+    """relu(a[m, 1] @ w[1, 16] + bias) on 8-lane vectors: the reduction has one point, so the
+    default config promotes each output's accumulator below the vector loop; TVM's
+    vectoriser had shared that one-element buffer among the lanes (17 of 32 outputs wrong)."""
+    from akg.backends.cpu.target import CpuTarget
+
+    b = GraphBuilder("k")
+    a = b.input("a", (1, m) if transpose_a else (m, 1))
+    y = b.matmul(a, b.input("w", (1, 16)), transpose_a=transpose_a)
+    b.output(b.relu(b.add(y, b.input("bias", (16,)))))
+    graph = b.build()
+    kernel = akg.build(graph, CpuTarget(vector_bits=256, vector_registers=16, cores=2))
+    inputs = random_inputs(graph, 3)
+    np.testing.assert_allclose(kernel(*inputs.values())[0], evaluate(graph, inputs)[0], rtol=1e-6)
+    assert "alloc_buffer" in kernel.tir() and "T.vectorized" not in kernel.tir()
