@@ -84,7 +84,7 @@ def variants(kernel) -> dict:
     """The default config; per row-block size, the default with the register tile of its
     first band's innermost member (the rows of a row-wise reduction) set to it (0: one row at
     a time); for column reductions (sunk one-member bands), the previous default's strip of
-    32 columns; per software-prefetch distance (`BandConfig.prefetch`), the default with it."""
+    32 columns; per software-prefetch distance (`BandConfig.prefetch`, 0: none), the default with it."""
     from dataclasses import replace
 
     from akg.schedules.cpu import PREFETCH_DISTANCES, bands_of, cpu_config, switches_of
@@ -105,7 +105,7 @@ def variants(kernel) -> dict:
         new = tuple(replace(b, tile=(64,), register=(32,)) if b.sink and len(b.register) == 1 else b for b in bands)
         out["columns=32"] = cpu_config(kernel.config.fusion, new, **switches_of(kernel.config))
     for distance in PREFETCH_DISTANCES:
-        if distance and distance != first.prefetch:
+        if distance != first.prefetch:
             new = (replace(first, prefetch=distance), *bands[1:])
             out[f"prefetch={distance}"] = cpu_config(kernel.config.fusion, new, **switches_of(kernel.config))
     return out
