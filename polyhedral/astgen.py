@@ -411,6 +411,11 @@ class TirLowering(ReductionLoops, PromotedCopies):
                     # one buffer among the lanes, so the loop runs serial
                     log.debug("%s: vector loop %s allocates a buffer; run serial", self.name, it)
                     for_kind = tirx.ForKind.SERIAL
+                if for_kind == tirx.ForKind.VECTORIZED and any(k == "vector" for _, _, k in self.loop_stack[:-1]):
+                    # a vector loop inside another (a register tile of 3 x 5 on 4 lanes, both
+                    # members short): TVM ignores the inner one and then fails the build
+                    # ("VectorizeLoop before LiftStorageAlloc"); the outer one stays vector
+                    for_kind = tirx.ForKind.SERIAL
                 return tirx.For(var, 0, extent, for_kind, spread(body, streams, self.hooks.prefetch, nest)
                                  if streams else body)
             finally:

@@ -22,6 +22,39 @@ def corpus_root() -> Path:
     pytest.fail("the shared corpus is missing (set AKG_CORPUS to its folder)")
 
 
+# x86 CPUs that LLVM knows with exactly this vector unit (the host must have it)
+_X86_MCPU = {128: "x86-64", 256: "haswell"}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cpu-vector-bits", type=int, choices=(128, 256, 512), default=None,
+        help="build for the host CPU narrowed to this vector width (x86: 128 = SSE2, 256 = AVX2): "
+             "runs every CPU test as on a narrower vector unit, where other mappings are chosen")
+
+
+def pytest_configure(config):
+    bits = config.getoption("--cpu-vector-bits")
+    if bits is None:
+        return
+    from dataclasses import replace
+
+    import akg.backends.cpu  # noqa: F401  (registers the host targets first)
+    from akg.backends.cpu import host_cpu
+    from akg.target import register_target
+
+    host = host_cpu()
+    if bits > host.vector_bits:
+        raise pytest.UsageError(f"--cpu-vector-bits={bits}: this host's vectors are {host.vector_bits} bits")
+    if bits < host.vector_bits:
+        if host.triple and not host.triple.startswith(("x86_64", "i686", "i386")):
+            raise pytest.UsageError(f"--cpu-vector-bits={bits}: narrowing is for x86 hosts ({host.triple})")
+        narrowed = replace(host, mcpu=_X86_MCPU[bits], vector_bits=bits, vector_registers=16,
+                           features=tuple(f for f in host.features if "avx512" not in f and (bits > 128 or "avx" not in f)))
+        register_target("cpu", lambda: narrowed, replace=True)
+        register_target("llvm", lambda: narrowed, replace=True)
+
+
 @pytest.fixture(scope="session", name="corpus")
 def corpus_fixture() -> Path:
     return corpus_root()

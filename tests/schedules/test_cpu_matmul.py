@@ -104,7 +104,8 @@ def test_a_context_product_with_merged_heads_vectorizes_along_one_head():
     (kernel,) = partition(graph, target=target).kernels
     built = akg.build(kernel.subgraph, target)
     band = bands_of(built.config)[-1]
-    assert band.sink and band.register[-1] == 16, band
+    # one head (16) on 8 and 16 lanes; two vectors where they are narrower than a head
+    assert band.sink and band.register[-1] == min(16, 2 * target.vector_lanes("float32")), band
     assert "15 - " not in built.tir()  # no loop runs backwards (a band isl added over -d)
     inputs = random_inputs(graph, 1)
     assert compare(graph, [built(**inputs)[0]], Reference.of(graph, inputs)) == []
