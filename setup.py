@@ -70,6 +70,7 @@ setup(
             "pytest>=8,<10",
             "hypothesis>=6.100",
             "pytest-timeout>=2.2",
+            "pytest-xdist>=3.5",  # the test command runs in 2 worker processes (`pytest -n 2`)
             "import-linter>=2.1,<3",  # the import contracts (scripts/lint_imports.py)
             "onnx>=1.16",  # the ONNX importer's tests and the generated ONNX node suite
             "torch==2.13.0",  # the torch.compile backend's tests (tests/graph/io/test_torch_fx.py)

@@ -9,7 +9,9 @@ generated deterministically here and not committed).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -116,12 +118,26 @@ EXAMPLES = {"mlp": mlp, "resnet_block": resnet_block, "transformer_block": trans
 
 
 def write(name: str, graph: Graph, folder: Path) -> None:
+    """The model's .mir and .npz files, each replaced whole (a reader in another process, a
+    test run in parallel, sees the old file or the new one, never half of one)."""
     text, weights = emit_mir(graph, weights_file=f"{name}.npz")
     header = f"# {name}: written by scripts/make_examples.py (weights: {name}.npz, generated)\n"
-    (folder / f"{name}.mir").write_text(header + text)
-    npz = folder / f"{name}.npz"
+    _replace(folder / f"{name}.mir", lambda f: f.write((header + text).encode()))
     if weights:
-        np.savez(npz, **weights)
+        _replace(folder / f"{name}.npz", lambda f: np.savez(f, **weights))
+
+
+def _replace(path: Path, fill) -> None:
+    """Write `path` through `fill(binary file)` into a temporary file beside it, then rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fill(f)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:

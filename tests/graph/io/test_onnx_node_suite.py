@@ -390,13 +390,14 @@ class Outcome:
 
 def cases_dir() -> Path:
     """The generated cases for the installed onnx (generated here on first use)."""
-    from tests.conftest import load_script
+    from tests.conftest import exclusive, load_script
 
     gen = load_script("onnx_cases")
     root = Path(os.environ.get("AKG_ONNX_CASES") or Path.home() / ".cache" / "akg" / "onnx-node-cases")
     out = root / gen.installed_version()
-    if not gen.is_complete(out):
-        gen.generate(out)
+    with exclusive(root):  # the other test workers wait while one generates
+        if not gen.is_complete(out):
+            gen.generate(out)
     return out / "node"
 
 
