@@ -13,6 +13,7 @@ from akg.polyhedral.deps import Dependences, compute_dependences
 from akg.polyhedral.model import PolyModel, build_model
 from akg.polyhedral.row_partials import fuse_row_partials
 from akg.polyhedral.schedule import schedule as isl_schedule
+from akg.polyhedral.siblings import fuse_sibling_reductions
 from akg.polyhedral.bands import BandInfo, analyze
 
 
@@ -25,12 +26,19 @@ class ScheduledProgram:
     fallback: str | None  # why the sequential schedule was used, if it was
 
 
-def schedule_program(program, fusion: str = "smart") -> ScheduledProgram:
+def schedule_program(program, fusion: str = "smart", siblings: bool = False) -> ScheduledProgram:
+    """The front end of `program` under a fusion strategy; `siblings`: also fuse sibling
+    reductions that read the same data into one loop (`polyhedral.siblings`; not under
+    fusion "none"), for a target whose lowering reduces several statements in one loop."""
     try:
         model = build_model(program)
         deps = compute_dependences(model)
         result = isl_schedule(model, deps, fusion)
-        tree = result.schedule if result.fallback else fuse_row_partials(model, result.schedule, deps)
+        tree = result.schedule
+        if not result.fallback:
+            tree = fuse_row_partials(model, tree, deps)
+            if siblings and fusion != "none":
+                tree = fuse_sibling_reductions(model, tree, deps)
         return ScheduledProgram(model, deps, tree, analyze(model, tree), result.fallback)
     except isl.Error as e:
         raise ScheduleError(f"{program.name}: polyhedral analysis failed: {e}") from e

@@ -347,6 +347,8 @@ class CpuRecipe(Recipe):
     """The CPU's mapping: cache and register tiles, micro-kernels with sunk register loops,
     packed operand panels, parallel outer loops and vector inner loops."""
 
+    fuses_sibling_reductions = True  # astgen's vector reductions take several updates
+
     def prepare(self, program, dtype: str):
         from akg.graph.compute.lower import split_column_reductions, split_reductions
 

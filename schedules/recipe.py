@@ -14,6 +14,10 @@ from akg.schedules.space import Config, Space
 class Recipe(abc.ABC):
     """One target's mapping of schedule trees."""
 
+    # the front end fuses sibling reductions that read the same data into one loop
+    # (`polyhedral.siblings`): for a target whose lowering reduces several statements at once
+    fuses_sibling_reductions: bool = False
+
     def __init__(self, target):
         self.target = target
 
