@@ -48,7 +48,7 @@ class Pipeline:
         self.dtype = _main_dtype(program)
         self.stats = KernelStats()
         t0 = time.perf_counter()
-        front = schedule_program(program, fusion)
+        front = schedule_program(program, fusion, siblings=self.recipe.fuses_sibling_reductions)
         self.model, self.deps, self.schedule, self.bands = front.model, front.deps, front.schedule, front.bands
         self.stats.fallback = front.fallback
         self.stats.schedule_s = time.perf_counter() - t0
@@ -173,6 +173,16 @@ def build(subgraph: Subgraph | Graph | Program, target: str | Target = "cpu",
     fusion = config.fusion if config is not None else default_fusion(program)
     pipeline = Pipeline(program, target, fusion)
     pipeline.stats.lower_s = lower_s
+    if config is not None and source != "given":
+        try:  # a config tuned for another version of akg's schedule may no longer fit it
+            pipeline.recipe.validate(pipeline.resolve(config), pipeline.bands)
+        except ScheduleError as e:
+            log.warning("%s: the tuning database's config no longer fits this kernel's schedule (%s); "
+                        "building the default (tune it again to replace it)", program.name, e)
+            config, source = None, f"default (the tuned config no longer fits: {e})"
+            if fusion != default_fusion(program):
+                pipeline = Pipeline(program, target, default_fusion(program))
+                pipeline.stats.lower_s = lower_s
     kernel = pipeline.build(config, config_source=source)
     if isinstance(subgraph, Graph):
         from akg.graph.interpreter import index_bounds

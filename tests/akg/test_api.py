@@ -4,8 +4,10 @@ records written before configs were schedule steps."""
 import json
 
 import numpy as np
+import pytest
 
 import akg
+from akg.errors import ScheduleError
 from akg.db import Record, TargetInfo, Workload, open_database
 from akg.graph import GraphBuilder
 from akg.graph.pipeline import plan_model
@@ -52,13 +54,33 @@ def test_build_takes_an_old_form_record_from_the_database(tmp_path):
     assert model.stats["tuned_kernels"] == 1
 
 
+def test_a_stored_config_that_no_longer_fits_the_schedule_builds_the_default(tmp_path, caplog):
+    """A config tuned when akg scheduled the kernel differently (here: a band more than the
+    schedule has now) is not an error for `akg compile`: the default is built, and said so."""
+    graph = _matmul()
+    target = get_target("cpu")
+    db = open_database(str(tmp_path / "stale.db"))
+    db.register_target(TargetInfo.of(target))
+    db.register_workload(Workload.of(Subgraph(graph)))
+    bands = (BandConfig((0, 1), (16, 0), (4, 16), True), BandConfig((0,), (8,), (0,), False))
+    db.add(Record(Subgraph(graph).workload_key, target.key, cpu_config(bands=bands).to_json(), "ok", 1e-6))
+    with caplog.at_level("WARNING", logger="akg.compiler"):
+        kernel = akg.build(graph, db=db)
+    assert kernel.config_source.startswith("default (the tuned config no longer fits: config maps 2 bands")
+    assert kernel.tir() == akg.build(graph).tir()
+    assert "no longer fits this kernel's schedule" in caplog.text
+    a = np.random.default_rng(0).standard_normal((48, 40)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((40, 64)).astype(np.float32)
+    np.testing.assert_allclose(kernel(a, w)[0], np.maximum(a @ w, 0), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ScheduleError, match="config maps 2 bands"):  # given, not stored: an error
+        akg.build(graph, config=cpu_config(bands=bands))
+
+
 # --- akg.compile / akg.run / akg.tune: one door for every model form ---------------------------
 
 
 def _matmul_onnx():
     """_matmul() as an ONNX model, with the same input names."""
-    import pytest
-
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
