@@ -224,11 +224,15 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
                                      l1_bytes)
         if blocked is not None:
             return blocked
-    # several passes over each row (a softmax, a layer norm): the next row (block) streams in
-    # while this one computes, its prefetches spread over the pass that computes most
-    # (`polyhedral.prefetch.spread`); a 4096 x 1024 softmax went from 66% to 87% of the stream
-    # floor's bandwidth, a layer norm from 95% to 98%, on an AVX-512 Xeon
-    prefetch = 1 if n == 1 and info.passes > 1 and not sink else 0
+    # three passes or more over each row (a softmax, a layer norm): the next row (block)
+    # streams in while this one computes, its prefetches spread over the pass that computes
+    # most (`polyhedral.prefetch.spread`); a 4096 x 1024 softmax went from 66% to 87% of the
+    # stream floor's bandwidth, a layer norm from 95% to 98%, on an AVX-512 Xeon. Not for two
+    # (an rms_norm's sum of squares and output; a layer-norm backward's fused statistics and
+    # output): there the hardware's prefetchers keep up and the prefetches only take load
+    # slots; unchanged within noise on the Xeon, 5-24% slower on Zen 4 in every run of three
+    # stops (4096 x 1024: rms_norm 0.268-0.298 ms without, 0.298-0.369 with)
+    prefetch = 1 if n == 1 and info.passes > 2 and not sink else 0
     recompute = False
     if info.producers and sink and n > 2 and depth <= 49 and register[-2] and tile[-2] != register[-2] \
             and _register_tiled(register, [*tile[:-2], register[-2], tile[-1]], ext):

@@ -131,8 +131,14 @@ def test_fused_column_sums_keep_float32_accuracy():
 
 def test_one_line_streams_are_prefetched_once_per_row():
     # the next row's mean and rstd are one cache line each: prefetched once at the top of the
-    # row, not on every iteration of the pass that spreads the row's own prefetches
-    lines = str(akg.build(_layer_norm_backward()).func).splitlines()
+    # row, not on every iteration of the pass that spreads the row's own prefetches (the
+    # default of this two-pass band prefetches nothing: asked for here)
+    graph = _layer_norm_backward()
+    default = akg.build(graph).config
+    bands = bands_of(default)
+    assert bands[0].prefetch == 0
+    config = cpu_config(default.fusion, (replace(bands[0], prefetch=1), *bands[1:]), **switches_of(default))
+    lines = str(akg.build(graph, config=config).func).splitlines()
     depth = {name: [len(line) - len(line.lstrip()) for line in lines
                     if "llvm.prefetch" in line and f"address_of({name}[" in line] for name in ("mean", "dy")}
     assert len(depth["mean"]) == 1 and len(depth["dy"]) == 1 and depth["mean"][0] < depth["dy"][0]

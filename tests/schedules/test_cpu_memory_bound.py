@@ -52,6 +52,18 @@ def test_the_space_of_a_multi_pass_band_holds_prefetch_distances():
     assert bands_of(pipeline.default_config())[0].prefetch == 1  # the next row (block) by default
 
 
+def test_two_pass_bands_prefetch_only_when_tuned_so():
+    # an rms_norm: sum of squares, then the output; the hardware's prefetchers keep up with two
+    # passes (see cpu_defaults), so the default asks for none, and the knob stays
+    b = GraphBuilder("rms")
+    x = b.input("x", (256, 512))
+    b.output(b.mul(x, b.rsqrt(b.mean(b.mul(x, x), axes=[1], keepdims=True))))
+    pipeline = Pipeline(lower_graph(b.build()), get_target("cpu"))
+    assert pipeline.bands[0].passes == 2
+    assert bands_of(pipeline.default_config())[0].prefetch == 0
+    assert pipeline.space().bands[0].prefetches == PREFETCH_DISTANCES
+
+
 def test_single_pass_bands_have_no_prefetch_knob():
     b = GraphBuilder("add")
     b.output(b.add(b.input("x", (256, 512)), b.input("y", (256, 512))))
