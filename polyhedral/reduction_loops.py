@@ -84,19 +84,21 @@ class ReductionLoops:
         start = [tirx.For(e, 0, width, e_kind, tirx.BufferStore(u.acc, reduce_identity(u.red.reducer, dtype), [e]))
                  for u in updates]
         trips = extent // width
-        all_sums = all(u.red.reducer == "sum" for u in updates)
-        block = self.reduce_block if all_sums and dtype in _BLOCKED_SUM_DTYPES else 0
+        sums = any(u.red.reducer == "sum" for u in updates)
+        block = self.reduce_block if sums and dtype in _BLOCKED_SUM_DTYPES else 0
         if block >= 2 and trips >= 2 * block:
-            # blocked summation: each accumulator sums `block` vectors into a fresh partial
-            # (`part`) that is then added to its total (`acc`), so its rounding error grows
-            # with block + trips / block, not with trips
-            parts = [tirx.decl_buffer((width,), dtype, f"{ident(u.t.name)}_part", scope="global") for u in updates]
-            allocs += [self._alloc(part) for part in parts]
+            # blocked summation: each sum's accumulator sums `block` vectors into a fresh
+            # partial (`part`) that is then added to its total (`acc`), so its rounding error
+            # grows with block + trips / block, not with trips (a max beside it goes straight
+            # into its accumulator)
+            parts = [tirx.decl_buffer((width,), dtype, f"{ident(u.t.name)}_part", scope="global")
+                     if u.red.reducer == "sum" else None for u in updates]
+            allocs += [self._alloc(part) for part in parts if part is not None]
             zero = [tirx.For(e, 0, width, e_kind, tirx.BufferStore(part, reduce_identity("sum", dtype), [e]))
-                    for part in parts]
+                    for part in parts if part is not None]
             add = [tirx.For(e, 0, width, e_kind, tirx.BufferStore(
                 u.acc, tirx.BufferLoad(u.acc, [e]) + self._fence(tirx.BufferLoad(part, [e]), dtype), [e]))
-                for u, part in zip(updates, parts)]
+                for u, part in zip(updates, parts) if part is not None]
             ob = tirx.Var(f"{it}_b", "int32")
             full, rest = divmod(trips, block)
 
@@ -108,8 +110,10 @@ class ReductionLoops:
                                for u in updates]
                 finally:
                     self.loop_stack.pop()
-                upd = _seq([tirx.BufferStore(part, tirx.BufferLoad(part, [j * lanes + l]) + src, [j * lanes + l])
-                            for part, src in zip(parts, sources)])
+                at = j * lanes + l
+                upd = _seq([tirx.BufferStore(part, tirx.BufferLoad(part, [at]) + src, [at]) if part is not None
+                            else tirx.BufferStore(u.acc, u.combine(tirx.BufferLoad(u.acc, [at]), src), [at])
+                            for u, part, src in zip(updates, parts, sources)])
                 inner = tirx.For(o, 0, count, tirx.ForKind.SERIAL,
                                  tirx.For(j, 0, chains, tirx.ForKind.UNROLLED,
                                           tirx.For(l, 0, lanes, tirx.ForKind.VECTORIZED, upd)))
@@ -149,20 +153,22 @@ class ReductionLoops:
         return _seq([*allocs, *start, main, *folds, *finish, tail])
 
     def _blocked_sum(self, it: str, init, extent: int, body_node: isl.AstNode) -> tirx.Stmt | None:
-        """The serial loop `it` around floating-point sum updates (one, or sibling reductions
-        fused by `polyhedral.siblings`) as blocked sums (`serial_block` terms into a scalar
-        partial per update, then each partial into its output), or None where that does not
-        apply: another body or reducer, or an output that moves along the loop or is read by a
-        summand."""
+        """The serial loop `it` around a floating-point sum update as a blocked sum
+        (`serial_block` terms into a scalar partial, then the partial into the output), or None
+        where that does not apply: another body or reducer, or an output that moves along the
+        loop or is read by a summand. Sibling reductions fused by `polyhedral.siblings` get a
+        partial per sum; another reducer beside them updates its output directly."""
         updates = self._updates(body_node)
         if updates is None:
             return None
         outputs = {id(u.t) for u in updates}
         for u in updates:
-            if u.stmt.role != "update" or u.red is None or u.red.reducer != "sum" or u.t.dtype not in _BLOCKED_SUM_DTYPES:
+            if u.stmt.role != "update" or u.red is None or u.red.reducer not in COMBINE:
                 return None
             if any(isinstance(n, Load) and id(n.tensor) in outputs for n in walk(u.red.source)):
                 return None
+        if not any(u.red.reducer == "sum" and u.t.dtype in _BLOCKED_SUM_DTYPES for u in updates):
+            return None
         block = self.hooks.serial_block
 
         def env_at(u: _Update, position) -> dict:
@@ -178,7 +184,8 @@ class ReductionLoops:
                 return None
             if not isinstance(delta, tirx.IntImm) or int(delta.value) != 0:
                 return None
-        parts = [tirx.decl_buffer((1,), u.t.dtype, f"{ident(u.t.name)}_part", scope="global") for u in updates]
+        parts = [tirx.decl_buffer((1,), u.t.dtype, f"{ident(u.t.name)}_part", scope="global")
+                 if u.red.reducer == "sum" and u.t.dtype in _BLOCKED_SUM_DTYPES else None for u in updates]
         ob = tirx.Var(f"{it}_b", "int32")
         full, rest = divmod(extent, block)
 
@@ -190,6 +197,9 @@ class ReductionLoops:
                 for u, part in zip(updates, parts):
                     env = env_at(u, first + oi)
                     self._record(u.stmt, u.call, env)
+                    if part is None:
+                        loop.append(self.statement(u.stmt, env))
+                        continue
                     src = self.value(u.red.source, env)
                     out_index = [env[v] for v in u.stmt.op.axes]
                     zero.append(tirx.BufferStore(part, reduce_identity("sum", u.t.dtype), [0]))
@@ -203,7 +213,7 @@ class ReductionLoops:
         body = [tirx.For(ob, 0, full, tirx.ForKind.SERIAL, blocked(ob * block, block))]
         if rest:
             body.append(blocked(tirx.const(full * block, "int32"), rest))
-        return _seq([*(self._alloc(part) for part in parts), *body])
+        return _seq([*(self._alloc(part) for part in parts if part is not None), *body])
 
     def _updates(self, body_node: isl.AstNode) -> list[_Update] | None:
         """The statements of a loop body that is one statement or a block of them (the updates
