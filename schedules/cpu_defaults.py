@@ -169,23 +169,12 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
             tile[0] = _largest_fitting(ext[0], chunk, rows or 1)
             if rows > 1:
                 register[0], tile[0] = _even_chunks(ext[0], tile[0], rows, cores, shallow=depth <= 49)
-    if info.passes > 2 and info.row_writers <= 1 and not sink and coin[-1] and register[-1] == 0 \
-            and not info.blocks:
-        # several passes over each row that reduce it to scalars before a last one writes it
-        # (a layer norm's mean, variance, output): a block of rows filling half of L1 runs
-        # each pass before the next. Not for two passes (an rms_norm's sum of squares and
-        # output): with the prefetch its blocks of 2 rows were its slowest variant on Zen 4
-        # three times (4096 x 1024: 0.334-0.362 ms against 0.265-0.307 one row at a time).
-        # Each pass stays a loop of its own, which LLVM would otherwise fully unroll and
-        # merge, keeping a whole row live in spilled registers
-        # (layer norm 4096 x 1024: 0.47 -> 0.40 ms). Not where passes write rows of
-        # temporaries (a softmax's exponentials: 0.63 -> 0.72 ms), nor in a band that carries
-        # partial column sums from row to row (their rows stay in L1 beside the row's: a
-        # layer-norm backward ran 2.90 -> 2.44 ms one row at a time, on a loaded Xeon)
-        row_bytes = max(1, info.work // max(1, math.prod(info.extents)) // info.passes * itemsize)
-        rows = (l1_bytes // 2) // row_bytes
-        if rows >= 2:
-            register[-1] = _largest_fitting(tile[-1] or ext[-1], rows)
+    # several passes over each row (a layer norm's mean, variance and output) run one row at a
+    # time: with the next row prefetched over a pass that only reads (`polyhedral.prefetch`),
+    # blocks of rows filling half of L1 (the default until then: 0.47 -> 0.40 ms on the Xeon,
+    # with the prefetches over the output pass) were slower on Zen 4, 4096 x 1024: 0.42-0.51
+    # ms against 0.37-0.44 (two runs of `lnv`, alternating rounds), and the transformers'
+    # 768-wide layer norms 10-23% (ab_trees). The tuner still has row blocks.
     whole_strip = register[-1] != 0 and register[-1] == (tile[-1] or ext[-1])
     for pos in range(n):
         t = tile[pos] or ext[pos]
