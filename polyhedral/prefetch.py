@@ -5,8 +5,8 @@ The generator (`astgen`) finds what an iteration `distance` steps ahead reads, a
 (buffer, first element, cache lines, elements per line). `spread` puts their prefetches into
 the pass of the loop's body that computes most (the serial loop around a vector loop with the
 most arithmetic: a softmax's exponentials) among those that store nothing beyond the
-iteration's own buffers (not a layer norm's output pass), a share of the lines per iteration, so the next
-rows stream in while this one computes, rather than a burst of prefetches at the top of the
+iteration's own buffers (not a layer norm's output pass), a share of the lines per iteration,
+so the next rows stream in while this one computes, rather than a burst of prefetches at the top of the
 iteration that stalls the core before its compute begins (4096 x 1024 softmax on AVX-512:
 0.91 -> 0.69 ms, 66% -> 87% of the stream floor's bandwidth)."""
 
@@ -35,13 +35,13 @@ def spread(body: tirx.Stmt, streams: list[Stream], prefetch: Callable[[tirx.Buff
     the outermost loop around that pass instead (`_spread_nest`)."""
     best, most = None, 0
     passes = _serial_vector_passes(body)
-    # a pass that stores only into buffers of the iteration (a reduction's accumulators, a
-    # softmax's exponentials) rather than the output: there the prefetched lines stream in
-    # beside loads alone. Spread over a layer norm's output pass they came too late or
-    # competed with its stores: 4096 x 1024 on Zen 4, 0.425 ms against 0.344 over its variance
-    # pass (hand edits, alternating rounds; 0.419 with no prefetch)
-    # (and not one repeated inside a loop of the body, a block of rows each running the pass:
-    # every row of the block would prefetch the lines again)
+    # preferably a pass that stores only into buffers of the iteration (a reduction's
+    # accumulators, a softmax's exponentials), not the output: there the prefetched lines
+    # stream in beside loads alone. Spread over a layer norm's output pass they came too late
+    # or competed with its stores (4096 x 1024 on Zen 4: 0.425 ms against 0.344 over its
+    # variance pass, 0.419 with no prefetch; hand edits, alternating rounds). And not a pass
+    # that a loop of the body repeats (a block of rows, each running the pass): every row of
+    # the block would prefetch the lines again
     own, every = _allocated(body), loops(body)
     quiet = [loop for loop in passes if _stored(loop.body) <= own
              and not any(g is not loop and any(h.same_as(loop) for h in loops(g.body)) for g in every)]

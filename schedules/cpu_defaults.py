@@ -172,9 +172,10 @@ def default_band(info: BandInfo, lanes: int, cores: int, itemsize: int, l2_bytes
     # several passes over each row (a layer norm's mean, variance and output) run one row at a
     # time: with the next row prefetched over a pass that only reads (`polyhedral.prefetch`),
     # blocks of rows filling half of L1 (the default until then: 0.47 -> 0.40 ms on the Xeon,
-    # with the prefetches over the output pass) were slower on Zen 4, 4096 x 1024: 0.42-0.51
-    # ms against 0.37-0.44 (two runs of `lnv`, alternating rounds), and the transformers'
-    # 768-wide layer norms 10-23% (ab_trees). The tuner still has row blocks.
+    # with the prefetches over the output pass) were slower on Zen 4, 4096 x 1024: 0.40-0.55
+    # ms against 0.34-0.44 (every variant of three runs, alternating rounds), and the
+    # transformers' 768-wide layer norms 10-23% (ab_trees; docs/performance.md, 2026-12-07).
+    # The tuner still has row blocks.
     whole_strip = register[-1] != 0 and register[-1] == (tile[-1] or ext[-1])
     for pos in range(n):
         t = tile[pos] or ext[pos]
