@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 from tvm import tirx
 
-from akg.polyhedral.tirstmt import loops, replace, seq, substatements
+from akg.polyhedral.tirstmt import buffers, loops, replace, seq, substatements
 
 
 class Stream(NamedTuple):
@@ -42,9 +42,8 @@ def spread(body: tirx.Stmt, streams: list[Stream], prefetch: Callable[[tirx.Buff
     # variance pass, 0.419 with no prefetch; hand edits, alternating rounds). And not a pass
     # that a loop of the body repeats (a block of rows, each running the pass): every row of
     # the block would prefetch the lines again
-    own, every = _allocated(body), loops(body)
-    quiet = [loop for loop in passes if _stored(loop.body) <= own
-             and not any(g is not loop and any(h.same_as(loop) for h in loops(g.body)) for g in every)]
+    own = buffers(body, tirx.AllocBuffer)
+    quiet = [loop for loop in passes if buffers(loop.body) <= own and len(_enclosing(body, loop)) == 1]
     for loop in quiet or passes:
         work = int(loop.extent.value) * _arithmetic(loop.body)
         if work > most:
@@ -174,18 +173,6 @@ def _serial_vector_passes(body: tirx.Stmt) -> list[tirx.For]:
     found = [f for f in loops(body) if f.kind == tirx.ForKind.SERIAL and isinstance(f.extent, tirx.IntImm)
              and f.extent.value >= 2 and any(g.kind == tirx.ForKind.VECTORIZED for g in loops(f.body))]
     return [f for f in found if not any(g is not f and any(h.same_as(g) for h in loops(f.body)) for g in found)]
-
-
-def _allocated(stmt: tirx.Stmt) -> set:
-    """The buffers that `stmt` allocates."""
-    own = {stmt.buffer} if isinstance(stmt, tirx.AllocBuffer) else set()
-    return own.union(*(_allocated(sub) for sub in substatements(stmt)))
-
-
-def _stored(stmt: tirx.Stmt) -> set:
-    """The buffers that `stmt` stores into."""
-    own = {stmt.buffer} if isinstance(stmt, tirx.BufferStore) else set()
-    return own.union(*(_stored(sub) for sub in substatements(stmt)))
 
 
 def _arithmetic(stmt: tirx.Stmt) -> int:

@@ -6,6 +6,8 @@ lowering, `akg.polyhedral.astgen`, whose module doc says when each applies).
 
 from __future__ import annotations
 
+from functools import partial
+
 import islpy as isl
 import numpy as np
 from tvm import tirx
@@ -29,10 +31,6 @@ class ReductionLoops:
         updates = self._updates(body_node)
         if updates is None or len({u.t.dtype for u in updates}) != 1:
             return None
-        outputs = {id(u.t) for u in updates}
-        for u in updates:
-            if u.stmt.role != "update" or u.red is None or u.red.reducer not in COMBINE:
-                return None
         dtype = updates[0].t.dtype
         lanes = self.reduce_bits // (8 * np.dtype(dtype).itemsize)
         if lanes < 2 or extent < lanes:
@@ -43,16 +41,12 @@ class ReductionLoops:
         chains = max(1, min(self.reduce_chains, extent // (2 * lanes)))
         width = lanes * chains
 
-        def env_at(u: _Update, position) -> dict:
-            self.loop_vars[it] = position if is_zero(init) else self.analyzer.simplify(init + position)
-            return dict(zip(u.stmt.iters, (self.expr(u.call.get_op_arg(i)) for i in range(1, u.call.get_op_n_arg()))))
+        env_at = partial(self._env_at, it, init)
 
         probe = tirx.Var(f"{it}_probe", "int32")
         for u in updates:
             here, there = env_at(u, probe), env_at(u, probe + 1)
             loads = [n for n in walk(u.red.source) if isinstance(n, Load)]
-            if any(id(n.tensor) in outputs for n in loads):
-                return None
             for tensor, indices, allowed in [(u.t, u.stmt.op.axes, (0,)),
                                              *((n.tensor, n.indices, (0, 1)) for n in loads)]:
                 if self._buffer(tensor)[2]:
@@ -75,7 +69,6 @@ class ReductionLoops:
         finally:
             self.loop_stack.pop()
         for u in updates:
-            u.combine = COMBINE[u.red.reducer]
             u.acc = tirx.decl_buffer((width,), dtype, f"{ident(u.t.name)}_acc", scope="global")
         slot = chain * lanes + lane
         e = tirx.Var(f"{it}_e", "int32")
@@ -159,21 +152,11 @@ class ReductionLoops:
         loop or is read by a summand. Sibling reductions fused by `polyhedral.siblings` get a
         partial per sum; another reducer beside them updates its output directly."""
         updates = self._updates(body_node)
-        if updates is None:
-            return None
-        outputs = {id(u.t) for u in updates}
-        for u in updates:
-            if u.stmt.role != "update" or u.red is None or u.red.reducer not in COMBINE:
-                return None
-            if any(isinstance(n, Load) and id(n.tensor) in outputs for n in walk(u.red.source)):
-                return None
-        if not any(u.red.reducer == "sum" and u.t.dtype in _BLOCKED_SUM_DTYPES for u in updates):
+        if updates is None or not any(u.red.reducer == "sum" and u.t.dtype in _BLOCKED_SUM_DTYPES for u in updates):
             return None
         block = self.hooks.serial_block
 
-        def env_at(u: _Update, position) -> dict:
-            self.loop_vars[it] = position if is_zero(init) else self.analyzer.simplify(init + position)
-            return dict(zip(u.stmt.iters, (self.expr(u.call.get_op_arg(i)) for i in range(1, u.call.get_op_n_arg()))))
+        env_at = partial(self._env_at, it, init)
 
         probe = tirx.Var(f"{it}_probe", "int32")
         for u in updates:
@@ -215,9 +198,15 @@ class ReductionLoops:
             body.append(blocked(tirx.const(full * block, "int32"), rest))
         return _seq([*(self._alloc(part) for part in parts if part is not None), *body])
 
+    def _env_at(self, it: str, init, u: _Update, position) -> dict:
+        """The iterators of `u`'s statement where the loop `it` (from `init`) is at `position`."""
+        self.loop_vars[it] = position if is_zero(init) else self.analyzer.simplify(init + position)
+        return dict(zip(u.stmt.iters, (self.expr(u.call.get_op_arg(i)) for i in range(1, u.call.get_op_n_arg()))))
+
     def _updates(self, body_node: isl.AstNode) -> list[_Update] | None:
         """The statements of a loop body that is one statement or a block of them (the updates
-        of sibling reductions), each writing its own tensor; else None."""
+        of sibling reductions), when each is the update of a sum/prod/max/min reduction into its
+        own tensor that no summand reads; else None."""
         if body_node.get_type() == isl.ast_node_type.user:
             calls = [body_node.user_get_expr()]
         elif body_node.get_type() == isl.ast_node_type.block:
@@ -229,8 +218,14 @@ class ReductionLoops:
         else:
             return None
         updates = [_Update(call, self.model.statement(call.get_op_arg(0).get_id().get_name())) for call in calls]
-        if len({id(u.t) for u in updates}) != len(updates):
+        outputs = {id(u.t) for u in updates}
+        if len(outputs) != len(updates):
             return None
+        for u in updates:
+            if u.stmt.role != "update" or u.red is None or u.red.reducer not in COMBINE:
+                return None
+            if any(isinstance(n, Load) and id(n.tensor) in outputs for n in walk(u.red.source)):
+                return None
         return updates
 
 
@@ -240,7 +235,8 @@ class _Update:
     def __init__(self, call: isl.AstExpr, stmt):
         self.call, self.stmt = call, stmt
         self.red, self.t = stmt.op.reduce, stmt.op.output
-        self.source = self.out_index = self.combine = self.acc = None
+        self.combine = COMBINE.get(self.red.reducer) if self.red is not None else None
+        self.source = self.out_index = self.acc = None  # filled in by the lowering
 
 
 def _fold_into(acc: tirx.Buffer, combine, width: int, offset: int, name: str, fence) -> tirx.Stmt:

@@ -42,6 +42,13 @@ def allocates(stmt: tirx.Stmt) -> bool:
     return isinstance(stmt, tirx.AllocBuffer) or any(allocates(sub) for sub in substatements(stmt))
 
 
+def buffers(stmt: tirx.Stmt, kind=tirx.BufferStore) -> set[tirx.Buffer]:
+    """The buffers that the statements of `kind` inside `stmt` name: those it stores into
+    (`tirx.BufferStore`) or allocates (`tirx.AllocBuffer`)."""
+    own = {stmt.buffer} if isinstance(stmt, kind) else set()
+    return own.union(*(buffers(sub, kind) for sub in substatements(stmt)))
+
+
 def replace(stmt: tirx.Stmt, old: tirx.Stmt, new: tirx.Stmt) -> tirx.Stmt:
     """`stmt` with its substatement `old` (the same object) replaced by `new`."""
     if stmt.same_as(old):

@@ -18,7 +18,7 @@ from akg.graph.compute.lower import lower_graph
 from akg.graph.interpreter import random_inputs
 from akg.polyhedral.astgen import LoweringHooks, lower_to_tir
 from akg.polyhedral.front import schedule_program
-from akg.polyhedral.tirstmt import loops, substatements
+from akg.polyhedral.tirstmt import buffers, loops
 from akg.target import get_target
 from akg.verify import Reference, compare
 from tests.polyhedral.test_row_partials import _layer_norm_backward  # dx, dgamma and dbeta
@@ -82,13 +82,8 @@ def test_reductions_of_different_data_or_of_each_other_stay_apart():
 
 
 def _vector_loops_updating(func) -> list[set[str]]:
-    """The buffers stored by each vectorised loop of the lowered function."""
-
-    def stored(stmt) -> set[str]:
-        own = {stmt.buffer.name} if isinstance(stmt, tirx.BufferStore) else set()
-        return own.union(*(stored(sub) for sub in substatements(stmt)))
-
-    return [stored(loop.body) for loop in loops(func.body) if loop.kind == tirx.ForKind.VECTORIZED]
+    """The names of the buffers stored by each vectorised loop of the lowered function."""
+    return [{b.name for b in buffers(loop.body)} for loop in loops(func.body) if loop.kind == tirx.ForKind.VECTORIZED]
 
 
 def _check(graph, seed=0):

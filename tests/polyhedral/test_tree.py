@@ -10,7 +10,7 @@ from tvm import tirx
 from akg.compiler import pipeline_for
 from akg.graph import GraphBuilder, evaluate, random_inputs
 from akg.graph.pipeline import plan_model
-from akg.polyhedral.tirstmt import loops, substatements
+from akg.polyhedral.tirstmt import buffers, loops
 from akg.schedules.cpu import BandConfig, bands_of, cpu_config, switches_of
 from akg.target import get_target
 
@@ -84,17 +84,12 @@ def test_multi_pass_rows_run_one_at_a_time_the_next_prefetched_over_a_reading_pa
     # the next row's lines are prefetched over one of the passes that only read the row (its
     # mean's or variance's), not over the output pass, whose stores they competed with
     func, _ = pipeline.lower(None)
-
-    def named(stmt, kind) -> set[str]:
-        own = {stmt.buffer.name} if isinstance(stmt, kind) else set()
-        return own.union(*(named(sub, kind) for sub in substatements(stmt)))
-
-    local = named(func.body, tirx.AllocBuffer)
-    assert named(func.body, tirx.BufferStore) - local  # the output pass stores the output
+    local = buffers(func.body, tirx.AllocBuffer)
+    assert buffers(func.body) - local  # the output pass stores the output
     around = [f for f in loops(func.body) if f.kind == tirx.ForKind.SERIAL and "llvm.prefetch" in str(f.body)
               and any(g.kind == tirx.ForKind.VECTORIZED for g in loops(f.body))]
     spreading = [f for f in around if not any(g is not f and g.same_as(h) for g in around for h in loops(f.body))]
-    assert len(spreading) == 1 and named(spreading[0].body, tirx.BufferStore) <= local, func
+    assert len(spreading) == 1 and buffers(spreading[0].body) <= local, func
     softmax = pipeline_for(_softmax(4096, 1024), cpu, "smart")
     assert softmax.bands[0].row_writers == 2 and bands_of(softmax.default_config())[0].register == (0,)
 
