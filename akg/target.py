@@ -34,6 +34,7 @@ THREADS = "threads"  # loops mapped to blocks / threads (GPU)
 REASSOCIATE = "reassociate"  # floating-point sums may be reordered (vector reductions)
 PACK = "pack"  # operand panels copied into a blocked local layout
 FAST_MATH = "fast_math"  # vectorisable straight-line exp/erf/tanh/sigmoid
+STREAM = "stream"  # outputs written with streaming (non-temporal) stores, past the caches
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,9 @@ class LoweringHooks:
     # a schedule where that would put a reduction's initialisation inside its loop
     # (`_fixed_in_varying_member`).
     group_coscheduled: bool = False
+    # the function asks its backend for streaming (non-temporal) stores into the outputs it
+    # never reads back (the PrimFunc attribute `akg.stream_stores`)
+    stream_stores: bool = False
 
 
 def _fixed_in_varying_member(schedule: isl.Schedule) -> bool:
@@ -126,6 +129,7 @@ class TirLowering(ReductionLoops, PromotedCopies):
         self.model = model
         self.hooks = hooks
         self.fast_math = hooks.fast_math
+        self.stream_stores = hooks.stream_stores
         self.reduce_bits = hooks.reduce_bits  # vector width for reductions (0: scalar loops, LLVM decides)
         self.reduce_chains = hooks.reduce_chains
         self.reduce_block = hooks.reduce_block
@@ -282,8 +286,8 @@ class TirLowering(ReductionLoops, PromotedCopies):
         self._declare_buffers(self.promoter.local_only() | self.promoter.check_recomputed())
         body = self.stmt(ast)
         body = _seq([*(tirx.DeclBuffer(b, data=data) for b, data in self.aliases), *(tirx.AllocBuffer(b) for b in self.allocs), body])
-        func = tirx.PrimFunc(self.params, body)
-        return func.with_attr("global_symbol", self.name).with_attr("tirx.noalias", True)
+        func = tirx.PrimFunc(self.params, body).with_attr("global_symbol", self.name).with_attr("tirx.noalias", True)
+        return func.with_attr("akg.stream_stores", 1) if self.stream_stores else func
 
     # --- AST expressions ------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ import random
 from dataclasses import dataclass, replace
 from typing import Iterator
 
+import numpy as np
+
 from akg.errors import ScheduleError
 from akg.polyhedral import tree
 from akg.polyhedral.bands import BandInfo
@@ -23,15 +25,19 @@ from akg.schedules.cpu_defaults import PARALLEL_MIN_REDUCTION_POINTS, default_ba
 from akg.schedules.recipe import Recipe
 from akg.schedules.space import (LEGACY_SWITCHES, Config, Space, Step, check_steps, divisors_and_powers,
                                  legacy_config)
+from akg.target import STREAM
 
 SMALL_PARALLEL = 4  # alternative configs run bands with work down to threshold / this in parallel
+STREAM_CACHES = 2  # streaming stores by default where a kernel's data is this many last-level caches
 
 
-def cpu_config(fusion: str = "smart", bands=None, **switches) -> Config:
+def cpu_config(fusion: str = "smart", bands=None, stream: bool = False, **switches) -> Config:
     """The Config of CPU knobs: per-band `BandConfig`s (None: the heuristic's) and the switches
-    vectorize, unroll, parallel, promote, fast_math (each on unless given False)."""
+    vectorize, unroll, parallel, promote, fast_math (each on unless given False) and stream
+    (streaming stores for the outputs; off unless given True)."""
     config = legacy_config(fusion, bands, **switches)
-    extra = tuple(Step(op, k, None, value) for k, b in enumerate(bands or ()) if isinstance(b, BandConfig)
+    extra = (Step("stream"),) if stream else ()
+    extra += tuple(Step(op, k, None, value) for k, b in enumerate(bands or ()) if isinstance(b, BandConfig)
                   for op, value in (("prefetch", b.prefetch), ("block", b.block)) if value)
     extra += tuple(Step("recompute", k) for k, b in enumerate(bands or ()) if isinstance(b, BandConfig) and b.recompute)
     extra += tuple(Step("map", k, "cores") for k, b in enumerate(bands or ()) if isinstance(b, BandConfig) and b.parallel)
@@ -42,7 +48,7 @@ def switches_of(config: Config) -> dict[str, bool]:
     """The CPU switches a config's kernel-level steps turn on."""
     return {"vectorize": config.has("vectorize"), "unroll": config.has("unroll"),
             "parallel": config.has("map", "cores"), "promote": config.has("promote"),
-            "fast_math": config.has("fast_math")}
+            "fast_math": config.has("fast_math"), "stream": config.has("stream")}
 
 
 def _band_of(config: Config, k: int, members: int) -> BandConfig:
@@ -187,21 +193,24 @@ def band_space(info: BandInfo) -> BandSpace:
     return BandSpace(info, orders, tuple(divisors_and_powers(e) for e in info.extents))
 
 
-def _all_switches() -> dict:
-    return {name: (True, False) for name in LEGACY_SWITCHES}
+def _all_switches(stream: bool = False) -> dict:
+    switches = {name: (True, False) for name in LEGACY_SWITCHES}
+    return {**switches, "stream": (False, True)} if stream else switches
 
 
 @dataclass(frozen=True)
 class CpuSpace(Space):
     """All legal CPU configs of one subgraph for one fusion strategy: per band an order, tile
-    sizes at both levels, sink and pack; the five switches."""
+    sizes at both levels, sink and pack; the five switches, and stream where the kernel's
+    data outgrows the caches (`streams`)."""
 
     bands: tuple[BandSpace, ...] = ()
     target: object = None
+    streams: bool = False
 
     def __post_init__(self):
         if not self.switches:
-            object.__setattr__(self, "switches", _all_switches())
+            object.__setattr__(self, "switches", _all_switches(self.streams))
 
     def _config(self, bands, switches: dict) -> Config:
         return cpu_config(self.fusion, bands, **switches)
@@ -348,17 +357,31 @@ class CpuRecipe(Recipe):
     packed operand panels, parallel outer loops and vector inner loops."""
 
     fuses_sibling_reductions = True  # astgen's vector reductions take several updates
+    data_bytes = 0  # what the prepared program reads and writes (its arguments), in bytes
 
     def prepare(self, program, dtype: str):
         from akg.graph.compute.lower import split_column_reductions, split_reductions
 
+        self.data_bytes = sum(math.prod(t.shape) * np.dtype(t.dtype).itemsize for t in (*program.placeholders, *program.outputs))
         # column sums beside a row loop: one partial per default parallel chunk of the rows
         # (`polyhedral.row_partials` moves them into the row band)
         program = split_column_reductions(program, self.target.cores * CHUNKS_PER_CORE)
         return split_reductions(program, self.target.vector_lanes(dtype))
 
+    @property
+    def streams(self) -> bool:
+        """Is streaming stores a choice here: an x86 target and data past its caches (more
+        than its L2s hold)?"""
+        t = self.target
+        return self.target.has(STREAM) and self.data_bytes > t.l2_bytes * max(1, t.cores)
+
+    def stream_default(self) -> bool:
+        """Streaming stores by default: data at least STREAM_CACHES times the last-level
+        cache (an output that size is evicted before anything reads it again)."""
+        return self.streams and self.target.l3_bytes > 0 and self.data_bytes >= STREAM_CACHES * self.target.l3_bytes
+
     def default_config(self, bands, dtype, fusion="smart") -> Config:
-        return cpu_config(fusion, default_bands(bands, self.target, dtype))
+        return cpu_config(fusion, default_bands(bands, self.target, dtype), stream=self.stream_default())
 
     def alternative_configs(self, bands, dtype, fusion="smart") -> list[Config]:
         """Whole vectors where the default takes half vectors (`half_vector_window`): which
@@ -369,7 +392,12 @@ class CpuRecipe(Recipe):
         SMALL_PARALLEL times run in parallel (`BandConfig.parallel`): whether that wins depends
         on the host's launch cost; that applies to the default and to each alternative. And a
         conv whose reduction is little more than its window takes register tiles with fewer
-        accumulators (`FEWER_ACCUMULATORS`). Alternatives the target rejects are left out."""
+        accumulators (`FEWER_ACCUMULATORS`). And where streaming stores are a choice, the
+        default with them the other way where the data is half a last-level cache or more
+        (`stream_default`: whether the cache keeps an output until it is read again depends on
+        the host's other tenants, at 1-2 last-level caches of data: a 32 MiB layer norm and
+        softmax gained from them on Zen 4, an rms norm lost). Alternatives the target rejects
+        are left out."""
         default = default_bands(bands, self.target, dtype)
         whole = default_bands(bands, self.target, dtype, half_vectors=False)
         candidates = [whole] if whole != default else []
@@ -383,9 +411,11 @@ class CpuRecipe(Recipe):
             parallel = [tuple(replace(b, parallel=True) if s else b for b, s in zip(c, small))
                         for c in (default, *candidates)]
             candidates += [c for c, base in zip(parallel, (default, *candidates)) if c != base]
-        out = []
+        stream = self.stream_default()
+        close = self.streams and self.data_bytes * STREAM_CACHES >= self.target.l3_bytes
+        out = [cpu_config(fusion, default, stream=not stream)] if close else []
         for c in candidates:
-            config = cpu_config(fusion, c)
+            config = cpu_config(fusion, c, stream=stream)
             try:
                 self.validate(config, bands)
             except ScheduleError:
@@ -394,7 +424,7 @@ class CpuRecipe(Recipe):
         return out
 
     def space(self, bands, fusion="smart") -> CpuSpace:
-        return CpuSpace(fusion, bands=tuple(band_space(i) for i in bands), target=self.target)
+        return CpuSpace(fusion, bands=tuple(band_space(i) for i in bands), target=self.target, streams=self.streams)
 
     def validate(self, config, bands) -> None:
         check_steps(config, self.target, len(bands))
@@ -443,7 +473,7 @@ class CpuRecipe(Recipe):
         return [*tiles, *regs, sink, float(sw["fast_math"]), float(sw["promote"]), float(sw["vectorize"]),
                 float(sw["unroll"]), float(sw["parallel"]) + float(bool(given) and any(b.parallel for b in given)),
                 float(config.fusion == "max"),
-                float(config.fusion == "smart"), float(config.fusion == "none")]
+                float(config.fusion == "smart"), float(config.fusion == "none"), float(sw["stream"])]
 
 
 def _log2(x: float) -> float:

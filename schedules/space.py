@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from akg.errors import ScheduleError
 from akg.polyhedral.schedule import FUSION_STRATEGIES
-from akg.target import FAST_MATH, PACK, PARALLEL, THREADS, UNROLL, VECTOR
+from akg.target import FAST_MATH, PACK, PARALLEL, STREAM, THREADS, UNROLL, VECTOR
 
 # step kind -> (rank in a config's canonical order, capability it needs (None: any target))
 STEP_KINDS: dict[str, tuple[int, str | None]] = {
@@ -36,6 +36,8 @@ STEP_KINDS: dict[str, tuple[int, str | None]] = {
     #                      the band's cache tile advances one block at a time (a blocked reduction)
     "recompute": (11, None),  # the band computes the tensors of its producers (a padded input)
     #                          cache tile by cache tile, in local buffers (`BandInfo.producers`)
+    "stream": (12, STREAM),  # outputs the kernel never reads back written with streaming
+    #                         (non-temporal) stores: no read of their lines, no eviction of inputs
 }
 MAP_CAPABILITIES = {"cores": PARALLEL, "blocks": THREADS, "threads": THREADS}
 

@@ -31,6 +31,7 @@ Feature list (`FEATURE_NAMES`, fixed order):
   sink                 register loops sunk below the reduction
   fast_math, promote, vectorize, unroll, parallel   the switches
   fusion_max, fusion_smart, fusion_none            the fusion strategy, one-hot
+  stream               outputs written with streaming stores
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ _BASE = ["log_instances", "log_ops", "vector_frac", "vector_width", "parallel_fr
          "local_frac", "log_bytes_touched", "log_intensity", "reduction_frac", "n_statements"]
 _KNOBS = [f"tile_{k}" for k in range(3)] + [f"reg_{k}" for k in range(3)] + [
     "sink", "fast_math", "promote", "vectorize", "unroll", "parallel", "fusion_max", "fusion_smart",
-    "fusion_none"]
+    "fusion_none", "stream"]
 FEATURE_NAMES = tuple(_BASE + _KNOBS)
 
 

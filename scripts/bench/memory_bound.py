@@ -3,13 +3,15 @@
 
 Kernels (4096 x 1024 float32 by default): layer_norm, softmax, rms_norm and a fused layer-norm
 backward (dx, dgamma, dbeta from dy, x, mean, rstd, gamma). Each is built with akg's default
-config (and, with --variants, with other row-block sizes and software-prefetch distances, knobs
-the tuner searches for these kernels) and timed with the stream floor (`y = x * 1.5`, built by
-akg, over as many bytes as the kernel must move: half read, half written; ~4096 x 1024 for the
-forward kernels, ~6150 x 1024 for the backward's 48 MB) in alternating rounds
-(`timing.time_modules_interleaved`, best round). A kernel's bandwidth is the bytes it must move
-at least (every input read once, every output written once) over its time; its stream fraction
-is that bandwidth over its floor's in the same run.
+config (and, with --variants, with other row-block sizes, software-prefetch distances and the
+other store kind, knobs the tuner searches for these kernels) and timed with the stream floor
+(`y = x * 1.5`, built by akg, over as many bytes as the kernel must move: half read, half
+written; ~4096 x 1024 for the forward kernels, ~6150 x 1024 for the backward's 48 MB) in
+alternating rounds (`timing.time_modules_interleaved`, best round). Where the target has
+streaming stores, the floor is the faster of a copy with plain stores and one with streaming
+stores. A kernel's bandwidth is the bytes it must move at least (every input read once, every
+output written once) over its time; its stream fraction is that bandwidth over its floor's in
+the same run.
 
     python scripts/bench/memory_bound.py [--rows 4096] [--cols 1024] [--rounds 9] [--variants] [--json out.json]
 """
@@ -32,6 +34,8 @@ from timing import time_modules_interleaved  # noqa: E402
 import akg  # noqa: E402
 from akg.graph import GraphBuilder  # noqa: E402
 from akg.graph.interpreter import random_inputs  # noqa: E402
+from akg.schedules.space import Config, Step  # noqa: E402
+from akg.target import STREAM  # noqa: E402
 from akg.verify import Reference, compare  # noqa: E402
 
 EPS = 1e-5
@@ -108,7 +112,17 @@ def variants(kernel) -> dict:
         if distance != first.prefetch:
             new = (replace(first, prefetch=distance), *bands[1:])
             out[f"prefetch={distance}"] = cpu_config(kernel.config.fusion, new, **switches_of(kernel.config))
+    if kernel.target.has(STREAM):
+        label = "plain stores" if kernel.config.has("stream") else "streaming stores"
+        out[label] = toggled_stream(kernel.config)
     return out
+
+
+def toggled_stream(config: Config) -> Config:
+    """`config` with streaming stores for its outputs the other way."""
+    if config.has("stream"):
+        return config.without("stream")
+    return Config(config.fusion, (*config.steps, Step("stream")))
 
 
 def main(argv=None) -> int:
@@ -118,7 +132,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--seconds", type=float, default=0.2)
     ap.add_argument("--only", default="")
-    ap.add_argument("--variants", action="store_true", help="also other row-block sizes and prefetch distances")
+    ap.add_argument("--variants", action="store_true",
+                    help="also other row-block sizes, prefetch distances and store kinds")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     r, c = args.rows, args.cols
@@ -131,11 +146,20 @@ def main(argv=None) -> int:
         rows = max(1, round(min_bytes(graph) / 2 / (c * 4)))
         floor_key = f"stream_floor ({rows} x {c})"
         if floor_key not in calls:
+            # the floor is the faster of plain and streaming stores (the default and the other)
             floor_graph = graph_of("stream_floor", stream, rows, c)
             floor = akg.build(floor_graph)
             ins, outs = floor.device_arguments(**random_inputs(floor_graph, 0))
             calls[floor_key] = (floor.executable, [*ins, *outs])
-            meta[floor_key] = {"bytes": min_bytes(floor_graph), "config": "default"}
+            meta[floor_key] = {"bytes": min_bytes(floor_graph), "config": str(floor.config)}
+            floors[floor_key] = [floor_key]
+            if floor.target.has(STREAM):
+                other = akg.build(floor_graph, config=toggled_stream(floor.config))
+                key = f"{floor_key[:-1]}, {'plain' if floor.config.has('stream') else 'streaming'} stores)"
+                calls[key] = (other.executable, [*ins, *outs])
+                meta[key] = {"bytes": min_bytes(floor_graph), "config": str(other.config)}
+                floors[floor_key].append(key)
+                floors[key] = floors[floor_key]
         kernel = akg.build(graph)
         inputs = random_inputs(graph, 0)
         configs = variants(kernel) if args.variants else {"default": kernel.config}
@@ -146,14 +170,14 @@ def main(argv=None) -> int:
             key = name if label == "default" else f"{name} ({label})"
             calls[key] = (k.executable, [*ins, *outs])
             meta[key] = {"bytes": min_bytes(graph), "config": str(config), "ok": not problems}
-            floors[key] = floor_key
+            floors[key] = floors[floor_key]
             print(f"built {key}{'' if not problems else '  MISMATCH: ' + str(problems[0])}", flush=True)
     times = time_modules_interleaved(calls, rounds=args.rounds, seconds=args.seconds)
     rows = []
     print("\n| kernel | time | min bytes | GB/s | floor (same bytes) | stream fraction | vs floor time |"
           "\n|---|---|---|---|---|---|---|")
     for key, t in times.items():
-        floor_key = floors.get(key, key)
+        floor_key = min(floors[key], key=times.get)
         floor_t = times[floor_key]
         bw = meta[key]["bytes"] / t
         row = {"kernel": key, "s": t, "bytes": meta[key]["bytes"], "gbps": bw / 1e9,

@@ -21,6 +21,7 @@ os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", str(SPIN_COUNT))
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 
+from akg.backends.cpu.streaming import recompile, stream_outputs  # noqa: E402
 from akg.errors import LoweringError  # noqa: E402
 from akg.target import Artifact, Backend  # noqa: E402
 
@@ -33,7 +34,10 @@ class CpuBackend(Backend):
 
     def compile(self, func, target, *, reciprocal: bool = True):
         try:
-            return tvm.compile(tvm.IRModule({"main": func}), target=target.tvm_target(reciprocal)).jit()
+            module = tvm.compile(tvm.IRModule({"main": func}), target=target.tvm_target(reciprocal)).jit()
+            if func.attrs is not None and STREAM_ATTR in func.attrs and int(func.attrs[STREAM_ATTR]):
+                module = _streaming(module, func)
+            return module
         except Exception as e:  # TVM reports every failure as its own error types
             first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             raise LoweringError(f"LLVM compilation failed: {first}") from e
@@ -100,3 +104,14 @@ class CpuBackend(Backend):
     def measure(self, executable, tensors, *, number: int, repeat: int) -> list[float]:
         timer = executable.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)
         return [float(x) for x in timer(*tensors).results]
+
+
+STREAM_ATTR = "akg.stream_stores"  # a PrimFunc attribute: write outputs with streaming stores
+
+
+def _streaming(module, func):
+    """`module` recompiled with streaming stores into the outputs of `func` that it never
+    reads back (`akg.backends.cpu.streaming`); `module` itself where there are none."""
+    names = {hex(p.__chandle__()): p.name for p in func.params if hasattr(p, "__chandle__")}
+    rewrite = stream_outputs(module.inspect_source("ll"), names)
+    return recompile(rewrite.text) if rewrite.stores else module

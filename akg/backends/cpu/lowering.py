@@ -53,4 +53,4 @@ def cpu_lowering(target, config) -> LoweringHooks:
                          fast_math=config.has("fast_math"), reduce_block=REDUCE_BLOCK,
                          serial_block=0 if target.fast_math_reassoc else REDUCE_BLOCK, prefetch=llvm_prefetch,
                          copy_bits=target.vector_bits if config.has("vectorize") else 0,
-                         group_coscheduled=True)
+                         group_coscheduled=True, stream_stores=config.has("stream"))

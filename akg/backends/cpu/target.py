@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from akg.target import (FAST_MATH, PACK, PARALLEL, REASSOCIATE, UNROLL, VECTOR, MemoryLevel, Target)
+from akg.target import (FAST_MATH, PACK, PARALLEL, REASSOCIATE, STREAM, UNROLL, VECTOR, MemoryLevel, Target)
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class CpuTarget(Target):
     vector_registers: int = 16
     l1_bytes: int = 32 * 1024
     l2_bytes: int = 1024 * 1024
+    l3_bytes: int = 0  # the last-level cache (0: unknown)
     fast_math_reassoc: bool = True  # lets LLVM vectorize reductions (sum order may change)
     extra: tuple = field(default=(), compare=False)
 
@@ -43,7 +44,14 @@ class CpuTarget(Target):
             caps = {VECTOR, UNROLL, PACK, FAST_MATH, PARALLEL}
             if self.fast_math_reassoc:
                 caps.add(REASSOCIATE)
+            if self.x86:
+                caps.add(STREAM)
             object.__setattr__(self, "capabilities", frozenset(caps))
+
+    @property
+    def x86(self) -> bool:
+        return self.triple.startswith(("x86_64", "i686", "i386")) or bool(
+            {f.lstrip("+") for f in self.features} & {"sse2", "avx", "avx2", "avx512f"})
 
     @property
     def key(self) -> str:
@@ -144,7 +152,8 @@ def host_cpu() -> CpuTarget:
     bits, registers = vector_unit(feats, triple, width)
     return CpuTarget(mcpu=mcpu, triple=triple, features=feats, cores=os.cpu_count() or 1,
                      vector_bits=bits, vector_registers=registers,
-                     l1_bytes=_cache_size(0, 32 * 1024), l2_bytes=_cache_size(2, 1024 * 1024))
+                     l1_bytes=_cache_size(0, 32 * 1024), l2_bytes=_cache_size(2, 1024 * 1024),
+                     l3_bytes=_cache_size(3, 0))
 
 
 def generic_cpu() -> CpuTarget:
