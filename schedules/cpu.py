@@ -358,11 +358,14 @@ class CpuRecipe(Recipe):
 
     fuses_sibling_reductions = True  # astgen's vector reductions take several updates
     data_bytes = 0  # what the prepared program reads and writes (its arguments), in bytes
+    transcendental = False  # the program computes exponentials, erf, tanh and the like
 
     def prepare(self, program, dtype: str):
-        from akg.graph.compute.lower import split_column_reductions, split_reductions
+        from akg.graph.compute.lower import split_column_reductions, split_reductions, transcendental
 
-        self.data_bytes = sum(math.prod(t.shape) * np.dtype(t.dtype).itemsize for t in (*program.placeholders, *program.outputs))
+        self.data_bytes = sum(math.prod(t.shape) * np.dtype(t.dtype).itemsize
+                              for t in (*program.placeholders, *program.outputs))
+        self.transcendental = any(transcendental(op) for op in program.ops())
         # column sums beside a row loop: one partial per default parallel chunk of the rows
         # (`polyhedral.row_partials` moves them into the row band)
         program = split_column_reductions(program, self.target.cores * CHUNKS_PER_CORE)
@@ -377,8 +380,15 @@ class CpuRecipe(Recipe):
 
     def stream_default(self) -> bool:
         """Streaming stores by default: data at least STREAM_CACHES times the last-level
-        cache (an output that size is evicted before anything reads it again)."""
-        return self.streams and self.target.l3_bytes > 0 and self.data_bytes >= STREAM_CACHES * self.target.l3_bytes
+        cache (an output that size is evicted before anything reads it again), in a kernel
+        with no transcendental functions. Those tend to make a kernel compute-bound, where
+        streaming stores only cost (a 96 MiB bias + gelu on Zen 4: 2.54-2.84 ms with plain
+        stores, 2.71-3.11 with streaming ones), though not always (a 64 MiB softmax, its
+        exponentials in a pass before the one that stores: 1.70 -> 1.37 ms with them): the
+        tuner measures them there first (`alternative_configs`)."""
+        t = self.target
+        return (self.streams and not self.transcendental and t.l3_bytes > 0
+                and self.data_bytes >= STREAM_CACHES * t.l3_bytes)
 
     def default_config(self, bands, dtype, fusion="smart") -> Config:
         return cpu_config(fusion, default_bands(bands, self.target, dtype), stream=self.stream_default())

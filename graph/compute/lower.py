@@ -136,7 +136,7 @@ SMALL_BODY = 24  # nodes; a producer this small is recomputed by each consumer
 TRANSCENDENTAL = ("exp", "log", "erf", "tanh", "sigmoid", "sin", "cos", "pow")
 
 
-def _transcendental(op: ComputeOp) -> bool:
+def transcendental(op: ComputeOp) -> bool:
     """Bodies worth computing once and keeping (softmax's exp feeds both the sum and the
     division)."""
     return any(isinstance(n, Call) and n.op in TRANSCENDENTAL for n in walk(op.body))
@@ -232,7 +232,7 @@ def inline(program: Program) -> Program:
             return False
         if id(t) in phase_readers and sum(isinstance(n, Load) for n in walk(body)) > 1:
             return False
-        return uses.get(id(t), 0) <= 1 or (size(op.body) <= SMALL_BODY and not _transcendental(op))
+        return uses.get(id(t), 0) <= 1 or (size(op.body) <= SMALL_BODY and not transcendental(op))
 
     new_body: dict[int, tuple[ComputeOp, Expr]] = {}  # old tensor id -> (old op, rewritten body)
     remap: dict[int, Tensor] = {}

@@ -34,8 +34,6 @@ from timing import time_modules_interleaved  # noqa: E402
 import akg  # noqa: E402
 from akg.graph import GraphBuilder  # noqa: E402
 from akg.graph.interpreter import random_inputs  # noqa: E402
-from akg.schedules.space import Config, Step  # noqa: E402
-from akg.target import STREAM  # noqa: E402
 from akg.verify import Reference, compare  # noqa: E402
 
 EPS = 1e-5
@@ -92,6 +90,7 @@ def variants(kernel) -> dict:
     from dataclasses import replace
 
     from akg.schedules.cpu import PREFETCH_DISTANCES, bands_of, cpu_config, switches_of
+    from akg.target import STREAM
 
     out = {"default": kernel.config}
     bands = bands_of(kernel.config)
@@ -118,8 +117,10 @@ def variants(kernel) -> dict:
     return out
 
 
-def toggled_stream(config: Config) -> Config:
+def toggled_stream(config):
     """`config` with streaming stores for its outputs the other way."""
+    from akg.schedules.space import Config, Step
+
     if config.has("stream"):
         return config.without("stream")
     return Config(config.fusion, (*config.steps, Step("stream")))
@@ -136,6 +137,9 @@ def main(argv=None) -> int:
                     help="also other row-block sizes, prefetch distances and store kinds")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    # here, not at the top: ab_trees imports this module's graphs into older revisions of akg
+    from akg.target import STREAM
+
     r, c = args.rows, args.cols
     names = [n for n in KERNELS if not args.only or n in args.only.split(",")]
     calls, meta, floors = {}, {}, {}

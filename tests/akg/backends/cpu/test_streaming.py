@@ -120,6 +120,15 @@ def test_data_past_the_last_level_cache_streams_by_default():
         assert flipped.without("stream") == pipeline.default_config().without("stream")
 
 
+@x86
+def test_kernels_with_transcendentals_stream_only_when_tuned_so():
+    b = GraphBuilder("sm")
+    b.output(b.softmax(b.input("x", (256, 512))))
+    pipeline = Pipeline(lower_graph(b.build()), replace(host_cpu(), l2_bytes=1024, l3_bytes=4096))
+    assert pipeline.recipe.transcendental and not pipeline.default_config().has("stream")
+    assert pipeline.alternative_configs()[0].has("stream")
+
+
 def test_the_switch_is_in_the_space_only_past_the_caches_and_only_on_x86():
     graph = _layer_norm()
     cached = Pipeline(lower_graph(graph), replace(host_cpu(), l2_bytes=1 << 30))
