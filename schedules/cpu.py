@@ -28,7 +28,11 @@ from akg.schedules.space import (LEGACY_SWITCHES, Config, Space, Step, check_ste
 from akg.target import STREAM
 
 SMALL_PARALLEL = 4  # alternative configs run bands with work down to threshold / this in parallel
-STREAM_CACHES = 2  # streaming stores by default where a kernel's data is this many last-level caches
+# streaming stores by default where a kernel's data is this many last-level caches or more, and
+# the other choice measured first by the tuner from this many (Zen 4, 32 MiB L3: at 32 MiB a
+# layer norm and an rms norm were 0-25% slower with them, at 48 MiB a layer-norm backward
+# 0-40% faster, at 64 MiB every kernel without exponentials 20-50% faster)
+STREAM_CACHES, STREAM_CLOSE = 1.25, 0.5
 
 
 def cpu_config(fusion: str = "smart", bands=None, stream: bool = False, **switches) -> Config:
@@ -403,11 +407,11 @@ class CpuRecipe(Recipe):
         on the host's launch cost; that applies to the default and to each alternative. And a
         conv whose reduction is little more than its window takes register tiles with fewer
         accumulators (`FEWER_ACCUMULATORS`). And where streaming stores are a choice, the
-        default with them the other way where the data is half a last-level cache or more
-        (`stream_default`: whether the cache keeps an output until it is read again depends on
-        the host's other tenants, at 1-2 last-level caches of data: a 32 MiB layer norm and
-        softmax gained from them on Zen 4, an rms norm lost). Alternatives the target rejects
-        are left out."""
+        default with them the other way where the data is STREAM_CLOSE last-level caches or
+        more (`stream_default`: whether the cache keeps an output until it is read again
+        depends on the host's other tenants near one cache of data: at 32 MiB a layer norm and
+        a softmax gained from them on Zen 4 in one run, an rms norm lost). Alternatives the
+        target rejects are left out."""
         default = default_bands(bands, self.target, dtype)
         whole = default_bands(bands, self.target, dtype, half_vectors=False)
         candidates = [whole] if whole != default else []
@@ -422,7 +426,7 @@ class CpuRecipe(Recipe):
                         for c in (default, *candidates)]
             candidates += [c for c, base in zip(parallel, (default, *candidates)) if c != base]
         stream = self.stream_default()
-        close = self.streams and self.data_bytes * STREAM_CACHES >= self.target.l3_bytes
+        close = self.streams and self.data_bytes >= STREAM_CLOSE * self.target.l3_bytes
         out = [cpu_config(fusion, default, stream=not stream)] if close else []
         for c in candidates:
             config = cpu_config(fusion, c, stream=stream)

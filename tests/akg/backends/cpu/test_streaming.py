@@ -106,7 +106,7 @@ def test_a_kernel_with_the_stream_step_writes_its_output_with_streaming_stores()
 def test_data_past_the_last_level_cache_streams_by_default():
     graph = _layer_norm()  # 0.5 MB in and out
     data = 2 * 256 * 512 * 4 + 2 * 512 * 4
-    for l3, streams in ((data // STREAM_CACHES, True), (data // STREAM_CACHES + 4096, False)):
+    for l3, streams in ((int(data / STREAM_CACHES), True), (int(data / STREAM_CACHES) + 4096, False)):
         target = replace(host_cpu(), l2_bytes=1024, l3_bytes=l3)
         pipeline = Pipeline(lower_graph(graph), target)
         assert pipeline.recipe.data_bytes == data
