@@ -72,10 +72,9 @@ def buffer_of_tags(lines: list[str], names: dict[str, str]) -> dict[str, str]:
 
 
 def stream_outputs(ir: str, names: dict[str, str]) -> Rewrite:
-    """`ir` with its aligned vector stores (aligned to the vector, or to _ALIGNED bytes for
-    wider ones) into the buffers of `names` (TBAA type name, i.e.
-    the buffer object's address -> buffer name) that the IR never loads from made
-    non-temporal, and an sfence before every return of a function that makes them."""
+    """`ir` with its aligned vector stores into the buffers of `names` (TBAA type name, the
+    buffer object's address -> buffer name) that the IR never loads from made non-temporal,
+    and an sfence before every return of a function that makes them."""
     lines = ir.split("\n")
     owner = buffer_of_tags(lines, names)
     loaded, stored = set(), set()
@@ -83,38 +82,37 @@ def stream_outputs(ir: str, names: dict[str, str]) -> Rewrite:
         if (m := _ACCESS.match(line)) and m.group(3) in owner:
             (loaded if m.group(1) == "load" else stored).add(owner[m.group(3)])
     streamed = stored - loaded
-    if not streamed:
-        return Rewrite(ir, 0, ())
     md = 1 + max((int(m.group(1)) for line in lines if (m := re.match(r"^!(\d+) = ", line))), default=0)
-    out, count, in_function, fence_here, body = [], 0, False, False, []
+    out, count, function = [], 0, None  # function: the lines of the one being read
     for line in lines:
         if _DEFINE.match(line):
-            in_function, fence_here, body = True, False, [line]
-            continue
-        if not in_function:
+            function, fenced = [], False
+        if function is None:
             out.append(line)
             continue
         m = _ACCESS.match(line)
-        if (m and m.group(1) == "store" and owner.get(m.group(3)) in streamed
-                and _bytes(m.group(2)) >= _MIN_VECTOR_BYTES
-                and (a := _ALIGN.search(line)) and int(a.group(1)) >= min(_bytes(m.group(2)), _ALIGNED)):
+        if m and m.group(1) == "store" and owner.get(m.group(3)) in streamed and _streamable(m.group(2), line):
             line = line.replace(f"!tbaa !{m.group(3)}", f"!tbaa !{m.group(3)}, !nontemporal !{md}", 1)
             count += 1
-            fence_here = True
-        body.append(line)
+            fenced = True
+        function.append(line)
         if line.startswith("}"):
-            for b in body:
-                if fence_here and _RET.match(b):
-                    out.append(f"  call void @{_SFENCE}()")
-                out.append(b)
-            in_function = False
+            out += [f"  call void @{_SFENCE}()\n{b}" if fenced and _RET.match(b) else b for b in function]
+            function = None
     if not count:
         return Rewrite(ir, 0, ())
     text = "\n".join(out)
     if f"declare void @{_SFENCE}()" not in text:
         text += f"\ndeclare void @{_SFENCE}()\n"
-    text += f"\n!{md} = !{{i32 1}}\n"
-    return Rewrite(text, count, tuple(sorted(streamed)))
+    return Rewrite(text + f"\n!{md} = !{{i32 1}}\n", count, tuple(sorted(streamed)))
+
+
+def _streamable(llvm_type: str, line: str) -> bool:
+    """A vector of _MIN_VECTOR_BYTES or more, aligned to its size (or to _ALIGNED bytes for
+    a wider one: it is stored as several vectors of that size)."""
+    size = _bytes(llvm_type)
+    align = _ALIGN.search(line)
+    return size >= _MIN_VECTOR_BYTES and align is not None and int(align.group(1)) >= min(size, _ALIGNED)
 
 
 def recompile(ir: str):
