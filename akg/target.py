@@ -35,6 +35,7 @@ REASSOCIATE = "reassociate"  # floating-point sums may be reordered (vector redu
 PACK = "pack"  # operand panels copied into a blocked local layout
 FAST_MATH = "fast_math"  # vectorisable straight-line exp/erf/tanh/sigmoid
 STREAM = "stream"  # outputs written with streaming (non-temporal) stores, past the caches
+STREAM_ATTR = "akg.stream_stores"  # the PrimFunc attribute by which astgen asks the backend for them
 
 
 @dataclass(frozen=True)

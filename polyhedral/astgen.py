@@ -37,6 +37,7 @@ from akg.polyhedral.promote import Promoter, RecomputeRefused, local_index, reco
 from akg.polyhedral.promoted_copies import PromotedCopies, Scope
 from akg.polyhedral.reduction_loops import ReductionLoops
 from akg.polyhedral.tir_ops import FENCED_CALLS, MAX_VECTOR, fold_all, ident, is_zero, reduce_identity, tir_call
+from akg.target import STREAM_ATTR
 from akg.polyhedral.tirstmt import allocates, seq as _seq
 from akg.polyhedral.bands import affs_by_statement
 from akg.polyhedral.tree import (MARK_PACK, MARK_PARALLEL, MARK_PREFETCH, MARK_PROMOTE, MARK_RECOMPUTE, MARK_UNROLL,
@@ -92,7 +93,7 @@ class LoweringHooks:
     # (`_fixed_in_varying_member`).
     group_coscheduled: bool = False
     # the function asks its backend for streaming (non-temporal) stores into the outputs it
-    # never reads back (the PrimFunc attribute `akg.stream_stores`)
+    # never reads back (the PrimFunc attribute `STREAM_ATTR`)
     stream_stores: bool = False
 
 
@@ -287,7 +288,7 @@ class TirLowering(ReductionLoops, PromotedCopies):
         body = self.stmt(ast)
         body = _seq([*(tirx.DeclBuffer(b, data=data) for b, data in self.aliases), *(tirx.AllocBuffer(b) for b in self.allocs), body])
         func = tirx.PrimFunc(self.params, body).with_attr("global_symbol", self.name).with_attr("tirx.noalias", True)
-        return func.with_attr("akg.stream_stores", 1) if self.stream_stores else func
+        return func.with_attr(STREAM_ATTR, 1) if self.stream_stores else func
 
     # --- AST expressions ------------------------------------------------------------------------
 

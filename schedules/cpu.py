@@ -380,7 +380,7 @@ class CpuRecipe(Recipe):
         """Is streaming stores a choice here: an x86 target and data past its caches (more
         than its L2s hold)?"""
         t = self.target
-        return self.target.has(STREAM) and self.data_bytes > t.l2_bytes * max(1, t.cores)
+        return t.has(STREAM) and self.data_bytes > t.l2_bytes * max(1, t.cores)
 
     def stream_default(self) -> bool:
         """Streaming stores by default: data at least STREAM_CACHES times the last-level

@@ -23,7 +23,7 @@ import tvm  # noqa: E402
 
 from akg.backends.cpu.streaming import recompile, stream_outputs  # noqa: E402
 from akg.errors import LoweringError  # noqa: E402
-from akg.target import Artifact, Backend  # noqa: E402
+from akg.target import STREAM_ATTR, Artifact, Backend  # noqa: E402
 
 
 class CpuBackend(Backend):
@@ -104,9 +104,6 @@ class CpuBackend(Backend):
     def measure(self, executable, tensors, *, number: int, repeat: int) -> list[float]:
         timer = executable.time_evaluator("main", tvm.cpu(), number=number, repeat=repeat)
         return [float(x) for x in timer(*tensors).results]
-
-
-STREAM_ATTR = "akg.stream_stores"  # a PrimFunc attribute: write outputs with streaming stores
 
 
 def _streaming(module, func):
