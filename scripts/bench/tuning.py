@@ -124,7 +124,7 @@ def ms_side(bench, budget: int, work_dir: str, target, program) -> tuple[dict, d
 def stream_floor(bench, ins, outs):
     """A one-read, one-write akg kernel that moves as many bytes as the workload must (its
     inputs and outputs together, half read and half written, in rows as long as the largest
-    input's), for memory-bound workloads whose output is as large as their largest input (None
+    input's), for memory-bound workloads whose output is as large as their largest input (none
     for the others: a reduction writes little, and a matmul's floor is its arithmetic). A floor
     over fewer bytes than the kernel's would sit in a cache the kernel's data overflows: a
     layer-norm backward moves 48 MB, a copy of its 16 MB input 32 MB, which a 32 MB L3 holds.
@@ -137,7 +137,7 @@ def stream_floor(bench, ins, outs):
 
     big = max(ins, key=lambda a: a.size)
     if bench.bound != "memory" or max(o.size for o in outs) != big.size:
-        return None, []
+        return [], []
     total = sum(a.nbytes for a in (*ins, *outs))
     cols = big.shape[-1]
     rows = max(1, round(total / 2 / (cols * big.itemsize)))
@@ -160,8 +160,8 @@ def final_times(modules: dict, ins, outs, floor) -> dict:
     args = [tvm.runtime.tensor(a, dev) for a in ins] + [tvm.runtime.tensor(np.empty_like(o), dev) for o in outs]
     calls = {label: (mod, args) for label, mod in modules.items()}
     floor_mods, floor_arrays = floor
-    floors = [f"stream_floor_s{'' if k == 0 else f'_{k}'}" for k in range(len(floor_mods or ()))]
-    for label, mod in zip(floors, floor_mods or ()):
+    floors = [f"stream_floor_s{'' if k == 0 else f'_{k}'}" for k in range(len(floor_mods))]
+    for label, mod in zip(floors, floor_mods):
         calls[label] = (mod, [tvm.runtime.tensor(a, dev) for a in floor_arrays])
     times = time_modules_interleaved(calls, rounds=9, seconds=0.2, probe=host_probe())
     if floors:  # the floor: the faster store kind

@@ -130,4 +130,4 @@ def test_the_floor_is_the_faster_store_kind(tuning, monkeypatch):
     monkeypatch.setattr(tuning, "time_modules_interleaved", lambda calls, **kw: {k: times[k] for k in calls})
     out = tuning.final_times({"akg_default_s": object()}, [], [], ([object(), object()], []))
     assert out == {"akg_default_s": 2.0, "stream_floor_s": 1.0}
-    assert tuning.final_times({"akg_default_s": object()}, [], [], (None, [])) == {"akg_default_s": 2.0}
+    assert tuning.final_times({"akg_default_s": object()}, [], [], ([], [])) == {"akg_default_s": 2.0}

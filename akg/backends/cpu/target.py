@@ -50,8 +50,7 @@ class CpuTarget(Target):
 
     @property
     def x86(self) -> bool:
-        return self.triple.startswith(("x86_64", "i686", "i386")) or bool(
-            {f.lstrip("+") for f in self.features} & {"sse2", "avx", "avx2", "avx512f"})
+        return is_x86(self.features, self.triple)
 
     @property
     def key(self) -> str:
@@ -120,12 +119,18 @@ def _cache_size(level: int, default: int) -> int:
     return int(text.rstrip("KM")) * mult
 
 
+def is_x86(features, triple: str) -> bool:
+    """Is a CPU of this LLVM triple and these feature names an x86?"""
+    return triple.startswith(("x86_64", "i686", "i386")) or bool(
+        {f.lstrip("+") for f in features} & {"sse2", "avx", "avx2", "avx512f"})
+
+
 def vector_unit(features, triple: str, llvm_width: int) -> tuple[int, int]:
     """(vector bits, vector registers) of a CPU from its LLVM feature names. LLVM's own
     "vector width" answer is unreliable (512 for AVX2-only AMD Zen 3), so the features
     decide on x86; other architectures keep LLVM's width."""
     feats = {f.lstrip("+") for f in features}
-    if triple.startswith(("x86_64", "i686", "i386")) or feats & {"sse2", "avx", "avx2", "avx512f"}:
+    if is_x86(features, triple):
         if "avx512f" in feats:
             return 512, 32
         if "avx" in feats:

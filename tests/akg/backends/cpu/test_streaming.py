@@ -5,7 +5,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from akg.backends.cpu.streaming import stream_outputs
+from akg.backends.cpu import backend as cpu_backend
+from akg.backends.cpu.streaming import Rewrite, stream_outputs
 from akg.backends.cpu.target import generic_cpu, host_cpu
 from akg.graph import GraphBuilder
 from akg.graph.compute.lower import lower_graph
@@ -14,7 +15,7 @@ from akg.schedules.cpu import STREAM_CACHES, switches_of
 from akg.schedules.space import Config, Step
 
 from akg.compiler import Pipeline
-from akg.errors import ScheduleError
+from akg.errors import LoweringError, ScheduleError
 from akg.target import STREAM
 from akg.verify import Reference, compare
 
@@ -100,6 +101,15 @@ def test_a_kernel_with_the_stream_step_writes_its_output_with_streaming_stores()
     ins, outs = kernel.device_arguments(**inputs)
     backend.entry(loaded)(*ins, *outs)
     np.testing.assert_array_equal(outs[0].numpy(), kernel(**inputs)[0])
+
+
+@x86
+def test_ir_that_does_not_compile_after_the_rewrite_is_a_lowering_error(monkeypatch):
+    monkeypatch.setattr(cpu_backend, "stream_outputs", lambda ir, names: Rewrite("not LLVM IR", 1, ("t0",)))
+    pipeline = Pipeline(lower_graph(_layer_norm()), host_cpu())
+    default = pipeline.default_config()
+    with pytest.raises(LoweringError, match="LLVM compilation failed"):
+        pipeline.build(Config(default.fusion, default.steps + (Step("stream"),)))
 
 
 @x86
