@@ -8,7 +8,12 @@ tile overlap the vector work of the other).
 
 Steps of an NPU config: `tile(band, "UB", sizes)` (0 = the whole loop), `map(band, "cores",
 [blocks])` (blocks the first tile loop is split into; 1 = one core), `promote(None, "UB",
-buffers)` (1 or 2)."""
+buffers)` (1 or 2).
+
+This module holds the recipe and the knob space the tuner searches (`NpuSpace`). A band's
+steps are an `NpuBand` (`akg.schedules.npu_band`); default tiles are sized in
+`akg.schedules.npu_defaults` (vector bands), `npu_cube` (contractions on the cube) and
+`npu_conv` (convolutions)."""
 
 from __future__ import annotations
 
@@ -18,209 +23,22 @@ import random
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import numpy as np
-
 from akg.errors import ScheduleError
 from akg.polyhedral import tree
 from akg.polyhedral.bands import BandInfo
 from akg.polyhedral.tree import MARK_PARALLEL
 from akg.schedules.recipe import Recipe
+from akg.schedules.npu_band import NpuBand, band_plans, band_steps, block_member, buffers_of, divisors
 from akg.schedules.npu_conv import (ConvShape, cast_of, conv_chunks, conv_fits, conv_k_steps, conv_roles,
                                     conv_shape, conv_tiles, fit_conv, fold_padding, member_tiles, on_cube, role_tiles)
-from akg.schedules.space import Config, Space, Step, check_steps
+from akg.schedules.npu_cube import contraction, cube_estimate, cube_fits, sixteens
+from akg.schedules.npu_defaults import default_blocks, fit_tile
+from akg.schedules.space import Config, Space, check_steps
 
 MARK_TILE = "npu.tile"
 MARK_GRID = "npu.grid"  # above each member of a contraction band's block loops: the program's grid axes
-CUBE_LEVEL = "L0A"  # tile(band, "L0A", [kt]): the reduction tile of a contraction on the cube
-CHUNK_LEVEL = "L1"  # tile(band, "L1", [ct]): a convolution's input channels per L1 chunk
 MARK_PAR = "npu.par"  # above a point loop that carries no dependence (the backend may distribute it)
-LEVEL = "UB"
-UB_FILL = 0.5  # fraction of the (per-buffer) UB budget the estimate may fill: temporaries
-# calls that are one vector instruction each (the footprint model counts one temp per call)
-SIMPLE_CALLS = frozenset({"add", "sub", "mul", "div", "max", "min", "neg", "abs", "exp", "log", "sqrt", "rsqrt",
-                          "relu"})
-FOOTPRINT_FILL = 0.85  # fraction of the UB the footprint model may fill (padding, reduction partials)
 MAX_BLOCKS = 4096
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-@dataclass(frozen=True)
-class NpuBand:
-    """One band's NPU steps: tile sizes per member (each divides its loop; the whole loop when
-    untiled) and the blocks its first tile loop is split over. A band with a contraction on
-    the cube also has `kt` (the reduction tile: one L0A/L0B step) and `grid`: blocks per
-    member (the (m, n) tiles split over the AI cores)."""
-
-    tile: tuple[int, ...]
-    blocks: int = 1
-    kt: int = 0
-    grid: tuple[int, ...] = ()
-    chunk: int = 0  # a convolution's channels per L1 chunk (`tile(band, "L1", [ct])`); 0: not a convolution
-
-
-def band_plans(config: Config, bands: list[BandInfo]) -> list[NpuBand]:
-    plans = []
-    for k, info in enumerate(bands):
-        tile, blocks, kt, grid, chunk = tuple(info.extents), 1, 0, (), 0
-        for s in config.band_steps(k):
-            if s.op == "tile" and s.level == LEVEL:
-                if len(s.arg) != info.members:
-                    raise ScheduleError(f"band {k}: tile {list(s.arg)} has {len(s.arg)} sizes, the band "
-                                        f"{info.members} loops")
-                tile = tuple(t if t else e for t, e in zip(s.arg, info.extents))
-            elif s.op == "tile" and s.level == CUBE_LEVEL:
-                kt = int(s.arg[0]) if isinstance(s.arg, tuple) else int(s.arg)
-            elif s.op == "tile" and s.level == CHUNK_LEVEL:
-                chunk = int(s.arg[0]) if isinstance(s.arg, tuple) else int(s.arg)
-            elif s.op == "map" and s.level == "cores":
-                if isinstance(s.arg, tuple) and len(s.arg) > 1 or kt:
-                    grid = tuple(int(b) for b in (s.arg if isinstance(s.arg, tuple) else (s.arg,)))
-                blocks = int(s.arg[0]) if isinstance(s.arg, tuple) and s.arg else int(s.arg or 1)
-            else:
-                raise ScheduleError(f"band {k}: the NPU takes tile(UB), tile(L0A) and map(cores) steps, not '{s}'")
-        if kt and not grid:
-            grid = (blocks,) + (1,) * (info.members - 1)
-        plans.append(NpuBand(tile, math.prod(grid) if kt else blocks, kt, grid if kt else (), chunk if kt else 0))
-    return plans
-
-
-def contraction(program, info: BandInfo):
-    """The multiply-accumulate of a band, found from its statements (not from op names): an
-    update statement `C[..] += A[..] * B[..]` (casts allowed around the loads) with one summed
-    axis. Returns (roles per band member: "m" in A only, "n" in B only, "b" in both,
-    the summed extent K, the input dtype), or None."""
-    from akg.graph.compute.expr import Call, Cast, Load, Var, walk
-
-    if program is None:
-        return None
-    ops = program.ops()
-    for name in info.statements:
-        if not name.startswith("S") or name.endswith("_init") or not name[1:].isdigit():
-            continue
-        op = ops[int(name[1:])]
-        red = op.reduce
-        if red is None or red.reducer != "sum" or len(red.axes) != 1 or len(op.axes) != info.members:
-            continue
-        src = red.source
-        if not (isinstance(src, Call) and src.op in ("mul", "multiply") and len(src.args) == 2):
-            continue
-        loads = []
-        for a in src.args:
-            while isinstance(a, Cast):
-                a = a.value
-            loads.append(a)
-        if not all(isinstance(a, Load) for a in loads):
-            continue
-        ka = red.axes[0]
-        uses = [{v for i in ld.indices for v in walk(i) if isinstance(v, Var)} for ld in loads]
-        if not all(ka in u for u in uses):
-            continue
-        roles = []
-        for ax in op.axes:
-            ina, inb = ax in uses[0], ax in uses[1]
-            roles.append("b" if ina and inb else "m" if ina else "n" if inb else "?")
-        if roles.count("m") != 1 or roles.count("n") != 1 or "?" in roles:
-            continue
-        return tuple(roles), ka.extent, str(loads[0].tensor.dtype), str(loads[1].tensor.dtype)
-    return None
-
-
-def sixteens(n: int, cap: int = 256) -> list[int]:
-    """Tile sizes for a cube dim: multiples of 16 dividing n, at most cap."""
-    return [t for t in range(16, min(n, cap) + 1, 16) if n % t == 0]
-
-
-def cube_fits(spec, mt: int, nt: int, kt: int, buffers: int, ub_bytes: int | None = None) -> bool:
-    """Do the L1 / L0A / L0B / L0C / UB buffers of an mt x nt x kt cube tile fit? `ub_bytes`:
-    UB bytes per output element (default: an epilogue with a few fp32 temporaries; 4 when
-    the epilogue is the accumulator's cast to fp16, converted on its way out of L0C)."""
-    ub = 2 + 2 + 2 * buffers + 4 if ub_bytes is None else ub_bytes
-    return (2 * mt * kt * buffers <= spec.l0a_bytes and 2 * kt * nt * buffers <= spec.l0b_bytes
-            and 2 * (mt + nt) * kt * buffers <= spec.l1_bytes and 4 * mt * nt <= spec.l0c_bytes
-            and mt * nt * ub <= spec.ub_usable_bytes)
-
-
-def cube_estimate(spec, tiles: int, mt: int, nt: int, K: int, kt: int, buffers: int) -> float:
-    """A rough time in cycles of `tiles` mt x nt cube tiles over K in steps of kt, one per block:
-    per wave, the busiest of the cube, MTE1 (L1 -> L0A / L0B, one DMA per 16 rows of B) and the
-    GM reads (at a core's path rate, or its share of the L2), plus the first step's load, the
-    write-out and the DMA latencies of the steps (the steps overlap under double buffering)."""
-    cores = min(tiles, spec.cores)
-    waves = -(-tiles // spec.cores)
-    steps = K // kt
-    shared = spec.l2_rate / cores if spec.l2_bytes else spec.gm_bytes_per_cycle / cores
-    rate = min(spec.rate("GM->L1"), shared)
-    cube = (mt // 16) * (nt // 16) * (K // 16) + steps * spec.cube_issue
-    mte1 = (mt * K * 2 / spec.rate("L1->L0A") + K * nt * 2 / spec.rate("L1->L0B")
-            + steps * (1 + kt // 16) * spec.dma_latency)
-    reads = (mt + nt) * K * 2 / rate + steps * 2 * spec.dma_latency
-    overlap = buffers == 2 and steps >= 2 and steps % 2 == 0
-    work = max(cube, mte1, reads) if overlap else cube + mte1 + reads
-    first = (mt + nt) * kt * 2 / rate + kt * nt * 2 / spec.rate("L1->L0B")
-    out = mt * nt * 4 / spec.rate("L0C->UB") + mt * nt * 2 / spec.rate("UB->GM") + 4 * spec.dma_latency
-    unique = (tiles * mt * nt * 2) / spec.gm_bytes_per_cycle
-    return max(waves * (work + first + out), unique)
-
-
-def _rows_reduced(red, axes) -> bool:
-    """Does a reduction sum rows: in every tensor it loads, the dims its reduced axes index
-    come after those its output axes index (a softmax's or layer norm's row, not a channel
-    summed across images)?"""
-    from akg.graph.compute.expr import Var, loads, walk
-
-    summed = {id(a) for a in red.axes}
-    kept = {id(a) for a in axes}
-    for ld in loads(red.source):
-        dims_s, dims_k = [], []
-        for d, idx in enumerate(ld.indices):
-            used = {id(v) for v in walk(idx) if isinstance(v, Var)}
-            if used & summed:
-                dims_s.append(d)
-            if used & kept:
-                dims_k.append(d)
-        if dims_s and dims_k and max(dims_k) >= min(dims_s):
-            return False
-    return True
-
-
-def block_member(info: BandInfo, tile: tuple[int, ...], cores: int) -> int:
-    """The band member whose tile loop is split over the AI cores: the first, unless it has
-    fewer tiles than the cores and the band is permutable with another coincident member that
-    has more (a softmax over (16, 16, 512, 512) tiled (1, 8, 1): 64 row tiles, not 16 images);
-    its tile loop then goes first (the point loops keep their order)."""
-    counts = [e // t for e, t in zip(info.extents, tile)]
-    if not info.coincident or counts[0] >= cores or not info.permutable or info.members < 2:
-        return 0
-    candidates = [d for d in range(info.members) if info.coincident[d]]
-    if not candidates:
-        return 0
-    best = max(candidates, key=lambda d: (min(counts[d], cores), -d))
-    return best if counts[best] > counts[0] or not info.coincident[0] else 0
-
-
-def buffers_of(config: Config) -> int:
-    for s in config.kernel_steps():
-        if s.op == "promote":
-            return int(s.arg or 1)
-    return 1
-
-
-def _steps(plans: list[NpuBand], buffers: int) -> tuple[Step, ...]:
-    steps = []
-    for k, p in enumerate(plans):
-        steps.append(Step("tile", k, LEVEL, p.tile))
-        if p.kt:
-            steps.append(Step("tile", k, CUBE_LEVEL, (p.kt,)))
-            if p.chunk:
-                steps.append(Step("tile", k, CHUNK_LEVEL, (p.chunk,)))
-            steps.append(Step("map", k, "cores", tuple(p.grid)))
-        else:
-            steps.append(Step("map", k, "cores", (p.blocks,)))
-    steps.append(Step("promote", None, LEVEL, buffers))
-    return tuple(steps)
 
 
 class NpuRecipe(Recipe):
@@ -241,176 +59,13 @@ class NpuRecipe(Recipe):
 
     # --- sizing ------------------------------------------------------------------------------
 
-    def _point_bytes(self, info: BandInfo) -> float:
-        """Estimated UB bytes per point of the band: each tensor of the kernel spread over the
-        band's points (a tensor smaller than the band, e.g. a bias, counted whole)."""
-        points = math.prod(info.extents)
-        total, whole = 0.0, 0.0
-        program = self._program
-        tensors = [] if program is None else self._band_tensors(info)
-        for t in tensors:
-            n = int(np.prod(t.shape, dtype=np.int64)) * max(np.dtype(t.dtype).itemsize, 2)
-            if n >= points:
-                total += n / points
-            else:
-                whole += n
-        return 2 * total + 1, whole  # x2: temporaries of the vector expressions
-
-    def _budget(self, buffers: int) -> float:
-        return self.spec.ub_usable_bytes * UB_FILL / buffers
-
     def fit_tile(self, info: BandInfo, buffers: int) -> tuple[int, ...]:
-        """The largest tile (outer members first shrunk, inner ones kept whole as long as
-        possible) whose estimated footprint fits the UB budget: the larger of the tiles that
-        the rough estimate (`_point_bytes`: every tensor twice, half the UB) and the footprint
-        model (`_footprint`: tensors, their ping-pong halves and the statements' temps) allow."""
-        per_point, whole = self._point_bytes(info)
-        rough = self._fit(info, per_point, max(self._budget(buffers) - whole, 1024))
-        per_point, whole = self._footprint(info, buffers)
-        modelled = self._fit(info, per_point, self.spec.ub_usable_bytes * FOOTPRINT_FILL - whole)
-        if math.prod(modelled) <= math.prod(rough):
-            return rough
-        # a larger tile only where it keeps the AI cores as busy (as many blocks, up to the cores)
-        cores = self.spec.cores
-
-        def blocks(tile):
-            d = block_member(info, tile, cores)
-            return min(cores, info.extents[d] // tile[d]) if info.coincident and info.coincident[d] else 1
-        return modelled if blocks(modelled) >= blocks(rough) else rough
-
-    def _footprint(self, info: BandInfo, buffers: int) -> tuple[float, float]:
-        """(UB bytes per band point, bytes independent of the tile) of a vector band as the
-        backend lays it out: each tensor of the band per point, in `buffers` ping-pong halves
-        when it comes from or goes to GM (a tensor another statement of the band reads stays
-        in UB, single), plus the temps of the statement that needs the most (each call or cast
-        below a statement's root, each distinct one once, at the statement's elements per point:
-        a reduction's summed elements included)."""
-        from akg.graph.compute.expr import Call, Cast, Load, Reduce, Select, loads
-
-        program = self._program
-        if program is None:
-            return math.inf, 0.0
-        points = math.prod(info.extents)
-        ops = program.ops()
-        picked = _statement_ops(ops, info.statements)
-        if not picked:
-            return math.inf, 0.0
-        read = {id(ld.tensor) for op in picked for ld in loads(op.body)}
-        total, whole = 0.0, 0.0
-        for t in self._band_tensors(info):
-            n = int(np.prod(t.shape, dtype=np.int64)) * max(np.dtype(t.dtype).itemsize, 2)
-            local = t.op is not None and id(t) in read
-            k = 1 if local else buffers
-            if n >= points:
-                total += k * n / points
-            else:
-                whole += k * n
-        temps = 0.0
-        for op in picked:
-            body = op.body
-            elems = math.prod(int(a.extent) for a in op.axes)
-            if isinstance(body, Select) or isinstance(body, Call) and body.op not in SIMPLE_CALLS:
-                return math.inf, 0.0
-            if isinstance(body, Reduce):
-                if not _rows_reduced(body, op.axes):
-                    return math.inf, 0.0  # not a row reduction: its mapping's partials are not modelled
-                elems *= math.prod(int(a.extent) for a in body.axes)
-                roots = [body.source]  # the source is evaluated into a temp, then reduced
-            else:
-                roots = [c for c in ((body.args if isinstance(body, Call) else (body.value,) if isinstance(body, Cast)
-                                      else (body.cond, body.a, body.b) if isinstance(body, Select) else ()))]
-            seen, stack = {}, list(roots)
-            while stack:
-                e = stack.pop()
-                if isinstance(e, Select) or isinstance(e, Call) and e.op not in SIMPLE_CALLS:
-                    return math.inf, 0.0  # expansions and selects take temps of their own: not modelled
-                if isinstance(e, Load) or not isinstance(e, (Call, Cast, Select)):
-                    continue
-                seen.setdefault(repr(e), max(np.dtype(e.dtype).itemsize, 2))
-                stack.extend(e.args if isinstance(e, Call) else (e.value,) if isinstance(e, Cast)
-                             else (e.cond, e.a, e.b))
-            temps = max(temps, sum(seen.values()) * elems / points)
-        return total + temps, whole
-
-    def _fit(self, info: BandInfo, per_point: float, budget: float) -> tuple[int, ...]:
-        tile = list(info.extents)
-        # members that may be a tensor's innermost (UB-padded) dim are shrunk last: a tile of
-        # a few elements along it pads every row to a 32-byte block
-        inner = self._inner_extents()
-        divided = self._divided_extents()
-        order = sorted(range(info.members), key=lambda d: info.extents[d] in inner and
-                       any(info.extents[e] not in inner for e in range(info.members)))
-        for d in order:
-            if math.prod(tile) * per_point <= budget:
-                break
-            if not info.permutable and info.members > 1:
-                break
-            rest = math.prod(tile) // tile[d]
-            fits = [t for t in divisors(info.extents[d]) if t * rest * per_point <= budget]
-            # a tile that divides each reshape divisor of this extent, or is a multiple of it,
-            # keeps `i // d` and `i % d` affine in the tile's loops (the backend splits a tile
-            # loop at d); one that straddles d is refused
-            cuts = divided.get(info.extents[d], ())
-            tile[d] = max(fits, key=lambda t: (all(t % c == 0 or c % t == 0 for c in cuts), t)) if fits else 1
-        return tuple(tile)
-
-    def _divided_extents(self) -> dict[int, set[int]]:
-        """{extent: divisors} of the index divisions `i // d` and `i % d` (by a constant) in the
-        kernel's statements, by the extent of the loop variable divided (a reshape's merged dims:
-        `x[i // 64, i % 64]` over i < 6144 gives {6144: {64}})."""
-        from akg.graph.compute.expr import Call, Const, Var, walk
-
-        out: dict[int, set[int]] = {}
-        program = self._program
-        if program is None:
-            return out
-        for op in program.ops():
-            for n in walk(op.body):
-                if not (isinstance(n, Call) and n.op in ("floordiv", "floormod") and isinstance(n.args[1], Const)):
-                    continue
-                d = int(n.args[1].value)
-                for v in walk(n.args[0]):
-                    if isinstance(v, Var) and 1 < d < v.extent:
-                        out.setdefault(v.extent, set()).add(d)
-        return out
-
-    def _band_tensors(self, info: BandInfo) -> list:
-        """The tensors the band's statements read and write (every tensor of the kernel
-        when the statements are not known ops): other bands' tensors are not in its tiles."""
-        from akg.graph.compute.expr import loads
-
-        program = self._program
-        ops = program.ops()
-        picked = _statement_ops(ops, info.statements)
-        if not picked:
-            return [*program.placeholders, *(op.output for op in ops)]
-        seen, out = set(), []
-        for op in picked:
-            for t in [op.output, *(ld.tensor for ld in loads(op.body))]:
-                if id(t) not in seen:
-                    seen.add(id(t))
-                    out.append(t)
-        return out
-
-    def _inner_extents(self) -> set:
-        """The extents of the tensors' innermost dims of more than one element."""
-        program = self._program
-        out = set()
-        if program is None:
-            return out
-        for t in [*program.placeholders, *(op.output for op in program.ops())]:
-            dims = [int(d) for d in t.shape if int(d) > 1]
-            if dims:
-                out.add(dims[-1])
-        return out
+        """The default UB tile of a vector band (`npu_defaults.fit_tile`)."""
+        return fit_tile(self._program, self.spec, info, buffers)
 
     def default_blocks(self, info: BandInfo, tile: tuple[int, ...], n_bands: int) -> int:
-        d = block_member(info, tile, self.spec.cores)
-        if n_bands > 1 or not info.coincident or not info.coincident[d]:
-            return 1
-        count = info.extents[d] // tile[d]
-        fits = [b for b in divisors(count) if b <= self.spec.cores]
-        return max(fits) if fits else 1
+        """The blocks of a vector band's tile loop by default (`npu_defaults.default_blocks`)."""
+        return default_blocks(self.spec, info, tile, n_bands)
 
     def conv(self, info: BandInfo) -> tuple[ConvShape, tuple[str, ...]] | None:
         """(the window contraction, the role of each member) of a band that goes to the cube:
@@ -508,7 +163,7 @@ class NpuRecipe(Recipe):
                 continue
             tile = self.fit_tile(info, buffers)
             plans.append(NpuBand(tile, self.default_blocks(info, tile, len(bands))))
-        return Config(fusion, _steps(plans, buffers))
+        return Config(fusion, band_steps(plans, buffers))
 
     def space(self, bands, fusion="smart") -> "NpuSpace":
         per_band = []
@@ -748,7 +403,7 @@ class NpuSpace(Space):
         return [b for b in divisors(info.extents[d] // tile[d]) if b <= cores] or [1]
 
     def _config(self, plans, buffers) -> Config:
-        return Config(self.fusion, _steps(list(plans), buffers))
+        return Config(self.fusion, band_steps(list(plans), buffers))
 
     def size(self) -> int:
         n = 2
@@ -812,13 +467,3 @@ class NpuSpace(Space):
         pa, pb = band_plans(a, list(self.infos)), band_plans(b, list(self.infos))
         plans = [rng.choice((x, y)) for x, y in zip(pa, pb)]
         return self._config(plans, buffers_of(rng.choice((a, b))))
-
-
-def _statement_ops(ops: list, statements) -> list:
-    """The program ops of a band's statements (`S<i>`, `S<i>_init`); other names are skipped."""
-    picked = []
-    for name in statements:
-        base = name.removesuffix("_init")
-        if base.startswith("S") and base[1:].isdigit() and int(base[1:]) < len(ops):
-            picked.append(ops[int(base[1:])])
-    return picked

@@ -48,7 +48,7 @@ def test_default_matmul_tiles_fill_l0c_and_waves_share_operands():
     """512 x 4608 x 4608: 256 x 144 tiles (2 x 32 blocks); the grid runs m fastest so two
     cores of a wave read each B tile (an L2 hit for one of them)."""
     from akg.graph.pipeline import plan_model
-    from akg.schedules.npu import band_plans
+    from akg.schedules.npu_band import band_plans
     from akg.target import get_target
     from akg.tuner.task import TuningTask
 
