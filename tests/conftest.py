@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -72,6 +73,21 @@ def load_script(name: str):
 def load_script_fixture():
     """`load_script("make_examples")` imports a script from scripts/."""
     return load_script
+
+
+def bench_module(name: str):
+    """Import scripts/bench/<name>.py as the benchmarks import each other: by plain name, with
+    scripts/bench on sys.path (appended, after everything else, so that it shadows nothing)."""
+    folder = str(ROOT / "scripts" / "bench")
+    if folder not in sys.path:
+        sys.path.append(folder)
+    return importlib.import_module(name)
+
+
+@pytest.fixture(scope="session", name="bench_module")
+def bench_module_fixture():
+    """`bench_module("tuning")` imports a benchmark script that imports its siblings."""
+    return bench_module
 
 
 @contextmanager

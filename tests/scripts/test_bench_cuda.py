@@ -10,18 +10,24 @@ import pytest
 
 from akg.backends.cuda.nvcc import nvcc_path
 
+BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench"
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed")
 
 
 @pytest.fixture(scope="module")
 def bench():
     """scripts/bench/cuda.py as a module, registered in sys.modules (its dataclasses need it)."""
-    path = Path(__file__).parents[2] / "scripts" / "bench" / "cuda.py"
+    path = BENCH / "cuda.py"
     spec = importlib.util.spec_from_file_location("scripts_bench_cuda", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def traffic(bench_module):
+    return bench_module("cuda_traffic")
 
 
 @needs_nvcc
@@ -43,7 +49,7 @@ def test_without_a_gpu_the_table_has_resources_and_labelled_estimates(bench, tmp
 
 
 @needs_nvcc
-def test_the_traffic_model_counts_a_warps_sectors(bench):
+def test_the_traffic_model_counts_a_warps_sectors(bench, traffic):
     import akg
     from akg.backends.cuda.bind import bind_threads
 
@@ -51,7 +57,7 @@ def test_the_traffic_model_counts_a_warps_sectors(bench):
     graph = bench.graph_of(w)
     kernel = akg.build(graph, target="cuda")
     bound, _ = bind_threads(kernel.func)
-    (launch,) = bench.launch_traffic(bound)
+    (launch,) = traffic.launch_traffic(bound)
     warps = 64 * 128 // 32
     # per warp: 32 consecutive floats of x, of bias (x's address used twice: one load) and of the
     # output, 4 sectors each; bias is read again by every warp (no reuse across warps)
@@ -59,41 +65,6 @@ def test_the_traffic_model_counts_a_warps_sectors(bench):
     est = bench.estimate(kernel, graph, kernel.target.spec, "float32")
     assert est["ideal_bytes"] == (64 * 128 * 2 + 128) * 4 and est["bound"] == "memory"
     assert est["ideal_s"] <= est["mapped_s"]
-
-
-def test_a_warps_sectors_through_a_div_mod_of_its_threads(bench):
-    """A block tile copied by the flattened thread id (a row of 64 per 4 rows of 16 threads):
-    not affine along x, but lane by lane the first warp reads 32 consecutive floats."""
-    from tvm import tirx
-
-    tx, ty, q = tirx.Var("tx", "int32"), tirx.Var("ty", "int32"), tirx.Var("q", "int32")
-    f = q * 256 + ty * 16 + tx
-    flat = tirx.floordiv(f, 64) * 4096 + tirx.floormod(f, 64)
-    threads = {"threadIdx.x": (tx, 16), "threadIdx.y": (ty, 16)}
-    assert bench._lane_step(None, flat, tx) is None
-    assert bench._warp_sectors(flat, threads, 4) == 4 and bench._warp_sectors(flat, threads, 2) == 2
-    column = tirx.floormod(f, 64) * 4096 + tirx.floordiv(f, 64)  # the transposed copy: a sector per lane
-    assert bench._warp_sectors(column, threads, 4) == 32
-    assert bench._warp_sectors(tirx.floormod(f * q, 64), threads, 4) is None  # not a constant per lane
-
-
-def test_shared_wavefronts_count_bank_conflicts_and_unrolled_reuse(bench):
-    from tvm import tirx
-
-    tx, ty = tirx.Var("tx", "int32"), tirx.Var("ty", "int32")
-    threads = {"threadIdx.x": (tx, 16), "threadIdx.y": (ty, 16)}
-    assert bench._bank_wavefronts(ty * 16 + tx, threads, 4) == 1  # 32 consecutive floats
-    assert bench._bank_wavefronts(ty * 16, threads, 4) == 1  # two broadcast words, banks 0 and 16
-    assert bench._bank_wavefronts(tx * 32, threads, 4) == 16  # a column of 32-float rows: one bank
-    assert bench._bank_wavefronts(tx * 33, threads, 4) == 1  # ... padded by one
-    assert bench._bank_wavefronts(ty * 16 + tx, threads, 2) == 1  # halves: two lanes per word
-    # an operand in a register tile: loaded once per unrolled output it does not depend on
-    i, j, k = (tirx.Var(n, "int32") for n in "ijk")
-    loops = ((k, 16, False), (i, 8, True), (j, 8, True))
-    assert bench._iterations(k * 128 + j * 16 + tx, loops) == 16 * 8  # B: per k and column j
-    assert bench._iterations(i * 256 + k, loops) == 16 * 8  # A: per k and row i
-    assert bench._iterations(i * 256 + k, ((k, 16, False), (i, 8, False), (j, 8, False))) == 16 * 8
-    assert bench._iterations(k * 128 + j, ((k, 16, False), (i, 8, False), (j, 8, False))) == 16 * 64  # not unrolled
 
 
 @needs_nvcc
@@ -117,12 +88,7 @@ def test_the_model_sees_register_tiles_reuse_of_shared_elements(bench):
     assert 1.3 < conflicts["shared_wavefronts"] / tiled["shared_wavefronts"] < 1.6  # 12 wavefronts a term, not 8
 
 
-def test_sectors_and_the_nearest_spec(bench):
-    assert bench._sectors(1, 32, 4) == 4  # coalesced floats
-    assert bench._sectors(0, 32, 4) == 1  # a broadcast
-    assert bench._sectors(8, 32, 4) == 32  # 32 bytes apart: a sector per lane
-    assert bench._sectors(None, 32, 2) == 32  # not affine in the lane
-    assert bench._sectors(1, 32, 2) == 2
+def test_the_nearest_spec(bench):
     assert bench.nearest_spec((9, 0)) == "sm_90" and bench.nearest_spec((8, 6)) == "sm_80"
     assert bench.nearest_spec((10, 0)) == "sm_90" and bench.nearest_spec((7, 5)) == "sm_80"
 

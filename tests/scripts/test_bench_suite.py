@@ -2,35 +2,21 @@
 benchmark times as its NumPy baseline computes what the benchmark's graph computes, and the
 tuning benchmark's summary states the issue's checks (stream fraction, tuned against default)."""
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from akg.target import STREAM, get_target
 from akg.verify import Reference
 
-BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench"
 
-
-def _bench_module(name: str):
-    """scripts/bench/<name>.py imported as the benchmarks import each other (by plain name,
-    with scripts/bench on sys.path)."""
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module(name)
+@pytest.fixture(scope="module")
+def kernels(bench_module):
+    return bench_module("kernels")
 
 
 @pytest.fixture(scope="module")
-def kernels():
-    return _bench_module("kernels")
-
-
-@pytest.fixture(scope="module")
-def tuning():
-    return _bench_module("tuning")
+def tuning(bench_module):
+    return bench_module("tuning")
 
 
 MEMORY_BOUND = ("softmax", "layer_norm", "bias_gelu", "reduce_sum", "rms_norm", "layer_norm_backward")
@@ -42,8 +28,8 @@ def test_the_suite_has_the_multi_pass_reductions(kernels):
 
 
 @pytest.mark.parametrize("name", MEMORY_BOUND)
-def test_numpy_baseline_computes_the_graph(kernels, name):
-    suite = _bench_module("suite")
+def test_numpy_baseline_computes_the_graph(kernels, bench_module, name):
+    suite = bench_module("suite")
     bench = next(b for b in kernels.suite_benches() if b.name == name)
     program, ins, outs = kernels.arrays_for(bench.graph)
     fn = getattr(suite, bench.numpy_fn.rsplit(":", 1)[1])

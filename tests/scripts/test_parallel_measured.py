@@ -2,23 +2,15 @@
 alpha/beta fit, the calibrated kernel times, the hand plans, the ranking and the table. The
 calibration with spawned processes is slow."""
 
-import importlib
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = str(Path(__file__).resolve().parents[2] / "scripts" / "bench")
-
 
 @pytest.fixture(scope="module")
-def pm():
-    """The script imported by its own name (spawned calibration ranks import it again); its
-    folder is appended to the path, after everything else, so that it shadows nothing."""
-    if BENCH not in sys.path:
-        sys.path.append(BENCH)
-    return importlib.import_module("parallel_measured")
+def pm(bench_module):
+    """The script imported by its own name (spawned calibration ranks import it again)."""
+    return bench_module("parallel_measured")
 
 
 def test_latency_fits(pm):
