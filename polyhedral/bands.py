@@ -127,7 +127,8 @@ def member_contiguity(model: PolyModel, node: isl.ScheduleNode, strided: bool = 
     reads whose last index moves by a constant step of 2 or more instead; `windowed`: the reads
     whose last index moves with it and with a reduction iterator (a sliding window);
     `gather_free`: 0 for a member that some read moves with other than along its last index
-    by +-1 (a vector loop over it would gather that read)."""
+    by +-1 (a vector loop over it would gather that read); there the last index is the last one
+    of extent above 1 (`_last_index`: a classifier's input [N, C, 1, 1] is read along C)."""
     mupa = node.band_get_partial_schedule()
     counts = [0] * node.band_n_member()
     gathers = [False] * node.band_n_member()
@@ -139,7 +140,8 @@ def member_contiguity(model: PolyModel, node: isl.ScheduleNode, strided: bool = 
             if not acc.exact or acc.tensor.ndim == 0:
                 continue
             for d, aff in enumerate(affs):
-                step = last_index_step(stmt, acc, aff) if aff is not None else 0
+                step = 0 if aff is None else (_index_step(stmt, acc, aff, _last_index(acc)) if gather_free
+                                              else last_index_step(stmt, acc, aff))
                 if windowed:
                     hit = step == 1 and _slides(acc)
                 else:
@@ -212,6 +214,15 @@ def last_index_step(stmt, access, member: isl.Aff) -> int:
     loops (64 * head + d after a head-merging reshape) steps its unit-coefficient iterator; the
     others move only once per many steps, so that iterator decides."""
     return _index_step(stmt, access, member, len(access.indices) - 1)
+
+
+def _last_index(access) -> int:
+    """The innermost index of the access that can move: dimensions of extent 1 after it (the
+    [N, C, 1, 1] left by a global pool) leave the one before them unit-stride."""
+    shape, last = access.tensor.shape, len(access.indices) - 1
+    if len(shape) != len(access.indices):
+        return last
+    return max((k for k, d in enumerate(shape) if int(d) != 1), default=last)
 
 
 def _unit_iterator(stmt, member: isl.Aff | None):

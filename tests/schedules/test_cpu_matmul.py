@@ -127,3 +127,25 @@ def test_a_matmul_reduction_runs_in_blocks(block):
     assert f"T.grid({-(-96 // block)}" in blocked.tir() or f"range({-(-96 // block)})" in blocked.tir()
     inputs = random_inputs(graph, 1)
     assert compare(graph, [blocked(**inputs)[0]], Reference.of(graph, inputs)) == []
+
+
+def test_a_classifier_on_pooled_features_vectorises_its_reduction():
+    # ResNet's head: the global pool's [N, C, 1, 1] reshaped to [N, C] times a weight stored
+    # [classes, C]: fewer classes than a vector has lanes (10 on AVX-512); the reduction over C
+    # reads both operands contiguously and is the vector loop (0.95 -> 0.08 us on Zen 4)
+    target = get_target("cpu")
+    lanes = target.vector_lanes("float32")
+    classes = min(lanes // 2 + 2, lanes - 1)
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("head")
+    feats = b.reshape(b.input("x", (2, 128, 1, 1)), shape=[2, 128])
+    w = b.const(rng.standard_normal((classes, 128)).astype(np.float32), name="w")
+    b.output(b.add(b.matmul(feats, w, transpose_b=True), b.const(rng.standard_normal(classes).astype(np.float32))))
+    graph = b.build()
+    (kernel,) = partition(graph, target=target).kernels
+    built = akg.build(kernel.subgraph, target)
+    (band,) = bands_of(built.config)
+    assert not band.sink
+    assert f"T.vectorized({lanes})" in built.tir()
+    inputs = random_inputs(graph, 1)
+    assert compare(graph, [built(**inputs)[0]], Reference.of(graph, inputs)) == []
