@@ -28,6 +28,9 @@ FOLD_LIMIT = 1 << 12
 COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum", "equal", "not_equal",
                          "logical_and", "logical_or"})
 RESHAPES = frozenset({"reshape", "squeeze", "expand_dims"})
+# reductions that, over axes of extent 1 only, return their input: the global pool of a 1x1
+# image (a ResNet's head at 32 px input), a mean or sum over a kept axis of one
+POINT_REDUCTIONS = frozenset({"sum", "mean", "max", "min", "prod", "global_avg_pool2d"})
 
 
 @dataclass(frozen=True)
@@ -264,8 +267,9 @@ def _is_identity_layout(node: Node, x: Value) -> bool:
 def identities(graph: Graph) -> Graph:
     """x*1, x+0, x-0, x/1 -> x; cast to its own dtype, broadcast_to / reshape / squeeze /
     expand_dims to the same shape, identity transpose, full slice, zero pad, single concat ->
-    the input; reshape-like of reshape-like -> one reshape; transpose of transpose -> one
-    transpose with the composed permutation."""
+    the input; a reduction over axes of extent 1 (a global pool of a 1x1 image) -> the input,
+    reshaped where the axes go; reshape-like of reshape-like -> one reshape; transpose of
+    transpose -> one transpose with the composed permutation."""
     rw = _Rewriter(graph)
     for node in rw.walk():
         ins = rw.inputs(node)
@@ -280,6 +284,15 @@ def identities(graph: Graph) -> Graph:
                 continue
         if len(ins) == 1 and _is_identity_layout(node, ins[0]):
             rw.replace(out, ins[0])
+            continue
+        if len(ins) == 1 and node.op in POINT_REDUCTIONS and out.dtype == ins[0].dtype \
+                and out.type.size == ins[0].type.size:
+            # every reduced axis has extent 1 (the axes the reduction keeps are the input's)
+            if out.type == ins[0].type:
+                rw.replace(out, ins[0])
+            else:
+                rw.emit("reshape", [ins[0]], {"shape": list(out.shape)}, [out])
+                rw.changes += 1
             continue
         inner = rw.producer.get(ins[0]) if ins else None
         if node.op in RESHAPES and inner is not None and inner.op in RESHAPES:
