@@ -55,6 +55,7 @@ SHAPES = {  # batch, channels, out channels, image, kernel, stride, groups
     "3x3-1x1-128ch": (2, 128, 128, 1, 3, 1, 1),
     "3x3-odd-channels": (1, 24, 40, 5, 3, 1, 1),
     "1x1-few-channels": (2, 8, 24, 6, 1, 1, 1),
+    "one-channel-padded": (8, 1, 8, 28, 3, 1, 1),
     "depthwise-3x3": (1, 48, 48, 14, 3, 1, 48),
     "depthwise-3x3-s2": (1, 32, 32, 9, 3, 2, 32),
     "grouped": (1, 32, 32, 6, 3, 1, 4),
