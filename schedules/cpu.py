@@ -109,8 +109,17 @@ def given_bands(config: Config, n_members: list[int]) -> tuple[BandConfig, ...] 
 def band_knobs(config: Config, infos: list[BandInfo], target, dtype: str = "float32") -> tuple[BandConfig, ...]:
     """Every band's knobs under `config`: its own steps, else the heuristic's."""
     given = config.bands_given()
-    defaults = default_bands(infos, target, dtype) if len(given) < len(infos) else ()
+    defaults = default_knobs(infos, target, dtype) if len(given) < len(infos) else ()
     return tuple(_band_of(config, k, info.members) if k in given else defaults[k] for k, info in enumerate(infos))
+
+
+def default_knobs(infos: list[BandInfo], target, dtype: str = "float32",
+                  half_vectors: bool = True) -> tuple[BandConfig, ...]:
+    """The default config's band knobs: the heuristic's (`default_bands`), with the register
+    tiles of shallow window convs at DEFAULT_FEWER, except where the band computes its padded
+    input tile by tile (a depthwise conv's tile was chosen with the padded tile it reads)."""
+    return tuple(b if b.recompute else _fewer_accumulators(b, i, DEFAULT_FEWER)
+                 for b, i in zip(default_bands(infos, target, dtype, half_vectors=half_vectors), infos))
 
 
 def validate_bands(bands: tuple[BandConfig, ...], infos: list[BandInfo]) -> None:
@@ -333,6 +342,16 @@ def _near_reduction_threshold(info: BandInfo) -> bool:
 # 2 x 2 vectors 10.8; 3 -> 8 channels at 20 px and 2 -> 8 at 30 px (5x5) keep their
 # default). Each choice: (position from the end, new size; 0 halves it).
 FEWER_ACCUMULATORS = ((2, 1), (2, 0), (3, 0))
+# The default takes the second, half the accumulators along the loop above the vector loop,
+# where the band does not compute its padded input tile by tile (`default_knobs`). Against
+# the heuristic's full tile, 2 Zen 4 cores, each conv alone, two runs, us: 1 -> 6 channels 5x5
+# at 28 px, batch 4 (LeNet-5's first conv): 22.8 / 16.1 -> 15.4 / 14.7 (4 x 1 vectors: 10.7 /
+# 11.9); at 32 px 21.8 / 15.2 -> 11.6 / 10.5; 3 -> 8 channels 3x3 at 32 px, batch 2: 13.8 /
+# 13.7 -> 8.6 / 8.5; at 20 px 4.8 / 4.5 -> 4.9 / 4.7. The other choices lost somewhere (4 x 1
+# vectors: 13.9 and 5.5 for the last two); the tuner measures them and the heuristic's tile.
+# A depthwise conv's tile (recomputed padded input) kept: MobileNetV2's at 56 px ran 1.11x
+# slower halved.
+DEFAULT_FEWER = 1
 
 
 def _fewer_accumulators(bc: BandConfig, info: BandInfo, choice: int) -> BandConfig:
@@ -395,7 +414,7 @@ class CpuRecipe(Recipe):
                 and self.data_bytes >= STREAM_CACHES * t.l3_bytes)
 
     def default_config(self, bands, dtype, fusion="smart") -> Config:
-        return cpu_config(fusion, default_bands(bands, self.target, dtype), stream=self.stream_default())
+        return cpu_config(fusion, default_knobs(bands, self.target, dtype), stream=self.stream_default())
 
     def alternative_configs(self, bands, dtype, fusion="smart") -> list[Config]:
         """Whole vectors where the default takes half vectors (`half_vector_window`): which
@@ -411,12 +430,14 @@ class CpuRecipe(Recipe):
         more (`stream_default`: whether the cache keeps an output until it is read again
         depends on the host's other tenants near one cache of data: at 32 MiB a layer norm and
         a softmax gained from them on Zen 4 in one run, an rms norm lost). Alternatives the
-        target rejects are left out."""
-        default = default_bands(bands, self.target, dtype)
-        whole = default_bands(bands, self.target, dtype, half_vectors=False)
+        target rejects are left out. Where the default takes fewer accumulators than the
+        heuristic (`DEFAULT_FEWER`), the heuristic's own tile is an alternative too."""
+        heuristic = default_bands(bands, self.target, dtype)
+        default = default_knobs(bands, self.target, dtype)
+        whole = default_knobs(bands, self.target, dtype, half_vectors=False)
         candidates = [whole] if whole != default else []
-        for choice in range(len(FEWER_ACCUMULATORS)):
-            fewer = tuple(_fewer_accumulators(b, i, choice) for b, i in zip(default, bands))
+        for fewer in (heuristic, *(tuple(_fewer_accumulators(b, i, choice) for b, i in zip(heuristic, bands))
+                                   for choice in range(len(FEWER_ACCUMULATORS)))):
             if fewer != default and fewer not in candidates:
                 candidates.append(fewer)
         small = [self.target.cores > 1 and _near_reduction_threshold(i) for i in bands]

@@ -728,6 +728,29 @@ def test_shallow_window_convs_have_alternatives_with_fewer_accumulators(batch, c
         assert bands_of(config)[-1].register[-3:-1] in (bands_of(built.config)[-1].register[-3:-1],), config
 
 
+def test_a_shallow_window_conv_takes_half_the_accumulators_of_the_heuristic_by_default():
+    # LeNet-5's first conv (1 -> 6 channels, 5x5, unpadded, 4 images): the heuristic's 4 x 4
+    # vectors of accumulators ran 16-23 us on Zen 4, 4 x 2 15 us (`DEFAULT_FEWER`); the
+    # heuristic's tile stays an alternative for the tuner
+    from akg.compiler import pipeline_for
+    from akg.schedules.cpu_defaults import default_bands
+
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("lenet_c1")
+    w = b.const(rng.standard_normal((6, 1, 5, 5)).astype(np.float32), name="w")
+    b.output(b.relu(b.conv2d(b.input("x", (4, 1, 32, 32)), w, strides=[1, 1], padding=[0, 0])))
+    graph = b.build()
+    (kernel,) = partition(graph, target=AVX512, winograd=False).kernels
+    pipeline = pipeline_for(kernel.subgraph, AVX512)
+    heuristic = default_bands(pipeline.bands, AVX512)[-1]
+    default = bands_of(pipeline.default_config())[-1]
+    assert heuristic.register[-2] > 1 and default.register[-2] == heuristic.register[-2] // 2
+    assert default.register[-1] == heuristic.register[-1] and default.register[-3] == heuristic.register[-3]
+    assert heuristic in [bands_of(c)[-1] for c in pipeline.alternative_configs()]
+    inputs = random_inputs(graph, 0)
+    assert compare(graph, compile_model(graph)(**inputs), Reference.of(graph, inputs)) == []
+
+
 def test_a_channel_strip_divides_the_channels():
     # AVX2's 12 accumulators over a row block of 4 positions make a 3-vector strip (24
     # channels); over 32 channels that left a partial strip (60.5 us against 9.1 us with 16)
