@@ -77,7 +77,7 @@ def schedule(model: PolyModel, deps: Dependences, fusion: str = "smart",
         result = normalize(_compute(constraints, ctx, max_seconds), deps)
         producers = _producers_run_backwards(model, result) if fusion == "smart" else ()
         if producers:
-            result = _producers_first(model, deps, producers, ctx, max_seconds)
+            result = _producers_first(model, deps, producers, ctx, max_seconds) or result
         return ScheduleResult(result, fusion)
     except _ScheduleTimeout as e:
         reason = str(e)
@@ -125,22 +125,30 @@ def _reversed(model: PolyModel, node: isl.ScheduleNode, names) -> bool:
 
 
 def _producers_first(model: PolyModel, deps: Dependences, producers: tuple[str, ...], ctx: isl.Context,
-                     max_seconds: float | None) -> isl.Schedule:
-    """The producers scheduled on their own, then everything else: each part by isl with the
-    dependences inside it (the producers read only what is complete before them, so the
-    sequence keeps every dependence between the parts)."""
-    parts = []
-    for names in (set(producers), {s.name for s in model.statements} - set(producers)):
+                     max_seconds: float | None) -> isl.Schedule | None:
+    """The statements in program order, cut before and after each of the producers: each
+    piece scheduled by isl with the dependences inside it, the pieces in sequence. Every
+    dependence runs forward in program order (a producer reads only what is complete before it,
+    its readers come after it), so the sequence keeps them; checked, None if it does not."""
+    pieces: list[list] = [[]]
+    for st in sorted(model.statements, key=lambda st: st.position):
+        if st.name in producers:
+            pieces += [[st], []]
+        else:
+            pieces[-1].append(st)
+    result = None
+    for piece in (p for p in pieces if p):
         domain = isl.UnionSet.empty(model.domain.get_space())
-        for s in model.statements:
-            if s.name in names:
-                domain = domain.union(isl.UnionSet.from_set(s.domain))
+        for st in piece:
+            domain = domain.union(isl.UnionSet.from_set(st.domain))
         validity = deps.validity.intersect_domain(domain).intersect_range(domain)
         constraints = (isl.ScheduleConstraints.on_domain(domain).set_validity(validity)
                        .set_coincidence(validity)
                        .set_proximity(deps.flow.intersect_domain(domain).intersect_range(domain)))
-        parts.append(_compute(constraints, ctx, max_seconds))
-    return normalize(parts[0].sequence(parts[1]), deps)
+        part = _compute(constraints, ctx, max_seconds)
+        result = part if result is None else result.sequence(part)
+    result = normalize(result, deps)
+    return result if respects(result, deps) else None
 
 
 def _compute(constraints: isl.ScheduleConstraints, ctx: isl.Context, max_seconds: float | None) -> isl.Schedule:

@@ -172,3 +172,4 @@ def test_a_padded_input_is_never_fused_into_its_conv_by_running_the_loops_backwa
         for path in outer_band_paths(result):
             node = navigate(result, path)
             assert not sched._reversed(p.model, node, statement_names(node))
+
