@@ -77,7 +77,7 @@ def schedule(model: PolyModel, deps: Dependences, fusion: str = "smart",
         result = normalize(_compute(constraints, ctx, max_seconds), deps)
         producers = _producers_run_backwards(model, result) if fusion == "smart" else ()
         if producers:
-            result = _producers_first(model, deps, producers, ctx, max_seconds) or result
+            result = _producers_apart(model, deps, producers, ctx, max_seconds) or result
         return ScheduleResult(result, fusion)
     except _ScheduleTimeout as e:
         reason = str(e)
@@ -124,7 +124,7 @@ def _reversed(model: PolyModel, node: isl.ScheduleNode, names) -> bool:
     return any(_reversed(model, node.child(k), names) for k in range(node.n_children()))
 
 
-def _producers_first(model: PolyModel, deps: Dependences, producers: tuple[str, ...], ctx: isl.Context,
+def _producers_apart(model: PolyModel, deps: Dependences, producers: tuple[str, ...], ctx: isl.Context,
                      max_seconds: float | None) -> isl.Schedule | None:
     """The statements in program order, cut before and after each of the producers: each
     piece scheduled by isl with the dependences inside it, the pieces in sequence. Every
