@@ -118,8 +118,11 @@ def default_knobs(infos: list[BandInfo], target, dtype: str = "float32",
     """The default config's band knobs: the heuristic's (`default_bands`), with the register
     tiles of shallow window convs at DEFAULT_FEWER, except where the band computes its padded
     input tile by tile (a depthwise conv's tile was chosen with the padded tile it reads)."""
-    return tuple(b if b.recompute else _fewer_accumulators(b, i, DEFAULT_FEWER)
-                 for b, i in zip(default_bands(infos, target, dtype, half_vectors=half_vectors), infos))
+    return _default_fewer(default_bands(infos, target, dtype, half_vectors=half_vectors), infos)
+
+
+def _default_fewer(heuristic: tuple[BandConfig, ...], infos: list[BandInfo]) -> tuple[BandConfig, ...]:
+    return tuple(b if b.recompute else _fewer_accumulators(b, i, DEFAULT_FEWER) for b, i in zip(heuristic, infos))
 
 
 def validate_bands(bands: tuple[BandConfig, ...], infos: list[BandInfo]) -> None:
@@ -433,7 +436,7 @@ class CpuRecipe(Recipe):
         target rejects are left out. Where the default takes fewer accumulators than the
         heuristic (`DEFAULT_FEWER`), the heuristic's own tile is an alternative too."""
         heuristic = default_bands(bands, self.target, dtype)
-        default = default_knobs(bands, self.target, dtype)
+        default = _default_fewer(heuristic, bands)
         whole = default_knobs(bands, self.target, dtype, half_vectors=False)
         candidates = [whole] if whole != default else []
         for fewer in (heuristic, *(tuple(_fewer_accumulators(b, i, choice) for b, i in zip(heuristic, bands))
