@@ -121,7 +121,8 @@ def test_a_tuner_alone_claims_once_a_round_and_leaves_no_lease():
 def test_two_tuner_processes_at_once_split_the_work(kind, tmp_path, request):
     """Two `tune()` processes on one model, same seed, started together: each measures what
     the other does not, and together they stop at the budget (give or take the one round
-    both may start in the same instant)."""
+    both may start in the same instant). Each holds its first round before either measures it
+    (tuner_process.py), so both take part however the host schedules them."""
     url = db_fixtures.fresh_url(kind, tmp_path, request)
     SqlDatabase(url).close()  # migrated before the race
     trials, batch = 24, 4

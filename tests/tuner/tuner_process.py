@@ -17,7 +17,10 @@ g = globals()
 b = GraphBuilder("mm")
 b.output(b.relu(b.matmul(b.input("a", (32, 32)), b.input("w", (32, 32)))))
 graph = b.build()
-runner = FakeRunner(delay=0.02)
+# Both start together, and each measures its first round only once the other holds one too: on
+# a loaded host one process could otherwise spend the whole budget before the other has built
+# its task (the test asserts both did part of the work).
+runner = FakeRunner(delay=0.02, before_first=lambda: g["BARRIER"].wait(timeout=120))
 g["BARRIER"].wait(timeout=120)
 result = tune(graph, trials=g["TRIALS"], db=g["URL"], builder=FakeBuilder(), runner=runner, batch=g["BATCH"],
               cost_model="random", search="random", confirm=False)
