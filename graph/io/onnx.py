@@ -21,6 +21,9 @@ A model is a `GraphProto`: `input` (the model inputs, and in old exports the ini
 * Each node's results are checked against the types the model declares for them
   (`value_info`, the graph outputs): size-1 axes are reshaped, any other difference is an
   error (a wrong mapping), never a silently wrong graph.
+* Each tensor name is defined once (ONNX's single assignment): a name written twice (by two
+  nodes, or by a node over an input or initializer) is an error naming both writers. External
+  data (`data_location` EXTERNAL) is read only from files inside the model's folder.
 * Values keep the ONNX tensor names (made valid value names); helper values are named after
   the node's first output (`y.mean`). Only what the outputs depend on is kept.
 """
@@ -89,6 +92,44 @@ def inline_function(function, node, prefix: str) -> list:
                 out.attribute.append(a)
         body.append(out)
     return body
+
+
+def node_where(k: int, node) -> str:
+    """How errors name the `k`th node: `node 3 'conv1' (Conv)` (its name, else its first output)."""
+    label = node.name or next((o for o in node.output if o), node.op_type)
+    return f"node {k} '{label}' ({node.op_type})"
+
+
+def check_single_assignment(graph) -> None:
+    """ImportFail unless every tensor name of the graph is defined once (ONNX's static single
+    assignment, which onnx's checker enforces): two nodes writing one output, or a node writing
+    a graph input's or an initializer's name, would leave one of the writers silently unused.
+    An initializer may be listed among the inputs too (models of IR version < 4 do)."""
+    defined: dict[str, str] = {}
+    for t in graph.initializer:
+        if t.name in defined:
+            raise ImportFail(f"initializer '{t.name}' is given twice")
+        defined[t.name] = "an initializer"
+    for vi in graph.input:
+        if vi.name in defined:
+            if defined[vi.name] == "an initializer":
+                continue
+            raise ImportFail(f"graph input '{vi.name}' is declared twice")
+        defined[vi.name] = "a graph input"
+    for k, node in enumerate(graph.node):
+        where = node_where(k, node)
+        for name in node.output:
+            if not name:
+                continue  # an optional output left out
+            first = defined.get(name)
+            if first is None:
+                defined[name] = where
+            elif first.startswith("node "):
+                raise ImportFail(f"value '{name}' is written by two nodes, {first} and {where}; an ONNX "
+                                 "graph defines each value once")
+            else:
+                raise ImportFail(f"{where} writes '{name}', which is already {first}; an ONNX graph defines "
+                                 "each value once")
 
 
 def dtype_of(elem_type: int, where: str) -> str:
@@ -169,15 +210,14 @@ class OnnxImporter(Importer):
 
         model = self.model
         self.opset = self._check_opsets(model, onnx.defs.onnx_opset_version())
+        check_single_assignment(model.graph)
         if 0 < self.opset < MIN_OPSET:
             model = self._upgrade(model)
             self.opset = MIN_OPSET
         graph = model.graph
-        for i, t in enumerate(graph.initializer):
+        for t in graph.initializer:
             where = f"initializer '{t.name}'"
             dtype_of(t.data_type, where)
-            if t.data_location == onnx.TensorProto.EXTERNAL and self.base_dir is None:
-                raise ImportFail(f"{where}: the data lies in an external file, and there is no model folder")
             self.env[t.name] = self.const(self._array(t, where), t.name)
         for vi in (*graph.value_info, *graph.output):
             t = declared_type(vi, vi.name)
@@ -197,12 +237,35 @@ class OnnxImporter(Importer):
         return self.finish(graph, outputs)
 
     def _array(self, t, where: str) -> np.ndarray:
-        from onnx import numpy_helper
+        from onnx import TensorProto, checker, numpy_helper
 
+        if t.data_location == TensorProto.EXTERNAL:
+            self._check_external(t, where)
         try:
             return np.asarray(numpy_helper.to_array(t, base_dir=str(self.base_dir or "")))
-        except (OSError, ValueError, TypeError) as e:
-            raise ImportFail(f"{where}: cannot read the tensor's data ({e})") from None
+        except (OSError, ValueError, TypeError, checker.ValidationError) as e:
+            raise ImportFail(f"{where}: cannot read the tensor's data ({' '.join(str(e).split())})") from None
+
+    def _check_external(self, t, where: str) -> None:
+        """ImportFail unless a tensor's external data file is a file inside the model's folder
+        (a location that leaves the folder, by '..', an absolute path or a symbolic link, is
+        refused: a model file must not make akg read whatever file it names)."""
+        if self.base_dir is None:
+            raise ImportFail(f"{where}: the data lies in an external file, and there is no model folder")
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        if not location:
+            raise ImportFail(f"{where}: the data lies in an external file, but the tensor names none "
+                             "(no 'location' in its external_data)")
+        folder = self.base_dir.resolve()
+        try:
+            path = (folder / location).resolve()
+        except (OSError, ValueError) as e:  # a NUL byte, a symbolic link loop
+            raise ImportFail(f"{where}: bad external data location {location!r} ({e})") from None
+        if not path.is_relative_to(folder):
+            raise ImportFail(f"{where}: its external data file '{location}' lies outside the model's folder "
+                             f"{folder}; akg reads external data only from inside that folder")
+        if not path.is_file():
+            raise ImportFail(f"{where}: its external data file '{location}' is missing (no file {path})")
 
     def _check_opsets(self, model, newest: int) -> int:
         default = None
@@ -256,7 +319,7 @@ class OnnxImporter(Importer):
     def convert(self, k: int, node) -> None:
         op = node.op_type
         out_name = next((o for o in node.output if o), node.name or op)
-        where = f"node {k} '{node.name or out_name}' ({op})"
+        where = node_where(k, node)
         if node.domain not in ("", "ai.onnx"):
             raise self.unsupported_error(f"{node.domain}.{op}", f"ops of domain '{node.domain}' are not "
                                                                f"supported ({where})")

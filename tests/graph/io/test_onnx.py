@@ -226,6 +226,76 @@ def test_bytes_that_are_not_onnx_are_a_format_error(tmp_path):
         load_model(path)
 
 
+def external_model(location: str):
+    """y = x + w, with w's data in the file `location` (relative to the model's folder)."""
+    w = const("w", np.arange(4, dtype=np.float32))
+    w.ClearField("raw_data")
+    del w.float_data[:]
+    w.data_location = TensorProto.EXTERNAL
+    w.external_data.add(key="location", value=location)
+    return make_model([helper.make_node("Add", ["x", "w"], ["y"])], [tensor("x", F32, [4])],
+                      [tensor("y", F32, [4])], [w])
+
+
+def test_external_data_is_read_from_the_model_s_folder_only(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    (tmp_path / "secret.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    cases = {"ok": "w.bin", "missing": "nope.bin", "up": "../secret.bin", "absolute": str(tmp_path / "secret.bin")}
+    for name, location in cases.items():
+        onnx.save(external_model(location), str(folder / f"{name}.onnx"))
+    (y,) = akg.run(folder / "ok.onnx", {"x": np.ones(4, np.float32)})
+    np.testing.assert_array_equal(y, np.arange(4) + 1)
+    with pytest.raises(ImportFormatError, match=r"missing.onnx: initializer 'w': its external data file "
+                                                r"'nope.bin' is missing \(no file .*nope.bin\)"):
+        load_model(folder / "missing.onnx")
+    for name in ("up", "absolute"):
+        with pytest.raises(ImportFormatError, match=f"{name}.onnx: initializer 'w': its external data file "
+                                                    f"'.*secret.bin' lies outside the model's folder"):
+            load_model(folder / f"{name}.onnx")
+    (folder / "link.bin").symlink_to(tmp_path / "secret.bin")
+    onnx.save(external_model("link.bin"), str(folder / "link.onnx"))
+    with pytest.raises(ImportFormatError, match="'link.bin' lies outside the model's folder"):
+        load_model(folder / "link.onnx")
+    with pytest.raises(ImportFormatError, match="there is no model folder"):
+        load_model(external_model("w.bin"))  # an in-memory model
+
+
+def test_cli_names_a_missing_external_data_file_with_exit_code_3(tmp_path, capsys):
+    from akg.cli import main
+
+    onnx.save(external_model("nope.bin"), str(tmp_path / "m.onnx"))
+    assert main(["convert", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.mir")]) == 3
+    err = capsys.readouterr().err
+    assert "initializer 'w': its external data file 'nope.bin' is missing" in err and "internal error" not in err
+
+
+def test_a_value_written_twice_is_refused_naming_the_value_and_both_writers():
+    x, y = tensor("x", F32, [3]), tensor("y", F32, [3])
+    twice = make_model([helper.make_node("Relu", ["x"], ["y"], name="r"), helper.make_node("Neg", ["x"], ["y"])],
+                       [x], [y])
+    with pytest.raises(ImportFormatError, match=r"value 'y' is written by two nodes, node 0 'r' \(Relu\) and "
+                                                r"node 1 'y' \(Neg\)"):
+        load_model(twice)
+    over_input = make_model([helper.make_node("Neg", ["x"], ["x"]), helper.make_node("Relu", ["x"], ["y"])],
+                            [x], [y])
+    with pytest.raises(ImportFormatError, match=r"node 0 'x' \(Neg\) writes 'x', which is already a graph input"):
+        load_model(over_input)
+    over_weight = make_model([helper.make_node("Neg", ["x"], ["w"]), helper.make_node("Add", ["x", "w"], ["y"])],
+                             [x], [y], [const("w", np.ones(3, np.float32))])
+    with pytest.raises(ImportFormatError, match=r"node 0 'w' \(Neg\) writes 'w', which is already an initializer"):
+        load_model(over_weight)
+    two_inputs = make_model([helper.make_node("Relu", ["x"], ["y"])], [x, x], [y])
+    with pytest.raises(ImportFormatError, match="graph input 'x' is declared twice"):
+        load_model(two_inputs)
+    # an initializer listed among the inputs (IR version < 4) is one value, not two
+    old_style = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [x, tensor("w", F32, [3])], [y],
+                           [const("w", np.full(3, 2, np.float32))])
+    (out,) = akg.run(old_style, {"x": np.ones(3, np.float32)})
+    np.testing.assert_array_equal(out, [3, 3, 3])
+
+
 # --- the CLI ----------------------------------------------------------------------------------
 
 
