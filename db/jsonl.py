@@ -74,10 +74,12 @@ def read_jsonl(db: Database, src: str | os.PathLike | IO[str]) -> int:
     models: list[ModelEntry] = []
     with _open(src, "r") as lines:
         name = getattr(lines, "name", "<stream>")
-        for number, line in enumerate(lines, 1):
+        for number, line in enumerate(_lines(lines, name), 1):
             if not line.strip():
                 continue
             try:
+                if isinstance(line, bytes):
+                    line = _decode(line)
                 item = parse_line(line)
             except DatabaseError as e:
                 raise DatabaseError(f"{name}:{number}: {e}") from None
@@ -106,10 +108,14 @@ def parse_line(line: str) -> Workload | TargetInfo | Record | Verdict | ModelEnt
     kind = obj.get("kind")
     try:
         if kind == "header":
-            if obj.get("format") != FORMAT or not isinstance(obj.get("version"), int):
+            if obj.get("format") != FORMAT:
                 raise DatabaseError(f"not an akg tuning export (format {obj.get('format')!r})")
-            if obj["version"] > VERSION:
-                raise DatabaseError(f"export format version {obj['version']} is newer than this akg reads ({VERSION})")
+            version = obj.get("version")
+            if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
+                raise DatabaseError(f"export format version {version} is newer than this akg reads ({VERSION})")
+            if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+                raise DatabaseError(f"unknown export format version {json.dumps(version)} (this akg reads "
+                                    f"versions 1 to {VERSION}, written as a number)")
             return None
         if kind == "workload":
             return Workload(_str(obj, "key"), obj.get("name", ""), obj.get("description", {}))
@@ -155,13 +161,33 @@ def _str(obj: dict, field: str) -> str:
     return value
 
 
+def _lines(stream: IO, name: str) -> Iterator[str | bytes]:
+    """The lines of an open file; a text stream that is not valid UTF-8 is a DatabaseError
+    (files opened here are read as bytes, so that the bad line is named exactly)."""
+    number = 0
+    try:
+        for number, line in enumerate(stream, 1):
+            yield line
+    except UnicodeDecodeError as e:
+        raise DatabaseError(f"{name}: not a UTF-8 text file (bad byte 0x{e.object[e.start]:02x} after line "
+                            f"{number}); an akg tuning export is JSON lines") from None
+
+
+def _decode(line: bytes) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DatabaseError(f"not UTF-8 text (bad byte 0x{line[e.start]:02x} at column {e.start + 1}); an akg "
+                            "tuning export is JSON lines") from None
+
+
 @contextlib.contextmanager
 def _open(target: str | os.PathLike | IO[str], mode: str):
     if hasattr(target, "read" if mode == "r" else "write"):
         yield target
         return
-    try:
-        f = open(target, mode, encoding="utf-8")
+    try:  # read as bytes: each line is decoded on its own, so a bad one is named by number
+        f = open(target, "rb") if mode == "r" else open(target, mode, encoding="utf-8")
     except OSError as e:
         raise DatabaseError(f"cannot {'read' if mode == 'r' else 'write'} {os.fspath(target)}: {e}") from e
     with f:

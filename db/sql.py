@@ -347,7 +347,11 @@ def _create_engine(url: URL) -> Engine:
         if in_memory:
             options = {"poolclass": StaticPool, "connect_args": {"check_same_thread": False}}
         engine = create_engine(url, **options)
-        event.listen(engine, "connect", _sqlite_connect)
+
+        def on_connect(dbapi_connection, record) -> None:
+            _sqlite_connect(dbapi_connection, record, url.database)
+
+        event.listen(engine, "connect", on_connect)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
     connect_args = {}
@@ -356,11 +360,17 @@ def _create_engine(url: URL) -> Engine:
     return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
 
 
-def _sqlite_connect(dbapi_connection, _record) -> None:
+def _sqlite_connect(dbapi_connection, _record, path: str | None = None) -> None:
     """WAL lets readers run beside the one writer; transactions are begun by `_sqlite_begin`
     (the driver's own BEGIN would be deferred, and a deferred reader that turns writer fails
-    at once with "database is locked" instead of waiting)."""
+    at once with "database is locked" instead of waiting). Another program's database is
+    refused first (`_refuse_foreign_tables`), before anything in the file changes."""
     dbapi_connection.isolation_level = None
+    try:
+        _refuse_foreign_tables(dbapi_connection, path or ":memory:")
+    except DatabaseError:
+        dbapi_connection.close()
+        raise
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("PRAGMA foreign_keys = ON")
@@ -368,6 +378,23 @@ def _sqlite_connect(dbapi_connection, _record) -> None:
         cursor.execute("PRAGMA synchronous = FULL")  # a commit survives power loss, not only a crash
     finally:
         cursor.close()
+
+
+def _refuse_foreign_tables(dbapi_connection, path: str) -> None:
+    """DatabaseError when an SQLite file holds tables but not the mark of akg's schema, the
+    `alembic_version` table that the first migration of every akg database creates: it is
+    another program's database, which akg must not migrate (add its tables to, or fail on a
+    table of the same name). An empty or new file has no tables and is migrated."""
+    cursor = dbapi_connection.cursor()
+    try:
+        tables = sorted(row[0] for row in cursor.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!'"))
+    finally:
+        cursor.close()
+    if tables and "alembic_version" not in tables:
+        shown = ", ".join(tables[:8]) + (f", ... ({len(tables)} tables)" if len(tables) > 8 else "")
+        raise DatabaseError(f"{path} holds tables that are not an akg tuning database: {shown}; akg leaves "
+                            "the file as it is: use another file for the tuning database")
 
 
 def _sqlite_begin(conn: Connection) -> None:

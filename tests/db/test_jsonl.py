@@ -86,6 +86,11 @@ BAD_LINES = [
     ('{"kind": "model", "name": "m", "target": "t", "kernels": [], "updated_at": "2024-01-01T00:00:00Z", "x": 1}',
      "unknown model fields"),
     ('{"kind": "header", "format": "something-else", "version": 1}', "not an akg tuning export"),
+    ('{"kind": "header", "format": "akg-tuning-records", "version": "99"}', 'unknown export format version "99"'),
+    ('{"kind": "header", "format": "akg-tuning-records", "version": "3"}', 'unknown export format version "3"'),
+    ('{"kind": "header", "format": "akg-tuning-records", "version": 0}', "unknown export format version 0"),
+    ('{"kind": "header", "format": "akg-tuning-records", "version": true}', "unknown export format version true"),
+    ('{"kind": "header", "format": "akg-tuning-records"}', "unknown export format version null"),
 ]
 
 
@@ -101,6 +106,32 @@ def test_a_malformed_line_is_named_and_nothing_is_imported(db, tmp_path, line, m
         db.import_jsonl(path)
     assert "records.jsonl:7:" in str(e.value)
     assert db.count() == 0 and db.workloads() == []
+
+
+def test_bytes_that_are_not_utf8_are_named_by_line_and_nothing_is_imported(db, tmp_path, rec):
+    source = InMemoryDatabase()
+    fill(source, rec)
+    path = tmp_path / "records.jsonl"
+    source.export_jsonl(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:4]) + bytes(range(128, 256)) + b"\n" + b"".join(lines[4:]))
+    with pytest.raises(DatabaseError, match=r"records.jsonl:5: not UTF-8 text \(bad byte 0x80 at column 1\)"):
+        db.import_jsonl(path)
+    assert db.count() == 0 and db.workloads() == []
+    stream = io.TextIOWrapper(io.BytesIO(b"".join(lines[:4]) + b"\xff\xfe junk\n"), encoding="utf-8")
+    with pytest.raises(DatabaseError, match="not a UTF-8 text file"):
+        db.import_jsonl(stream)
+    assert db.count() == 0
+
+
+def test_cli_db_import_of_binary_junk_is_a_database_error(tmp_path, capsys):
+    from akg.cli import main
+
+    path = tmp_path / "junk.jsonl"
+    path.write_bytes(bytes(range(256)))
+    assert main(["db", "import", "--db", f"sqlite:///{tmp_path / 'x.db'}", str(path)]) == 6
+    err = capsys.readouterr().err
+    assert "junk.jsonl:" in err and "internal error" not in err
 
 
 def test_timestamps_in_utc_z_form_and_blank_lines_are_read(db):

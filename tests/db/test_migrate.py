@@ -104,6 +104,38 @@ def test_an_empty_sqlite_file_is_migrated(tmp_path):
         assert db.count() == 0
 
 
+@pytest.mark.parametrize("tables", [["CREATE TABLE notes (body TEXT)"], ["CREATE TABLE records (a)"]])
+def test_another_program_s_sqlite_file_is_refused_and_left_as_it_was(tmp_path, tables):
+    import sqlite3
+
+    path = tmp_path / "theirs.db"
+    conn = sqlite3.connect(path)
+    for statement in tables:
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    name = tables[0].split()[2]
+    with pytest.raises(DatabaseError, match=f"theirs.db holds tables that are not an akg tuning database: {name}"):
+        SqlDatabase(f"sqlite:///{path}")
+    assert path.read_bytes() == before  # no akg tables, and still in its own journal mode (not WAL)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs.db"]
+
+
+def test_cli_refuses_another_program_s_sqlite_file_with_exit_code_6(tmp_path, capsys):
+    import sqlite3
+
+    from akg.cli import main
+
+    path = tmp_path / "theirs.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.close()
+    assert main(["db", "ls", "--db", f"sqlite:///{path}"]) == 6
+    err = capsys.readouterr().err
+    assert "holds tables that are not an akg tuning database: notes" in err and "internal error" not in err
+
+
 def test_migration_scripts_are_installed_with_the_package(tmp_path):
     """`pip install .` copies what setuptools' build_py collects: run it on a copy of the
     source tree and look for the Alembic environment and every revision."""
