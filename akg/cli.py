@@ -575,13 +575,30 @@ def _save_mir(save_mir, graph, path: Path) -> None:
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an `--inputs` file, an .npz archive (what `numpy.savez(name=array, ...)`
+    writes); InputDataError for anything else (a lone .npy, a text or a damaged file)."""
+    how = "save the inputs with numpy.savez(path, name=array, ...)"
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
+        with open(path, "rb") as f:
+            magic = f.read(6)
     except FileNotFoundError:
         raise InputDataError(f"{path}: no such file") from None
+    except OSError as e:
+        raise InputDataError(f"{path}: cannot read: {e.strerror}") from None
+    if magic == b"\x93NUMPY":
+        raise InputDataError(f"{path} is not an .npz archive but a single .npy array, which does not say which "
+                             f"input it is: {how}")
+    if not magic.startswith(b"PK"):
+        raise InputDataError(f"{path} is not an .npz archive (a zip of named .npy arrays): {how}")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
     except Exception as e:
-        raise InputDataError(f"{path}: cannot read as .npz: {e}") from None
+        raise InputDataError(f"{path}: not a readable .npz archive: {' '.join(str(e).split())}") from None
+    for name, a in arrays.items():
+        if not isinstance(a, np.ndarray):
+            raise InputDataError(f"{path}: member '{name}' is not a .npy array: {how}")
+    return arrays
 
 
 def _register_commands() -> None:

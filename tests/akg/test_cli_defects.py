@@ -245,6 +245,22 @@ def test_inputs_from_several_files(capsys, models, tmp_path):
     assert code == 2 and "is given twice" in _usage_error(err)
 
 
+def test_an_inputs_file_that_is_not_an_npz_archive_is_named(capsys, models, tmp_path):
+    np.save(tmp_path / "a.npy", np.ones((2, 3), np.float32))
+    (tmp_path / "a.txt").write_text("1 2 3\n")
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "raw.npz", "w") as z:
+        z.writestr("a", "not an array")
+    cases = {"a.npy": "a.npy is not an .npz archive but a single .npy array",
+             "a.txt": "a.txt is not an .npz archive (a zip of named .npy arrays)",
+             "raw.npz": "raw.npz: member 'a' is not a .npy array"}
+    for name, message in cases.items():
+        code, _, err = _run(capsys, "run", models / "pair.mir", "--inputs", tmp_path / name)
+        assert code == 3 and message in _one_line_error(err)
+        assert "numpy.savez(" in err
+
+
 def test_training_step_runs_from_its_initial_state_and_data(capsys, examples_dir, tmp_path):
     step = tmp_path / "step.mir"
     assert _run(capsys, "grad", examples_dir / "mlp.mir", "--loss", "loss", "--optimizer", "adam",
