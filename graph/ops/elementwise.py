@@ -183,7 +183,7 @@ def _float_to_unsigned(x: np.ndarray, to: str) -> np.ndarray:
 
 # --- compute definitions ----------------------------------------------------------------------
 
-from akg.graph.compute.expr import call, cast as cast_expr, compute, const, select  # noqa: E402
+from akg.graph.compute.expr import Const, call, cast as cast_expr, compute, const, select  # noqa: E402
 from akg.graph.compute.helpers import broadcast_load  # noqa: E402
 from akg.graph.ops.registry import defcompute  # noqa: E402
 
@@ -250,16 +250,43 @@ _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "pow": "pow", "maximum": "m
            "logical_or": "or"}
 
 
+_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
 @defcompute(*_BINARY)
 def _binary_compute(ctx, a, b):
     op = _BINARY[ctx.op]
+    if op == "floormod" and not is_float(a.dtype):
+        return _map(ctx, lambda x, y: _integer_divmod("floormod", x, y), a, b)
+    if op in _COMPARISONS and a.dtype == "bool":  # as int8: LLVM got a float compare of i1
+        return _map(ctx, lambda x, y: call(op, cast_expr("int8", x), cast_expr("int8", y)), a, b)
     return _map(ctx, lambda x, y: call(op, x, y), a, b)
 
 
 @defcompute("div")
 def _div_compute(ctx, a, b):
-    op = "div" if is_float(a.dtype) else "floordiv"
-    return _map(ctx, lambda x, y: call(op, x, y), a, b)
+    if is_float(a.dtype):
+        return _map(ctx, lambda x, y: call("div", x, y), a, b)
+    return _map(ctx, lambda x, y: _integer_divmod("floordiv", x, y), a, b)
+
+
+def _integer_divmod(op: str, x, y):
+    """Integer floor division or modulo with the reference's (NumPy's) results where the
+    hardware division traps: x // 0 = x % 0 = 0, and for signed types x // -1 = -x (wrapping:
+    INT_MIN // -1 = INT_MIN) and x % -1 = 0. An x86 `idiv` raises SIGFPE on both, killing the
+    process; the divisor is replaced by 1 in those lanes and the result selected. A constant
+    divisor other than 0 and -1 needs none of it."""
+    dtype = x.dtype
+    signed = dtype.startswith("int")
+    if isinstance(y, Const) and y.value != 0 and not (signed and y.value == -1):
+        return call(op, x, y)
+    zero = const(0, dtype)
+    by_zero = call("eq", y, zero)
+    trap = call("or", by_zero, call("eq", y, const(-1, dtype))) if signed else by_zero
+    result = call(op, x, select(trap, const(1, dtype), y))
+    if signed:
+        result = select(call("eq", y, const(-1, dtype)), call("sub", zero, x) if op == "floordiv" else zero, result)
+    return select(by_zero, zero, result)
 
 
 @defcompute("where")

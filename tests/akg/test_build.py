@@ -54,6 +54,34 @@ def test_integer_and_bool_ops(check_kernel):
     check_kernel(graph(body))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "uint32"])
+def test_integer_division_by_zero_and_minus_one_is_defined(dtype):
+    """x // 0, x % 0 and INT_MIN // -1 make an x86 `idiv` raise SIGFPE, which killed the
+    process (and every tuning trial of the kernel): they give the reference's results (0, 0,
+    and INT_MIN wrapped) in every lane, constant divisors included."""
+    from akg.graph import evaluate
+
+    info = np.iinfo(dtype)
+    x = np.array([info.min, info.min, info.max, 7, 7, 0, 5, info.max, 9], dtype)
+    y = np.array([-1 if info.min else 3, 0, 0, 0, 2, 0, 1, -1 if info.min else 0, 4], dtype)
+
+    def body(b):
+        xv, yv = b.input("x", x.shape, dtype), b.input("y", y.shape, dtype)
+        zero = b.const(np.zeros((), dtype))
+        b.output(b.div(xv, yv), b.mod(xv, yv), b.div(xv, zero), b.mod(xv, zero))
+    g = graph(body)
+    for got, want in zip(akg.build(g)(x=x, y=y), evaluate(g, {"x": x, "y": y})):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_comparisons_of_bools(check_kernel):
+    # compared as bools, LLVM was given a float compare of i1 and refused the kernel
+    def body(b):
+        p, q = b.input("p", (4, 5), "bool"), b.input("q", (5,), "bool")
+        b.output(*(b.op(op, p, q) for op in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")))
+    check_kernel(graph(body))
+
+
 def test_casts_and_special_values(check_kernel):
     def body(b):
         x = b.input("x", (4, 5))
