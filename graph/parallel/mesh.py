@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 from akg.errors import ShardingError
 
 _AXIS_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_DEVICES = 1 << 20  # a plan enumerates ranks and groups: beyond this it never ends
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,9 @@ class Mesh:
                 raise ShardingError(f"mesh axis '{n}' has size {s}; sizes are at least 1")
         if len(set(names)) != len(names):
             raise ShardingError(f"mesh axis names repeat: {', '.join(names)}")
+        if math.prod(s for _, s in self.axes) > MAX_DEVICES:
+            raise ShardingError(f"mesh {','.join(f'{n}={s}' for n, s in self.axes)} has "
+                                f"{math.prod(s for _, s in self.axes)} devices; at most {MAX_DEVICES} are supported")
         if self.devices_per_node < 1:
             raise ShardingError(f"devices per node must be at least 1, got {self.devices_per_node}")
 
@@ -116,14 +120,10 @@ class Mesh:
         return out
 
     def groups(self, axes: Sequence[str]) -> list[list[int]]:
-        """Every group of a collective over `axes`, each listed once."""
-        seen, out = set(), []
-        for r in range(self.size):
-            g = self.group(r, axes)
-            if g[0] not in seen:
-                seen.add(g[0])
-                out.append(g)
-        return out
+        """Every group of a collective over `axes`, each listed once (in the order of their
+        first ranks)."""
+        return [self.group(r, axes) for r in range(self.size)
+                if all(self.coords(r)[a] == 0 for a in axes)]
 
     def index_in(self, rank: int, axes: Sequence[str]) -> int:
         """The position of `rank` in its group over `axes`."""
@@ -133,4 +133,4 @@ class Mesh:
         """Whether every group over `axes` lies inside one node (ranks fill nodes in order)."""
         if not axes:
             return True
-        return all(len({r // self.devices_per_node for r in g}) == 1 for g in self.groups(axes))
+        return all(g[0] // self.devices_per_node == g[-1] // self.devices_per_node for g in self.groups(axes))
