@@ -702,7 +702,7 @@ class TirLowering(ReductionLoops, PromotedCopies):
                 return memo[key]
             before = len(binds)
             if isinstance(n, Const):
-                out = tirx.const(n.value, n.dtype)
+                out = tirx.const(n.value, n.dtype) if bits_dtype(n.dtype) == n.dtype else _const_bits(n)
             elif isinstance(n, Var):
                 out = env[n]
             elif isinstance(n, Load):
@@ -752,6 +752,16 @@ class StatementRecord:
     loops: tuple[tuple[int, str], ...]  # enclosing loops, outermost first: (trip count, kind)
     accesses: tuple[AccessRecord, ...]  # the write first, then the reads
     ops: int  # arithmetic operations per instance
+
+
+def _const_bits(c: Const) -> tirx.PrimExpr:
+    """A bfloat16 or float8 constant as the bits its tensors are kept in (`bits_dtype`),
+    encoded here: a constant Select operand of a staged tile was a bfloat16 value TVM cast
+    the loaded bits to (and the generated C reinterpreted a literal's address)."""
+    import ml_dtypes
+
+    bits = bits_dtype(c.dtype)
+    return tirx.const(int(np.array(c.value, dtype=getattr(ml_dtypes, c.dtype)).view(bits)), bits)
 
 
 def _index_guard(cond: Expr) -> bool:

@@ -35,6 +35,8 @@ def split_for_threads(program: Program, threads: int) -> Program:
     reduction axis; see the module)."""
 
     def lanes_of(op, red) -> int:
+        if not red.axes:  # a reduction over no axis (`sum(x, axes=[])`): a copy
+            return 0
         outputs = math.prod(a.extent for a in op.axes)
         terms = math.prod(r.extent for r in red.axes)
         lanes = _lanes(red.axes[0].extent, max(1, threads // max(1, outputs)))

@@ -89,6 +89,29 @@ def test_a_long_full_reduction_is_split_into_partials_that_map_to_threads():
     assert "threadIdx.x.37" in few.build().tir()  # 37 partials: a divisor of the first axis
 
 
+def test_a_reduction_over_no_axis_is_a_copy():
+    # `sum(x, axes=[])`: the split into partials indexed its first reduction axis (IndexError)
+    p = _pipeline(lambda b: b.output(b.sum(b.input("x", (3, 5)), axes=[])))
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(p.build()(x)[0], x)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_a_matmul_of_storage_types_stages_their_bits(dtype):
+    # the staged tiles' zero past the edge was a bfloat16 value: the bits loaded into the
+    # tile were cast to it (a TIR type error), and the CUDA C reinterpreted a literal's address
+    from akg.graph import evaluate
+
+    def body(b):
+        b.output(b.matmul(b.input("x", (3, 17), dtype), b.input("y", (17, 4), dtype)))
+    g = _graph(body)
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal(s).astype(np.float32).astype(dtype) for s in ((3, 17), (17, 4)))
+    got = pipeline_for(g, "cuda-emu").build()(x, y)[0]
+    np.testing.assert_array_equal(got.view(np.uint8), evaluate(g, {"x": x, "y": y})[0].view(np.uint8))
+    assert "stile" in pipeline_for(g, "cuda").lower(None)[0].script()  # staged in shared memory, as on the GPU
+
+
 @pytest.mark.parametrize("steps, message", [
     ((Step("map", 0, "threads", (64, 37)),), "2368 threads per block, the GPU allows 1024"),
     ((Step("map", 0, "threads", (1, 64)),), "64 threads along loop 1 of extent 37"),

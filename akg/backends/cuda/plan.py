@@ -174,7 +174,10 @@ def launch_plan(bound, source: str, kernels: tuple[str, ...]) -> LaunchPlan:
             raise LoweringError(f"{fname}: no definition of kernel {kernel} in the CUDA C")
         args = []
         for p in params[kernel]:
-            index = by_name.get(p.name.removesuffix("_ptr"), by_name.get(p.name))
+            name = p.name.removesuffix("_ptr")
+            index = by_name.get(name, by_name.get(p.name))
+            if index is None and name.endswith("_bits"):  # a bfloat16/float8 buffer read as its bits (astgen)
+                index = by_name.get(name.removesuffix("_bits"))
             if not p.pointer or index is None:
                 what = "a scalar parameter" if not p.pointer else "a parameter that names no buffer"
                 raise LoweringError(f"{fname} ({kernel}): {what}, {p.ctype} {p.name}")
