@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import math
+import re
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,16 +205,34 @@ class CompiledModel:
             direct = self._direct
             if direct is False:
                 direct = self._direct = self._direct_call()
-            results = direct(args, named) if direct is not None else None
+            try:  # (inputs checked by then: what the kernels refuse is their spec, see `_refused`)
+                results = direct(args, named) if direct is not None else None
+            except (TypeError, ValueError) as e:
+                raise self._refused(e) from e
             if results is not None:
                 return results
         values = self._bind(args, named)
         driver = self.driver() if self.use_driver else None
-        results = self.call_per_kernel(values) if driver is None else self._call_linked(driver, values)
+        try:
+            results = self.call_per_kernel(values) if driver is None else self._call_linked(driver, values)
+        except (TypeError, ValueError) as e:
+            raise self._refused(e) from e
         if not self.complex_io:
             return results
         return [np.ascontiguousarray(r).view(np.complex64).reshape(r.shape[:-1]) if s.name in self.complex_io
                 else r for s, r in zip(self.outputs, results)]
+
+    def _refused(self, e: Exception) -> Exception:
+        """What to raise for `e`, a kernel refusing the arguments of its call (TVM checks every
+        shape and dtype) after the model's inputs were checked against its specs: for a model
+        loaded from a pack, an ImportFormatError (the manifest disagrees with the compiled
+        kernels: it was altered); `e` itself for one compiled here (a bug)."""
+        if self._pack is None:
+            return e
+        text = one_line(e)
+        kernel = re.search(r"when calling: `([^(`]+)\(", text)  # TVM names the PrimFunc it checked
+        which = f"kernel {kernel.group(1)}" if kernel else "kernels"
+        return ImportFormatError(f"{self._pack}: the pack's manifest disagrees with its {which}: {text}")
 
     def _plain_given(self, args, named) -> tuple | None:
         """The inputs, in order, when every one is given (by position or by name, not both) as
@@ -259,6 +278,9 @@ class CompiledModel:
         use; None when the backend has no linker or linking failed (then every call goes
         kernel by kernel, `call_per_kernel`)."""
         if self._driver is None and not self._link_failed:
+            if not self.calls:  # nothing to link: the outputs are inputs or constants
+                self._link_failed = True
+                return None
             self._require_memory()
             backend = self.backend
             keys = list(self.kernels)
@@ -269,6 +291,12 @@ class CompiledModel:
             except AkgError as e:
                 log.warning("model %s: %s; calling its kernels one by one", self.name, e)
                 self._driver = None
+            except (MemoryError, RecursionError):
+                raise
+            except Exception as e:  # a pack's kernel library without the kernel (TVM's own error types)
+                if self._pack is None:
+                    raise
+                raise ImportFormatError(f"{self._pack}: the pack's kernels cannot be linked ({one_line(e)})") from e
             if self._driver is None:
                 self._link_failed = True
         return self._driver
@@ -365,9 +393,19 @@ class CompiledModel:
                 call.device_params = [backend.to_device(np.ascontiguousarray(p) if np.ndim(p) else np.asarray(p))
                                       for p in call.params]
             if kernel.entry is None:
-                kernel.entry = backend.entry(kernel.executable)
+                kernel.entry = self._entry(call.kernel)
             kernel.entry(*(env[n] for n in call.inputs), *call.device_params, *outs)
         return [backend.to_numpy(env[s.name]) for s in self.outputs]
+
+    def _entry(self, key: str):
+        """The function of kernel `key` (ImportFormatError where a pack's library lacks it)."""
+        try:
+            return self.backend.entry(self.kernels[key].executable)
+        except (AttributeError, KeyError, TypeError, ValueError, RuntimeError) as e:
+            if self._pack is None:
+                raise
+            raise ImportFormatError(f"{self._pack}: kernel {key} of the pack has no kernel function "
+                                    f"({one_line(e)})") from e
 
     def _require_memory(self) -> None:
         """TooLargeError before the first call allocates anything this machine cannot hold
@@ -392,7 +430,9 @@ class CompiledModel:
         if self._pack is None:
             raise InputError(f"compiled model {self.name} holds no reference graph (set its `reference` "
                              f"to the model's Graph)")
-        self.reference = _read_reference(self._pack)
+        from akg.pack_reader import read_reference
+
+        self.reference = read_reference(self._pack)
         return self.reference
 
     def has_reference(self) -> bool:
@@ -454,75 +494,25 @@ class CompiledModel:
 
     @classmethod
     def load(cls, path: str | Path) -> "CompiledModel":
-        from akg.target import Artifact, get_backend
+        """The model an .akgpack holds, its manifest checked against itself, its weights and its
+        kernel files; ImportFormatError naming the pack and the defect when anything is amiss."""
+        from akg.pack_reader import PackReader
 
         path = Path(path)
         try:
             z = zipfile.ZipFile(path)
-        except (OSError, zipfile.BadZipFile) as e:
+        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as e:
             raise ImportFormatError(f"{path}: not an akgpack ({e})") from None
         with z:
-            try:
-                manifest = json.loads(z.read("manifest.json"))
-            except (KeyError, ValueError) as e:
-                raise ImportFormatError(f"{path}: no readable manifest ({e})") from None
-            version = manifest.get("version")
-            if manifest.get("format") != PACK_FORMAT or version not in (1, PACK_VERSION):
-                raise ImportFormatError(f"{path}: not an akgpack version {PACK_VERSION}")
-            kind = manifest.get("artifact_kind", V1_ARTIFACT_KIND)
-            backend = get_backend(kind)
-            kernels = {}
-            for key, info in manifest["kernels"].items():
-                data = z.read(f"kernels/{key}.so" if version == 1 else f"kernels/{key}")
-                kernels[key] = LoadedKernel(backend.load(Artifact(kind, data)), info["config"], info["source"])
-            calls = []
-            for i, c in enumerate(manifest["calls"]):
-                params = []
-                if c["params"]:
-                    with np.load(io.BytesIO(z.read(f"params/{i}.npz"))) as npz:
-                        params = [npz[f"p{j}"] for j in range(c["params"])]
-                calls.append(KernelCall(c["kernel"], c["name"], tuple(c["inputs"]), tuple(c["outputs"]), params))
-            constants = {}
-            if "constants.npz" in z.namelist():
-                with np.load(io.BytesIO(z.read("constants.npz"))) as npz:
-                    constants = {k: npz[k] for k in npz.files}
-        specs = {s["name"]: _spec(s) for s in manifest["specs"]}
-        plan = MemoryPlan(manifest["plan"]["slot_of"], manifest["plan"]["slot_bytes"], manifest["plan"]["naive_bytes"])
-        model = cls(manifest["name"], [_spec(s) for s in manifest["inputs"]], [_spec(s) for s in manifest["outputs"]],
-                    specs, calls, kernels, constants, plan, manifest.get("stats", {}),
-                    manifest.get("index_bounds", {}), kind,
-                    complex_io=frozenset(manifest.get("complex_io", ())))
+            model = PackReader(path, z).model(cls)
         model._pack = path
         return model
 
 
-def _read_reference(path: Path):
-    """The model graph kept in an .akgpack (REFERENCE_GRAPH), or InputError saying why not."""
-    from akg.errors import AkgError
-    from akg.graph.io import parse_mir
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            names = set(z.namelist())
-            if REFERENCE_GRAPH not in names:
-                try:
-                    missing = json.loads(z.read("manifest.json")).get("reference", {}).get("missing")
-                except (KeyError, ValueError, AttributeError):
-                    missing = None
-                raise InputError(f"{path}: the pack carries no copy of its model's graph ("
-                                 + (missing or "it was written by `akg compile --no-reference`, by an older "
-                                    "akg, or from the Python API without setting `reference`") + ")")
-            text = z.read(REFERENCE_GRAPH).decode()
-            weights = {}
-            if REFERENCE_WEIGHTS in names:
-                with np.load(io.BytesIO(z.read(REFERENCE_WEIGHTS)), allow_pickle=False) as npz:
-                    weights = {k: npz[k] for k in npz.files}
-    except (OSError, zipfile.BadZipFile, UnicodeDecodeError, ValueError) as e:
-        raise ImportFormatError(f"{path}: cannot read the pack's reference graph: {e}") from None
-    try:
-        return parse_mir(text, f"{path}:{REFERENCE_GRAPH}", weights=weights)
-    except AkgError as e:
-        raise ImportFormatError(f"{path}: the pack's reference graph is unreadable: {e}") from None
+def one_line(e: BaseException) -> str:
+    """An error's message on one line, at most 300 characters."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def check_index_bounds(name: str, a: np.ndarray, bound: int | None) -> None:
@@ -533,10 +523,6 @@ def check_index_bounds(name: str, a: np.ndarray, bound: int | None) -> None:
 
 def _spec_json(s: TensorSpec) -> dict:
     return {"name": s.name, "shape": list(s.shape), "dtype": s.dtype}
-
-
-def _spec(d: dict) -> TensorSpec:
-    return TensorSpec(d["name"], tuple(d["shape"]), d["dtype"])
 
 
 def _npz(arrays: Mapping[str, np.ndarray]) -> bytes:
