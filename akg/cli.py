@@ -406,6 +406,10 @@ def compile_cmd(model: Path, target: str, show_source: bool, show_asm: bool, out
     as_pack = not _is_kernel_file(model) or (out_dir is not None and out_dir.suffix == ".akgpack")
     target_path = None
     if out_dir is not None:  # checked before compiling, not after
+        if as_pack and (out_dir.is_dir() or out_dir.suffix not in ("", ".akgpack")):
+            what = "is a folder" if out_dir.is_dir() else f"ends in {out_dir.suffix}"
+            raise click.BadParameter(f"{out_dir} {what}: a model compiles into one .akgpack file "
+                                     f"(-o {out_dir.with_suffix('.akgpack').name})", param_hint="-o")
         target_path = out_dir if out_dir.suffix == ".akgpack" or not as_pack else out_dir.with_suffix(".akgpack")
         writable(target_path, folder=not as_pack)
     graph = load_model(model)

@@ -108,6 +108,7 @@ def tune_cmd(model: Path, target: str, trials: int, db_url: str | None, timeout:
     database = open_database(db_url)
     where = database_name(database, db_url)
     tasks: dict[str, object] = {}  # workload key -> the tuner's task, as progress reports them
+    first_error: dict[str, str] = {}  # kernel name -> the first failure's message
     failures = 0
     started = time.perf_counter()
 
@@ -115,6 +116,9 @@ def tune_cmd(model: Path, target: str, trials: int, db_url: str | None, timeout:
         nonlocal failures
         tasks[task.key] = task
         failed = sum(1 for r in results if str(r.status) != "ok")
+        for r in results:
+            if str(r.status) != "ok" and getattr(r, "error", ""):
+                first_error.setdefault(task.name, f"{r.status}: {' '.join(str(r.error).split())[:200]}")
         failures += failed
         best = task.best
         state, default = default_trial(task)
@@ -152,6 +156,15 @@ def tune_cmd(model: Path, target: str, trials: int, db_url: str | None, timeout:
     if result.interrupted:
         click.echo("interrupted: every measurement so far is saved; run the same command to resume")
         raise SystemExit(130)
+    broken = [k for k in result.kernels if k.best_cost is None and k.trials and k.failures == k.trials]
+    if broken:  # a nightly job must not pass on a model whose kernels cannot be built or run at all
+        from akg.errors import CompileError
+
+        for k in broken:
+            click.echo(f"  {k.name}: {first_error.get(k.name, 'see `akg db ls` for the failures')}", err=True)
+        raise CompileError(f"{len(broken)} of {len(result.kernels)} kernel(s) failed every config measured "
+                           f"({', '.join(k.name for k in broken)}): the model cannot be compiled for {target_} "
+                           "as it is")
 
 
 def _summary(model: Path, target, database, where: str, result, tasks: dict) -> None:

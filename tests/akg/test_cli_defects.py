@@ -303,6 +303,29 @@ def test_compile_into_a_missing_folder_writes_the_pack(capsys, models, tmp_path)
     assert out.exists() and f"wrote {out}" in stdout
 
 
+def test_compile_writes_the_pack_it_is_told_or_says_why_not(capsys, models, tmp_path):
+    # `-o o.txt` wrote o.akgpack, and `-o FOLDER` FOLDER.akgpack beside it, without a word
+    for out, what in [(tmp_path / "o.txt", "ends in .txt"), (tmp_path, "is a folder")]:
+        code, _, err = _run(capsys, "compile", models / "pair.mir", "-o", out, "--db", tmp_path / "t.db")
+        assert code == 2 and what in _usage_error(err) and "akgpack" in _usage_error(err)
+    assert not list(tmp_path.parent.glob("*.akgpack")) and not list(tmp_path.glob("*.akgpack"))
+    code, stdout, _ = _run(capsys, "compile", models / "pair.mir", "-o", tmp_path / "pair", "--db", tmp_path / "t.db")
+    assert code == 0 and f"wrote {tmp_path / 'pair.akgpack'}" in stdout  # no suffix: the pack's is added
+
+
+def test_tune_fails_when_a_kernel_fails_every_config(capsys, tmp_path):
+    # every trial failed (here: no NPU instruction for an integer division) and `akg tune` said
+    # "raise --trials" and exited 0, so a nightly job passed on a model it cannot compile
+    b = GraphBuilder("intdiv")
+    b.output(b.div(b.input("x", (17,), "int32"), b.input("y", (17,), "int32")))
+    save_mir(b.build(), tmp_path / "intdiv.mir")
+    code, _, err = _run(capsys, "tune", tmp_path / "intdiv.mir", "--target", "npu", "--trials", "2",
+                        "--db", tmp_path / "t.db")
+    assert code == 5, err
+    assert "failed every config measured (intdiv.k0_div)" in err.splitlines()[-1]
+    assert "intdiv.k0_div: build_error:" in err  # the first failure's reason
+
+
 def test_unwritable_outputs_are_refused_before_compiling(capsys, models, examples_dir, tmp_path, monkeypatch):
     import akg.api
 
