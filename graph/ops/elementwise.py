@@ -209,12 +209,15 @@ def _unary_compute(ctx, x):
 
 @defcompute("relu")
 def _relu_compute(ctx, x):
-    return _map(ctx, lambda v: call("max", v, const(0, v.dtype)), x)
+    # max(0, v), not max(v, 0): LLVM lowers TIR's max to `a > b ? a : b`, so a NaN stays NaN
+    # (as the reference has it) only as the second operand; the same one vmaxps either way.
+    # (CUDA C's fmaxf returns the number: on a GPU relu(NaN) is 0.)
+    return _map(ctx, lambda v: call("max", const(0, v.dtype), v), x)
 
 
 @defcompute("relu6")
 def _relu6_compute(ctx, x):
-    return _map(ctx, lambda v: call("min", call("max", v, const(0, v.dtype)), const(6, v.dtype)), x)
+    return _map(ctx, lambda v: call("min", const(6, v.dtype), call("max", const(0, v.dtype), v)), x)  # NaN: as relu
 
 
 @defcompute("reciprocal")
@@ -226,8 +229,8 @@ def _reciprocal_compute(ctx, x):
 def _sign_compute(ctx, x):
     def sign(v):
         zero = const(0, v.dtype)
-        return select(call("gt", v, zero), const(1, v.dtype),
-                      select(call("lt", v, zero), const(-1, v.dtype), zero))
+        rest = select(call("isnan", v), v, zero) if is_float(v.dtype) else zero  # sign(NaN) is NaN
+        return select(call("gt", v, zero), const(1, v.dtype), select(call("lt", v, zero), const(-1, v.dtype), rest))
     return _map(ctx, sign, x)
 
 
@@ -305,17 +308,23 @@ def _cast_compute(ctx, x, to, saturate=False):
                 v = select(call("isnan", v), v, call("min", call("max", v, const(-top, "float32")),
                                                         const(top, "float32")))
             if to == "bool":
-                return call("ne", v, const(0, "float32"))
+                return _nonzero(v)
             return _float_to_unsigned_expr(v, to) if to in _UNSIGNED else cast_expr(to, v)
         return _map(ctx, store, x)
     if to == "bool":
-        return _map(ctx, lambda v: call("ne", v, const(0, v.dtype)), x)
+        return _map(ctx, _nonzero, x)
     if is_float(x.dtype) and to in _UNSIGNED:
         return _map(ctx, lambda v: _float_to_unsigned_expr(v, to), x)
     return _map(ctx, lambda v: cast_expr(to, v), x)
 
 
 _UNSIGNED = ("uint8", "uint16", *_WRAPPED_UNSIGNED)
+
+
+def _nonzero(v):
+    """v != 0 as a cast to bool: true for NaN (an ordered compare is false there)."""
+    ne = call("ne", v, const(0, v.dtype))
+    return call("or", ne, call("isnan", v)) if is_float(v.dtype) else ne
 
 
 def _float_to_unsigned_expr(v, to):

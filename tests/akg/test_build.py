@@ -82,6 +82,21 @@ def test_comparisons_of_bools(check_kernel):
     check_kernel(graph(body))
 
 
+def test_nans_pass_through_relu_sign_and_casts_to_bool():
+    # relu(NaN) was 0 (TIR's max(v, 0) is `v > 0 ? v : 0`), sign(NaN) 0, bool(NaN) false
+    from akg.graph import evaluate
+
+    x = np.array([[np.nan, -0.0, 0.0, 2.0, -3.0, np.inf, -np.inf, 7.5]] * 4, np.float32)
+
+    def body(b):
+        v = b.input("x", x.shape)
+        b.output(b.relu(v), b.relu6(v), b.sign(v), b.cast(v, to="bool"), b.relu(b.matmul(v, b.input("w", (8, 8)))))
+    g = graph(body)
+    inputs = {"x": x, "w": np.eye(8, dtype=np.float32)}
+    for got, want in zip(akg.build(g)(**inputs), evaluate(g, inputs)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_casts_and_special_values(check_kernel):
     def body(b):
         x = b.input("x", (4, 5))
