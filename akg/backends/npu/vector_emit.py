@@ -314,6 +314,8 @@ class _Emitter:
                     a = self.as_ref(a, dtype)
                 else:
                     return into((Opd("num", dtype, value=val), 0))
+            if op == "max" and a[0].kind == "num" and a[0].value == 0 and b[0].kind == "ref":
+                a, b = b, a  # relu is max(0, v) (graph/ops/elementwise.py)
             if op == "max" and b[0].kind == "num" and b[0].value == 0 and a[0].kind == "ref":
                 a = self.as_ref(a, dtype)
                 t = target()
