@@ -373,11 +373,15 @@ def _save_outputs(path: Path | None, names, outputs) -> None:
     if path is not None:
         make_parent(path)
         written = path if path.suffix == ".npz" else path.with_name(path.name + ".npz")  # as np.savez names it
-        try:
-            np.savez(written, **dict(zip(names, outputs)))
+        from akg.graph.types import is_storage
+
+        widened = [n for n, a in zip(names, outputs) if is_storage(str(a.dtype))]
+        try:  # .npz has no bfloat16 or float8: NumPy would write raw bytes (|V2), losing the type
+            np.savez(written, **{n: a.astype(np.float32) if n in widened else a for n, a in zip(names, outputs)})
         except OSError as e:
             raise _write_error(written, e) from None
-        click.echo(f"wrote {written}")
+        click.echo(f"wrote {written}" + (f" ({', '.join(widened)} as float32, exactly: .npz has no "
+                                         f"{outputs[names.index(widened[0])].dtype})" if widened else ""))
 
 
 @cli.command("compile")

@@ -326,6 +326,24 @@ def test_tune_fails_when_a_kernel_fails_every_config(capsys, tmp_path):
     assert "intdiv.k0_div: build_error:" in err  # the first failure's reason
 
 
+def test_bfloat16_outputs_are_written_as_float32(capsys, tmp_path):
+    # np.savez wrote a bfloat16 array as raw bytes (|V2): the type was lost
+    import ml_dtypes
+
+    b = GraphBuilder("half")
+    b.output(b.cast(b.input("x", (4,)), to="bfloat16", name="y"))
+    save_mir(b.build(), tmp_path / "half.mir")
+    code, stdout, err = _run(capsys, "run", tmp_path / "half.mir", "--target", "cpu", "-o", tmp_path / "out.npz")
+    assert code == 0, err
+    assert "y as float32, exactly" in stdout
+    from akg.graph.interpreter import random_inputs
+
+    x = random_inputs(b.build(), 0)["x"]  # `akg run`'s inputs (seed 0)
+    with np.load(tmp_path / "out.npz") as out:
+        assert out["y"].dtype == np.float32
+        assert np.array_equal(out["y"], x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
 def test_unwritable_outputs_are_refused_before_compiling(capsys, models, examples_dir, tmp_path, monkeypatch):
     import akg.api
 
