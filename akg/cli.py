@@ -533,6 +533,9 @@ def grad(model: Path, loss: str, wrt: str, optimizer: str | None, lr: float | No
     graph = load_model(model)
     if optimizer is None:
         result = grad_graph(graph, loss, names)
+        if len(result.outputs) == 1:  # nothing to differentiate: say so rather than write the loss alone
+            raise InputError(f"the loss %{loss} depends on no trainable parameter (float constant) of {model.name}: "
+                             "name the values to differentiate with --wrt")
         _save_mir(save_mir, result, output_path)
         console.print(f"wrote {output_path}: outputs %{loss} and {len(result.outputs) - 1} gradient(s)")
         for v in result.outputs[1:]:

@@ -176,6 +176,15 @@ def test_grad_errors_are_typed_one_liners(capsys, examples_dir, tmp_path, args, 
     assert not (tmp_path / "o.mir").exists()
 
 
+def test_grad_of_a_loss_that_depends_on_no_parameter_is_an_error(capsys, tmp_path):
+    # it wrote the loss alone ("0 gradient(s)") and exited 0
+    (tmp_path / "m.mir").write_text("graph @g(%x: f32[5]) {\n  %h = mul(%x, %x) : f32[5]\n"
+                                    "  %l = sum(%h) : f32[]\n  return %l\n}\n")
+    got, _, err = _run(capsys, "grad", str(tmp_path / "m.mir"), "--loss", "l", "-o", str(tmp_path / "o.mir"))
+    assert got == 3 and "depends on no trainable parameter" in err and "--wrt" in err
+    assert not (tmp_path / "o.mir").exists()
+
+
 @pytest.mark.parametrize("module", ["akg.cli", "akg.cli_tuning", "akg.cli_report"])
 def test_each_command_module_imports_first_in_a_fresh_interpreter(module):
     # akg.cli registers the other command modules when it loads; one imported first must not
