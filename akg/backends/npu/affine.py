@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from akg.backends.npu.errors import NpuMappingError
+from akg.backends.npu.errors import NpuMappingError, NpuUnsupportedError
 
 
 def _affine(e, where: str) -> tuple[dict, int]:
@@ -42,7 +42,20 @@ def _affine(e, where: str) -> tuple[dict, int]:
     if isinstance(e, (tirx.FloorDiv, tirx.FloorMod, tirx.Div, tirx.Mod)) and isinstance(e.b, tirx.IntImm) \
             and int(e.b.value) > 0:
         return _divided(e, _affine(e.a, where), int(e.b.value), where)
+    if _reads_tensor(e):  # data-dependent indexing (a gather's or a scatter's index)
+        raise NpuUnsupportedError(f"{where}: index {e} reads a tensor (data-dependent indexing is not supported "
+                                  f"yet)")
     raise NpuMappingError(f"{where}: index {e} is not affine in the loops (not supported yet)")
+
+
+def _reads_tensor(e) -> bool:
+    """Whether an index expression loads from a tensor."""
+    if _is_load(e):
+        return True
+    if type(e).__name__ == "Call":
+        return any(_reads_tensor(a) for a in e.args)
+    return any(_reads_tensor(getattr(e, k)) for k in ("a", "b", "value", "condition", "true_value", "false_value")
+               if hasattr(e, k))
 
 
 # the extents of the loops of the function being translated (Var -> extent), from its parse

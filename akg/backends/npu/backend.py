@@ -22,12 +22,14 @@ Translation (`translate`):
   pipe is next touched on another (`insert_syncs`): within an iteration, and across
   iterations of a loop with flags set before the loop and waited for after it.
 
-What it cannot map yet raises `CompileError` naming the statement and the reason.
+What it cannot map yet raises `CompileError` naming the statement and the reason (an
+`UnsupportedError` where the kernel uses a feature the NPU does not take: a dtype, an op
+without an instruction, data-dependent control flow or indexing, zero-size tensors).
 
 The stages live in modules of their own: `parse` (the TIR as loops, regions and statements),
-`affine` (index expressions), `boxes` (UB layouts), `vector` and `vector_emit` (statements
-and expressions -> vector instructions), `syncs` (flags between pipes), `translator` (the
-program); this module holds `translate` and the backend."""
+`affine` (index expressions), `boxes` (UB layouts), `dmas` (GM <-> UB copies of the boxes),
+`vector` and `vector_emit` (statements and expressions -> vector instructions), `syncs` (flags
+between pipes), `translator` (the program); this module holds `translate` and the backend."""
 
 from __future__ import annotations
 

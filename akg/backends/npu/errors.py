@@ -2,11 +2,13 @@
 the rule. They are compile errors: a program that breaks a rule of the machine is a fault of
 the code generator, except a tiling too big for a buffer, which is an illegal config that the
 tuner counts and skips (`NpuCapacityError` is also a `ScheduleError`). `NpuMappingError` is
-a kernel (statement) the backend cannot map yet."""
+a kernel (statement) the backend cannot map yet; `NpuUnsupportedError` one that uses a feature the
+NPU does not take at all yet (a dtype, an op without an instruction, data-dependent control flow
+or indexing, zero-size tensors): valid input, an `UnsupportedError` (exit 4)."""
 
 from __future__ import annotations
 
-from akg.errors import CompileError, ScheduleError
+from akg.errors import CompileError, ScheduleError, UnsupportedError
 
 
 class NpuSimError(CompileError):
@@ -47,6 +49,14 @@ class NpuSyncError(NpuSimError):
 
 class NpuMappingError(CompileError):
     """A kernel (statement) the NPU backend cannot map yet."""
+
+
+class NpuUnsupportedError(UnsupportedError, NpuMappingError):
+    """A kernel that uses a feature the NPU backend does not take (yet): a dtype outside the
+    NPU's, an op without a vector instruction or expansion, a guarded statement, an index that
+    reads a tensor, a zero-size tensor. Valid input akg does not handle on this target
+    (`UnsupportedError`, exit 4); still an `NpuMappingError`, so a layout that raises it makes
+    way for the next and callers that catch compile errors catch it."""
 
 
 class NpuCubePrecisionError(NpuMappingError):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from akg.backends.npu.affine import (_FLATS, _LOOP_RANGES, _LOOP_SPLITS, _affine, _buf, _divided_terms, _divisions,
                                      _index_vars)
-from akg.backends.npu.errors import NpuMappingError
+from akg.backends.npu.errors import NpuMappingError, NpuUnsupportedError
 
 
 @dataclass
@@ -131,7 +131,7 @@ def _parse_region(stmt, loops: list, name: str, parallel: bool = False) -> list:
         elif isinstance(s, (tirx.AllocBuffer, tirx.Evaluate)):
             continue
         elif isinstance(s, tirx.IfThenElse):
-            raise NpuMappingError(f"{name}: a guarded statement (if {s.condition}) is not supported yet")
+            raise NpuUnsupportedError(f"{name}: a guarded statement (if {s.condition}) is not supported yet")
         else:
             raise NpuMappingError(f"{name}: {type(s).__name__} in a tile region is not supported yet")
         parallel = False

@@ -14,7 +14,8 @@ import numpy as np
 from akg.backends.npu.affine import (_FLATS, _LOOP_RANGES, _LOOP_SPLITS, _access_forms, _affine, _bounds_test, _buf,
                                      _is_load, _same_coeffs)
 from akg.backends.npu.boxes import Local, Window, _Flat
-from akg.backends.npu.errors import NpuMappingError
+from akg.backends.npu.dmas import box_dmas
+from akg.backends.npu.errors import NpuMappingError, NpuUnsupportedError
 from akg.backends.npu.parse import Nest, Region, TopLoop, _dt, _loads, _mark_parts, _nests, _parse_top
 from akg.backends.npu.reuse import drop_recomputed, fold_initial_values
 from akg.backends.npu.syncs import HALF, Compound, SyncPass, _compound
@@ -123,11 +124,14 @@ class Translator:
         func = self.func
         for p in func.params:
             buf = p
+            shape = tuple(int(s) for s in buf.shape)
+            if any(n <= 0 for n in shape):
+                raise NpuUnsupportedError(f"{self.name}: tensor '{buf.name}' has shape {shape}: zero-size tensors "
+                                          f"are not supported on the NPU")
             if _npu_dtype(buf.dtype) not in NPU_DTYPES:
-                raise NpuMappingError(f"{self.name}: tensor '{buf.name}' is {buf.dtype}; the NPU computes in "
-                                      f"{', '.join(NPU_DTYPES)} (not supported yet)")
-            gm = isa.Buffer(isa.Scope.GM, self._ident(buf.name), tuple(int(s) for s in buf.shape) or (1,),
-                            _npu_dtype(buf.dtype))
+                raise NpuUnsupportedError(f"{self.name}: tensor '{buf.name}' is {buf.dtype}; the NPU computes in "
+                                          f"{', '.join(NPU_DTYPES)} (not supported yet)")
+            gm = isa.Buffer(isa.Scope.GM, self._ident(buf.name), shape or (1,), _npu_dtype(buf.dtype))
             self.params[buf.name] = gm
             self.param_order.append(gm)
         ranges, splits, flats = _LOOP_RANGES.set({}), _LOOP_SPLITS.set({}), _FLATS.set({})
@@ -165,7 +169,7 @@ class Translator:
         name = tir_buffer.name
         if name not in self.params:
             if _npu_dtype(tir_buffer.dtype) not in NPU_DTYPES:
-                raise NpuMappingError(f"{self.name}: tensor '{name}' is {tir_buffer.dtype} (not supported yet)")
+                raise NpuUnsupportedError(f"{self.name}: tensor '{name}' is {tir_buffer.dtype} (not supported yet)")
             gm = isa.Buffer(isa.Scope.GM, self._ident(name) + "_ws", tuple(int(s) for s in tir_buffer.shape) or (1,),
                             _npu_dtype(tir_buffer.dtype))
             self.params[name] = gm
@@ -248,7 +252,7 @@ class Translator:
             from akg.backends.npu.cube import cube_region
 
             return cube_region(self, region, half, kt, where)
-        state = (self.ub_offset, len(self.buffers), self.counter)
+        state = (self.ub_offset, len(self.buffers), self.counter, len(self.workspaces))
         # layouts tried in turn: unpadded (every statement one contiguous range: rows of a
         # few elements need no 32-byte padding), the innermost dim of more than one element
         # padded (trailing unit dims are not rows), then the last dim padded whatever its size;
@@ -277,8 +281,14 @@ class Translator:
             self.fold_rows = True
 
     def _restore(self, state) -> None:
+        """Back to `state`: UB offset, local buffers, names and GM workspaces (a failed layout's
+        are dropped; an intermediate's is made again by `_gm` when needed)."""
         self.ub_offset, self.counter = state[0], state[2]
         del self.buffers[state[1]:]
+        dropped = {id(w) for w in self.workspaces[state[3]:]}
+        del self.workspaces[state[3]:]
+        for name in [n for n, b in self.params.items() if id(b) in dropped]:
+            del self.params[name]
 
     def _region_tiles(self, region: Region, half, where: str, state) -> list:
         """A vector region in the current layout; past the UB, its largest reduction loop in
@@ -687,69 +697,8 @@ class Translator:
         return max(acc, 1)
 
     def _dma(self, loc: Local, gm, into: bool, half):
-        """GM <-> UB copies of a box: dims merged where both sides are contiguous, at most 3
-        per DMA (outer dims as a loop)."""
-        isa = self.isa
-        gstrides = list(isa.contiguous_strides(gm.shape)) if gm.shape else [1]
-        gconst = 0
-        if loc.view is not None:  # a window unfolded: the view's dims over the tensor's
-            gstrides, gconst = loc.view.gm(gstrides)
-        order = list(loc.perm) if loc.perm is not None else list(range(len(loc.sizes)))
-        sizes, starts, shift = list(loc.sizes), [l for _o, l in loc.lo], 0
-        if into and loc.view is None:
-            # a box that reaches past the tensor (the unchosen branch of a select: `c < 4 ?
-            # a[c] : b[c - 4]`) brings in only the part inside it, where the box does not move
-            # with the outer loops; the lanes outside are never chosen
-            for d, ((outer, lo), size) in enumerate(zip(loc.lo, loc.sizes)):
-                if outer or d >= len(gm.shape):
-                    continue
-                start, end = max(lo, 0), min(lo + size, gm.shape[d])
-                if (start, end) != (lo, lo + size) and end > start:
-                    sizes[d], starts[d] = end - start, start
-                    shift += (start - lo) * loc.strides[d]
-        dims = [(sizes[d], gstrides[d], loc.strides[d]) for d in order if sizes[d] > 1]
-        merged = []
-        for n, gs, ls in dims:
-            if merged and merged[-1][1] == gs * n and merged[-1][2] == ls * n:
-                pn, _pg, _pl = merged[-1]
-                merged[-1] = (pn * n, gs, ls)
-            else:
-                merged.append((n, gs, ls))
-        if not merged:
-            merged = [(1, 1, 1)]
-        gbase = isa.Affine(gconst)
-        for (o, _l), l, gs in zip(loc.lo, starts, gstrides):
-            gbase = gbase + self.iaff(o, l) * gs
-        lbase = isa.Affine(shift)
-        if loc.halves:
-            lbase = lbase + isa.var(half) * loc.slot_elems
-        loops, loops_dims = [], []
-        while len(merged) > 3:
-            n, gs, ls = merged.pop(0)
-            loops_dims.append((n, gs, ls))
-            v = self.fresh("d")
-            loops.append((v, n))
-            gbase = gbase + isa.var(v) * gs
-            lbase = lbase + isa.var(v) * ls
-        shape = tuple(n for n, _, _ in merged)
-        gsd = tuple(g for _, g, _ in merged)
-        lsd = tuple(l for _, _, l in merged)
-        if self.dense and any(n > 1 and ls != 1 and (ls * loc.buffer.itemsize) % self.spec.vector_block_bytes
-                              for n, _g, ls in merged + loops_dims):
-            raise _NotDense()
-        ub = loc.buffer.ref(lbase)
-        g = gm.ref(gbase)
-        slot = (loc.buffer.name, HALF if loc.halves else None)
-        if into:
-            instr = isa.Dma(g, ub, shape, gsd, lsd)
-            rec = ("acc", instr, [(gm.name, None)], [slot])
-        else:
-            instr = isa.Dma(ub, g, shape, lsd, gsd)
-            rec = ("acc", instr, [slot], [(gm.name, None)])
-        for v, n in reversed(loops):
-            instr = isa.Loop(v, n, (instr,))
-            rec = ("acc", instr, rec[2], rec[3])
-        return [rec]
+        """GM <-> UB copies of a box (`dmas.box_dmas`)."""
+        return box_dmas(self, loc, gm, into, half)
 
 
 def _reduction_loop(items, where: str):

@@ -326,6 +326,7 @@ class _Compute:
                 raise NpuMappingError(f"{where}: a reduction over a strided operand of '{o.buffer.name}' "
                                       f"(not supported yet)")
         n, merged, rest = self._geometry(nest.loops, vec, [dst, *loads])
+        rest = self._results_inside(rest, dst, loads, nest.store, where)
         if rest and dst.coeffs.get(rest[-1][0], 0) == 1:  # contiguous results: dst written as a vector
             if self.tr.dense:
                 raise _NotDense()
@@ -334,6 +335,7 @@ class _Compute:
                 self._dense_ok(rest, vec, [Opd("num", dst.dtype), *loads])
         else:
             self._dense_ok(rest, vec, [dst, *loads])
+            self._aligned_results(rest, dst, where)
         if rest and dst.coeffs.get(rest[-1][0], 0) == 1:
             rows = self._reduction_rows(rest, vec, n, dst, loads)
             if rows:
@@ -376,6 +378,40 @@ class _Compute:
         emit.reduce(op, src, opmap, dstb)
         return self._wrap(emit.records, rest, names)
 
+
+    def _aligned_results(self, rest, dst, where) -> None:
+        """A reduction's results written one at a time (each the destination of a vector
+        instruction) must each start a 32-byte block: a typed refusal naming the statement
+        where one would not (the padded layout gives a result a block only along a dim that
+        its box pads; `_results_inside` writes contiguous results as a vector instead)."""
+        block = self.spec.block_elements(np.dtype(dst.dtype).itemsize)
+        bad = [v for v, e in rest if e > 1 and dst.coeffs.get(v, 0) % block]
+        if bad or dst.base.const % block or any(c % block for _v, c in dst.base.terms):
+            along = f" along loop {bad[0]}" if bad else ""
+            raise NpuMappingError(f"{where}: a reduction whose results are written one at a time{along} at "
+                                  f"addresses that are no {self.spec.ub_alignment}-byte boundary (not supported yet)")
+
+    def _results_inside(self, rest, dst, loads, store, where) -> list:
+        """The outer loops of a reduction whose results are contiguous along a loop outside
+        another summed loop (`acc[c] += x[n, c, w]` over (c, n) around the vector loop w, a
+        mean over axes (0, 2)): that loop moved innermost, so that the results are written as
+        a vector (`reduction`'s contiguous results) rather than one element at a time, each at
+        an address that is no 32-byte boundary. Each result keeps its order of updates: the
+        statement writes only its destination, which it reads at the element it writes, and
+        the loops moved over do not index it."""
+        if len(rest) < 2 or dst.coeffs.get(rest[-1][0], 0):
+            return rest
+        found = [k for k, (v, e) in enumerate(rest) if e > 1 and dst.coeffs.get(v, 0) == 1 and
+                 all(o.coeffs.get(v, 0) >= 0 for o in loads) and
+                 not any(dst.coeffs.get(w, 0) for w, _f in rest[k + 1:])]
+        if not found:
+            return rest
+        store_forms = [_affine(i, where) for i in store.indices]
+        for ld in _loads(store.value):
+            if ld.source.same_as(store.buffer) and [_affine(i, where) for i in ld.indices] != store_forms:
+                return rest
+        k = found[-1]
+        return rest[:k] + rest[k + 1:] + [rest[k]]
 
     def _reduction_rows(self, rest, vec, n, dst, loads) -> int:
         """Rows of a row reduction (contiguous results: one value per row of the innermost

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from akg.backends.npu.affine import _is_load
-from akg.backends.npu.errors import NpuMappingError
+from akg.backends.npu.errors import NpuMappingError, NpuUnsupportedError
 from akg.backends.npu.parse import _dt, _key
 from akg.backends.npu.rowblocks import block_rows_cost, block_rows_op
 
@@ -260,7 +260,7 @@ class _Emitter:
         if dtype == "bool":
             return self._bool_value(expr, opmap, dst)
         if dtype not in NPU_DTYPES:
-            raise NpuMappingError(f"{self.where}: a {dtype} value (not supported yet)")
+            raise NpuUnsupportedError(f"{self.where}: a {dtype} value (not supported yet)")
 
         def into(res):
             """Make sure the result lands in dst when one is given."""
@@ -339,12 +339,13 @@ class _Emitter:
         if name == "Call":
             opname = _UNARY_CALLS.get(expr.op.name)
             if opname is None:
-                raise NpuMappingError(f"{self.where}: '{expr.op.name}' has no NPU vector instruction (not supported yet)")
+                raise NpuUnsupportedError(
+                    f"{self.where}: '{expr.op.name}' has no NPU vector instruction (not supported yet)")
             a = self.as_ref(self.evaluate(expr.args[0], opmap, None), dtype)
             t = target()
             self.op(opname, t, [a])
             return (t, 1)
-        raise NpuMappingError(f"{self.where}: {name} has no NPU vector instruction (not supported yet)")
+        raise NpuUnsupportedError(f"{self.where}: {name} has no NPU vector instruction (not supported yet)")
 
     def _cast_broadcast(self, src, dtype: str):
         """A broadcast operand (one value, or one per row) cast on its own values, not on a
@@ -474,7 +475,8 @@ class _Emitter:
             return self._compare(kind, cond.a, cond.b, opmap, dtype)
         if kind == "Call" and str(cond.op.name) in ("tirx.isnan", "tirx.isinf", "tirx.isfinite"):
             return self._classify(str(cond.op.name).split(".")[-1], cond.args[0], opmap, dtype)
-        raise NpuMappingError(f"{self.where}: the bool value `{cond}` has no NPU vector mapping (not supported yet)")
+        raise NpuUnsupportedError(f"{self.where}: the bool value `{cond}` has no NPU vector mapping "
+                                  f"(not supported yet)")
 
     def _classify(self, test: str, arg, opmap, dtype: str):
         """isnan(x) as x != x (only NaN differs from itself), isinf(x) as |x| == inf and
@@ -527,7 +529,7 @@ class _Emitter:
         1 - x, mul, max), then one `sel` per chunk; a lane reads only the branch it takes, so a
         NaN or inf in the other branch stays out."""
         if dtype not in NPU_DTYPES:
-            raise NpuMappingError(f"{self.where}: a {dtype} select (not supported yet)")
+            raise NpuUnsupportedError(f"{self.where}: a {dtype} select (not supported yet)")
         tv = self.evaluate(tv_e, opmap, None)
         fv = self.evaluate(fv_e, opmap, None)
         ind = self.indicator(cond, opmap, dtype)

@@ -90,6 +90,42 @@ def test_unmappable_kernels_raise_typed_errors():
         akg.build(g, target="npu")
 
 
+def test_unsupported_features_are_unsupported_errors():
+    """A feature the NPU does not take (an op without an instruction, a dtype outside the
+    NPU's, data-dependent indexing, zero-size tensors) is an UnsupportedError (exit 4) naming
+    the kernel; it stays a CompileError for callers that catch those."""
+    from akg.backends.npu.errors import NpuMappingError
+    from akg.errors import UnsupportedError
+
+    cases = [
+        (graph(lambda b: b.output(b.op("sin", b.input("t", (32, 48))))), "'tirx.sin' has no NPU vector instruction"),
+        (graph(lambda b: b.output(b.cast(b.input("x", (4, 5)), to="int8"))), "is int8; the NPU computes in"),
+        (graph(lambda b: b.output(b.op("gather", b.input("x", (8, 16)), b.input("i", (5,), "int32"), axis=0))),
+         r"index i\[c0\] reads a tensor \(data-dependent indexing is not supported yet\)"),
+    ]
+    for g, message in cases:
+        with pytest.raises(UnsupportedError, match=message) as info:
+            akg.build(g, target="npu")
+        assert isinstance(info.value, NpuMappingError) and isinstance(info.value, CompileError)
+        assert info.value.exit_code == 4
+
+
+def test_zero_size_tensors_are_refused_naming_the_kernel():
+    """/tmp/fuzz/legal/concat.mir and /tmp/fuzz/wr/zeroreduce.mir: an input of shape (3, 0) was an
+    NpuProgramError about a buffer (`shape (3, 0) must be non-empty and positive`, no kernel)."""
+    from akg.errors import UnsupportedError
+
+    def concat(b):
+        x, y, z = b.input("x", (3, 1)), b.input("y", (3, 0)), b.input("z", (3, 17))
+        b.output(b.concat(x, y, z, axis=1))
+
+    for build, kernel, tensor in [(concat, "k", "y"),
+                                  (lambda b: b.output(b.op("sum", b.input("x", (3, 0)), axes=[1])), "k", "x")]:
+        with pytest.raises(UnsupportedError, match=rf"^{kernel}[^:]*: tensor '{tensor}' has shape \(3, 0\): zero-size "
+                                                   rf"tensors are not supported on the NPU$"):
+            akg.build(graph(build), target="npu")
+
+
 def test_rows_fold_into_strided_repeats():
     """Per-row statements of a tile of many short rows: one instruction per repeat-wide chunk
     of the row with repeat = rows (operands at their row strides, per-row values broadcast

@@ -138,3 +138,51 @@ def test_divided_index_past_its_divisor_is_a_typed_error():
             _affine(tirx.FloorDiv(i, 16), "t")
     finally:
         _LOOP_RANGES.reset(token)
+
+
+def reduce_graph(shape, op, axes, keepdims=False, dtype="float32"):
+    return graph(lambda b: b.output(b.op(op, b.input("x", shape, dtype), axes=axes, keepdims=keepdims)))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: reduce_graph((3, 17, 5), "mean", [0, 2]),
+    lambda: reduce_graph((3, 17, 5), "mean", [0, 2], keepdims=True),
+    lambda: reduce_graph((4, 17, 6, 6), "sum", [0, 2, 3]),
+    lambda: reduce_graph((3, 17, 5), "sum", [0, 2], dtype="float16"),
+    lambda: reduce_graph((2, 40, 9), "max", [0, 2]),
+    lambda: reduce_graph((3, 17, 5, 4), "mean", [0, 2]),
+], ids=["mean_axes_0_2", "mean_keepdims", "batch_norm_stats", "sum_fp16", "max", "mean_4d"])
+def test_results_kept_between_summed_axes_are_written_as_a_vector(make):
+    """A reduction over axes around the kept one (`acc[c] += x[n, c, w]`, /tmp/fuzz/legal/
+    sumall.mir's mean over axes (0, 2)) wrote its results one element at a time, each the
+    destination of a vector instruction at an address that is no 32-byte boundary. The kept
+    axis's loop now goes inside the outer summed one: the results are one contiguous vector."""
+    k = check_npu(make())
+    k.target.backend().report(k.executable, races=True)
+
+
+def test_sum_all_max_keepdims_and_mean_of_one_graph():
+    """/tmp/fuzz/legal/sumall.mir as a builder graph, compiled as a model (one kernel each)."""
+    def build(b):
+        x = b.input("x", (3, 17, 5))
+        b.output(b.op("sum", x), b.op("max", x, keepdims=True), b.op("mean", x, axes=[0, 2]))
+
+    g = graph(build)
+    model = akg.compile(g, target="npu")
+    inputs = {"x": np.random.default_rng(0).standard_normal((3, 17, 5)).astype(np.float32)}
+    got = model(**inputs)
+    x = inputs["x"].astype(np.float64)
+    for out, want in zip(got, (x.sum(), x.max(keepdims=True), x.mean(axis=(0, 2)))):
+        np.testing.assert_allclose(np.asarray(out), want, rtol=1e-5, atol=1e-5)
+
+
+def test_results_one_element_apart_at_unaligned_addresses_are_a_typed_error(monkeypatch):
+    """Where the kept axis cannot go inside (here: forced), the per-element results would start
+    at no 32-byte boundary: a mapping error naming the statement, not an unaligned program."""
+    from akg.backends.npu.errors import NpuMappingError
+    from akg.backends.npu.vector import _Compute
+
+    monkeypatch.setattr(_Compute, "_results_inside", lambda self, rest, *args: rest)
+    with pytest.raises(NpuMappingError, match=r"statement `t0_sum\[...\] = ...`: a reduction whose results are "
+                                              r"written one at a time along loop c0"):
+        akg.build(reduce_graph((3, 17, 5), "mean", [0, 2]), target="npu")
