@@ -211,7 +211,7 @@ def _unary_compute(ctx, x):
 def _relu_compute(ctx, x):
     # max(0, v), not max(v, 0): LLVM lowers TIR's max to `a > b ? a : b`, so a NaN stays NaN
     # (as the reference has it) only as the second operand; the same one vmaxps either way.
-    # (CUDA C's fmaxf returns the number: on a GPU relu(NaN) is 0.)
+    # (C's fmaxf, which GPU code gets, returns the number: there relu(NaN) is 0.)
     return _map(ctx, lambda v: call("max", const(0, v.dtype), v), x)
 
 
