@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from akg._version import __version__
-from akg.errors import AkgError, InputDataError, InputError, OutputPathError, ResourceError, VerificationError
+from akg.errors import AkgError, InputDataError, InputError, OutputPathError, ResourceError, VerificationError, one_line
 
 console = Console(highlight=False, soft_wrap=True)  # lines are not wrapped or cut at 80 columns in logs
 
@@ -605,7 +605,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
     except Exception as e:
-        raise InputDataError(f"{path}: not a readable .npz archive: {' '.join(str(e).split())}") from None
+        raise InputDataError(f"{path}: not a readable .npz archive: {one_line(e)}") from None
     for name, a in arrays.items():
         if not isinstance(a, np.ndarray):
             raise InputDataError(f"{path}: member '{name}' is not a .npy array: {how}")
@@ -657,7 +657,8 @@ def main(argv: list[str] | None = None) -> int:
         if resource is not None:
             _say_error(f"error: {resource}")
             return resource.exit_code
-        _say_error(f"internal error: {type(e).__name__}: {_one_line(e)} (rerun with --debug for the traceback)")
+        detail = f": {one_line(e)}" if str(e).strip() else ""
+        _say_error(f"internal error: {type(e).__name__}{detail} (rerun with --debug for the traceback)")
         return 70
     return 0
 
@@ -672,21 +673,16 @@ def resource_error(e: BaseException) -> ResourceError | None:
     machine" (MemoryError, RecursionError, NumPy's allocation ValueErrors), else None. A safety
     net: the readers and planners should reject such inputs themselves, with a location."""
     if isinstance(e, MemoryError):
-        detail = f" ({_one_line(e)})" if str(e) else ""
+        detail = f" ({one_line(e)})" if str(e) else ""
         return ResourceError(f"out of memory{detail}: the model's tensors, or the work on them, do not fit in "
                              f"this machine's memory; check its shapes (akg show MODEL)")
     if isinstance(e, RecursionError):
         return ResourceError("the input is nested too deeply to process (Python's recursion limit was reached); "
                              "flatten deeply nested literals or lists")
     if isinstance(e, (ValueError, OverflowError)) and any(m in str(e).lower() for m in _ALLOCATION_MESSAGES):
-        return ResourceError(f"a tensor is too large to allocate ({_one_line(e)}); check the model's shapes "
+        return ResourceError(f"a tensor is too large to allocate ({one_line(e)}); check the model's shapes "
                              f"(akg show MODEL)")
     return None
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 if __name__ == "__main__":

@@ -115,10 +115,10 @@ def tune_cmd(model: Path, target: str, trials: int, db_url: str | None, timeout:
     def describe(done, total, task, results) -> str:
         nonlocal failures
         tasks[task.key] = task
-        failed = sum(1 for r in results if str(r.status) != "ok")
-        for r in results:
-            if str(r.status) != "ok" and getattr(r, "error", ""):
-                first_error.setdefault(task.name, f"{r.status}: {' '.join(str(r.error).split())[:200]}")
+        bad = [r for r in results if str(r.status) != "ok"]
+        if bad:
+            first_error.setdefault(task.name, f"{bad[0].status}: {' '.join(bad[0].error.split())[:200]}")
+        failed = len(bad)
         failures += failed
         best = task.best
         state, default = default_trial(task)

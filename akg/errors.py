@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+def one_line(e: BaseException, limit: int = 300) -> str:
+    """An error's message on one line of at most `limit` characters (its type's name when it
+    has no message): what an error that wraps another quotes of it."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class AkgError(Exception):
     """Base of every error akg raises on purpose. `exit_code` is what the CLI exits with."""
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from akg.errors import ImportFormatError, InputError, UnsupportedError
+from akg.errors import ImportFormatError, InputError, UnsupportedError, one_line
 from akg.runtime import (PACK_FORMAT, PACK_VERSION, REFERENCE_GRAPH, REFERENCE_WEIGHTS, V1_ARTIFACT_KIND, CompiledModel,
-                         KernelCall, LoadedKernel, MemoryPlan, TensorSpec, one_line)
+                         KernelCall, LoadedKernel, MemoryPlan, TensorSpec)
 
 
 class PackReader:

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from akg.errors import AkgError, ImportFormatError, InputDataError, InputError
+from akg.errors import AkgError, ImportFormatError, InputDataError, InputError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -507,12 +507,6 @@ class CompiledModel:
             model = PackReader(path, z).model(cls)
         model._pack = path
         return model
-
-
-def one_line(e: BaseException) -> str:
-    """An error's message on one line, at most 300 characters."""
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def check_index_bounds(name: str, a: np.ndarray, bound: int | None) -> None:

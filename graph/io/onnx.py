@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from akg.errors import ImportFormatError, UnsupportedError
+from akg.errors import ImportFormatError, UnsupportedError, one_line
 from akg.graph.io.importer import (Frontend, ImportFail, Importer, graph_name_of, read_model_file,
                                    register_frontend, sanitize_name, unique_name)
 from akg.graph.io import (onnx_activations, onnx_image, onnx_int, onnx_layout,  # noqa: F401 - register their ops
@@ -244,7 +244,7 @@ class OnnxImporter(Importer):
         try:
             return np.asarray(numpy_helper.to_array(t, base_dir=str(self.base_dir or "")))
         except (OSError, ValueError, TypeError, checker.ValidationError) as e:
-            raise ImportFail(f"{where}: cannot read the tensor's data ({' '.join(str(e).split())})") from None
+            raise ImportFail(f"{where}: cannot read the tensor's data ({one_line(e)})") from None
 
     def _check_external(self, t, where: str) -> None:
         """ImportFail unless a tensor's external data file is a file inside the model's folder
