@@ -29,7 +29,7 @@ from tvm import tirx
 
 from akg.errors import LoweringError
 from akg.graph.compute.expr import Call, Cast, Const, Expr, Load, Select, Tensor, Var, walk
-from akg.graph.compute.float8 import bits_dtype, tir_cast
+from akg.graph.compute.float8 import BITS_SUFFIX, bits_dtype, tir_cast
 from akg.polyhedral.model import PolyModel, Statement
 from akg.polyhedral.intrinsics import FAST_F32
 from akg.polyhedral.prefetch import Stream, spread
@@ -171,7 +171,7 @@ class TirLowering(ReductionLoops, PromotedCopies):
             # float8 and bfloat16 tensors are read and written as their bits (graph/compute/float8.py)
             self.buffers[id(t)] = buf
             if bits_dtype(t.dtype) != t.dtype:
-                self.buffers[id(t)] = tirx.decl_buffer(t.shape, bits_dtype(t.dtype), ident(t.name) + "_bits")
+                self.buffers[id(t)] = tirx.decl_buffer(t.shape, bits_dtype(t.dtype), ident(t.name) + BITS_SUFFIX)
                 self.aliases.append((self.buffers[id(t)], buf.data))
             self.params.append(buf)
         for op in program.ops():

@@ -24,6 +24,9 @@ FLOAT8 = {
 }
 
 
+BITS_SUFFIX = "_bits"  # the name of the buffer that views a float8/bfloat16 tensor as its bits (astgen)
+
+
 def bits_dtype(dtype: str) -> str:
     """The TIR type a kernel keeps a tensor of `dtype` in: float8 and bfloat16 as their bits,
     uint8 and uint16 (TVM's bfloat16 legalisation converts a bfloat16 load bound in a Let, as

@@ -36,9 +36,8 @@ class Mesh:
                 raise ShardingError(f"mesh axis '{n}' has size {s}; sizes are at least 1")
         if len(set(names)) != len(names):
             raise ShardingError(f"mesh axis names repeat: {', '.join(names)}")
-        if math.prod(s for _, s in self.axes) > MAX_DEVICES:
-            raise ShardingError(f"mesh {','.join(f'{n}={s}' for n, s in self.axes)} has "
-                                f"{math.prod(s for _, s in self.axes)} devices; at most {MAX_DEVICES} are supported")
+        if self.size > MAX_DEVICES:
+            raise ShardingError(f"mesh {self} has {self.size} devices; at most {MAX_DEVICES} are supported")
         if self.devices_per_node < 1:
             raise ShardingError(f"devices per node must be at least 1, got {self.devices_per_node}")
 
@@ -122,8 +121,8 @@ class Mesh:
     def groups(self, axes: Sequence[str]) -> list[list[int]]:
         """Every group of a collective over `axes`, each listed once (in the order of their
         first ranks)."""
-        return [self.group(r, axes) for r in range(self.size)
-                if all(self.coords(r)[a] == 0 for a in axes)]
+        leaders = (r for r in range(self.size) if not any(map(self.coords(r).get, axes)))
+        return [self.group(r, axes) for r in leaders]
 
     def index_in(self, rank: int, axes: Sequence[str]) -> int:
         """The position of `rank` in its group over `axes`."""

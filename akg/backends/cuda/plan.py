@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from akg.errors import LoweringError
+from akg.graph.compute.float8 import BITS_SUFFIX
 
 _KERNEL_DEF = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(([^)]*)\)\s*\{')
 _QUALIFIERS = {"__restrict__", "const", "volatile", "__global__"}
@@ -176,8 +177,8 @@ def launch_plan(bound, source: str, kernels: tuple[str, ...]) -> LaunchPlan:
         for p in params[kernel]:
             name = p.name.removesuffix("_ptr")
             index = by_name.get(name, by_name.get(p.name))
-            if index is None and name.endswith("_bits"):  # a bfloat16/float8 buffer read as its bits (astgen)
-                index = by_name.get(name.removesuffix("_bits"))
+            if index is None and name.endswith(BITS_SUFFIX):  # a bfloat16/float8 buffer read as its bits
+                index = by_name.get(name.removesuffix(BITS_SUFFIX))
             if not p.pointer or index is None:
                 what = "a scalar parameter" if not p.pointer else "a parameter that names no buffer"
                 raise LoweringError(f"{fname} ({kernel}): {what}, {p.ctype} {p.name}")
