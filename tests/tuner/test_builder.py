@@ -105,3 +105,22 @@ def test_process_pool_builder(tmp_path):
     finally:
         builder.close()
     assert all(r.status == Status.OK and r.artifact for r in results)
+
+
+def test_a_builders_own_scratch_directory_goes_when_closed_or_collected():
+    import gc
+    import os
+
+    from akg.tuner.builder import InProcessBuilder
+
+    closed = InProcessBuilder()
+    path = closed.directory
+    assert os.path.isdir(path)
+    closed.close()
+    closed.close()  # twice is fine
+    assert not os.path.exists(path)
+    forgotten = InProcessBuilder()
+    path = forgotten.directory
+    del forgotten
+    gc.collect()
+    assert not os.path.exists(path)

@@ -8,6 +8,7 @@ import contextlib
 import shutil
 import tempfile
 import time
+import weakref
 
 from akg.db.record import Status
 from akg.graph.ir import Graph
@@ -30,16 +31,17 @@ def scratch_directory(directory: str | None):
 
 class ScratchDirectory:
     """A builder's directory for temporary files: its own temporary one unless given,
-    removed by `close()`."""
+    removed by `close()`, or when the builder is collected or the process exits (a builder
+    nobody closed left an empty directory in /tmp per use)."""
 
     def __init__(self, directory: str | None):
-        self._own_directory = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="akg-build-")
+        self._remove = (weakref.finalize(self, shutil.rmtree, self.directory, ignore_errors=True)
+                        if directory is None else None)
 
     def close(self) -> None:
-        if self._own_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
-            self._own_directory = False
+        if self._remove is not None:
+            self._remove()  # once: a finalizer runs at most once
 
 
 def build_candidate(graph: Graph, target, candidate: BuildInput, directory: str | None = None) -> BuildResult:
