@@ -126,8 +126,8 @@ def _drop_pipelines() -> None:
 
 def _lowered(graph: Graph, target: Target) -> Program:
     """`graph`'s tensor expressions as `target` wants its op definitions built (its window
-    phases and vector width: `lower_graph`)."""
-    return lower_graph(graph, target.window_phases, target.vector_bits)
+    phases, vector width and one-read statistics: `lower_graph`)."""
+    return lower_graph(graph, target.window_phases, target.vector_bits, moments=target.one_read_moments)
 
 
 def pipeline_for(graph: Graph | Subgraph, target: str | Target = "cpu", fusion: str = "smart",

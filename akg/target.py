@@ -70,6 +70,10 @@ class Target(abc.ABC):
     # 3x3 convs that fit are run as Winograd F(2x2, 3x3) (`akg.graph.winograd`; needs
     # `vector_lanes`): the CPU, where the products' vectors run along rows of tiles
     winograd: ClassVar[bool] = False
+    # a mean and a centred second moment of one tensor (layer norms, batch norms) are computed
+    # from one read (`akg.graph.moments`, in `lower_graph`): for a target whose lowering runs
+    # sibling reductions in one loop (the CPU's); elsewhere they would only add a shift
+    one_read_moments: ClassVar[bool] = False
 
     @property
     def key(self) -> str:

@@ -399,10 +399,18 @@ def _points(stmt) -> int:
     return int(np.prod([v.extent for v in stmt.iters], dtype=np.int64))
 
 
+# A loop nest under a sequence that runs at most 1/SMALL_PASS of the iterations of the largest
+# one is no pass of its own: the few values that one-read statistics average for their shift
+# (`akg.graph.moments`: one vector of a 1024-wide row), a softmax's combination of the partial
+# maxima of its row.
+SMALL_PASS = 8
+
+
 def count_passes(node: isl.ScheduleNode) -> int:
     """Children of a sequence node that hold loops (1 for anything but a sequence); a
     reduction's initialisation, scheduled by a band of extent 1 or only in some iterations
-    (partial sums at the first row of their block, `polyhedral.row_partials`), is not a pass."""
+    (partial sums at the first row of their block, `polyhedral.row_partials`), is not a pass,
+    nor a loop nest far smaller than the largest (`SMALL_PASS`)."""
     if node.get_type() != isl.schedule_node_type.sequence:
         return 1
 
@@ -411,9 +419,13 @@ def count_passes(node: isl.ScheduleNode) -> int:
         child.filter_get_filter().foreach_set(lambda s: names.append(s.get_tuple_name()))
         return all(n.endswith("_init") for n in names)
 
-    return sum(1 for k in range(node.n_children())
-               if not inits_only(node.child(k))
-               and any(max(member_extents(b), default=1) > 1 for b in inner_bands(node.child(k))))
+    def iterations(n: isl.ScheduleNode) -> int:  # along the deepest path of bands below n
+        below = max((iterations(n.child(k)) for k in range(n.n_children())), default=1)
+        return below * math.prod(member_extents(n)) if is_node(n, isl.schedule_node_type.band) else below
+
+    sizes = [iterations(node.child(k)) for k in range(node.n_children()) if not inits_only(node.child(k))]
+    largest = max(sizes, default=1)
+    return sum(1 for n in sizes if n > 1 and n * SMALL_PASS > largest)
 
 
 def inner_bands(node: isl.ScheduleNode) -> list[isl.ScheduleNode]:

@@ -14,6 +14,7 @@ from akg.graph.complex import complex_io, decompose_complex
 from akg.graph.storage import widen_storage
 from akg.graph.expand import expand
 from akg.graph.ir import Graph, Value
+from akg.graph.moments import one_read_moments
 from akg.graph.ops import COMPUTES, ComputeCtx
 from akg.graph.types import is_storage, is_uniform
 
@@ -86,14 +87,18 @@ def kernel_params(graph: Graph) -> list[np.ndarray]:
             if not _uniform(a)]
 
 
-def lower_graph(graph: Graph, window_phases: bool = True, vector_bits: int = 0) -> Program:
+def lower_graph(graph: Graph, window_phases: bool = True, vector_bits: int = 0, moments: bool = True) -> Program:
     """Expand composites, decompose complex values into float pairs, compute storage types
-    (bfloat16, float8) in float32, then build each basic op's tensor expression (strided
-    padded pools over phases of their input's columns unless `window_phases` is False: the
-    target's `Target.window_phases`; `vector_bits`: the target's, for the op definitions that
-    follow its vectors, `akg.graph.ops.conv.image_rows`)."""
+    (bfloat16, float8) in float32, take means and centred second moments from one read unless
+    `moments` is False (`akg.graph.moments`; the target's `Target.one_read_moments`), then
+    build each basic op's tensor expression (strided padded pools over phases of their input's
+    columns unless `window_phases` is False: the target's `Target.window_phases`;
+    `vector_bits`: the target's, for the op definitions that follow its vectors,
+    `akg.graph.ops.conv.image_rows`). Neither changes the program's inputs or parameters."""
     complex_names = complex_io(graph)
     graph = widen_storage(decompose_complex(expand(graph)))
+    if moments:
+        graph = one_read_moments(graph)
     env: dict[Value, Tensor] = {}
     inputs = []
     for v in graph.inputs:

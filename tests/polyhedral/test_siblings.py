@@ -144,3 +144,47 @@ def test_fused_long_sums_are_blocked_per_statistic_and_exact_to_1e_6(hooks, seco
         np.testing.assert_array_equal(args[3].numpy(), data.max(1, keepdims=True))
     else:
         assert np.all(np.abs(args[3].numpy() - x64.sum(1, keepdims=True)) <= 1e-6 * np.abs(x64).sum(1, keepdims=True))
+
+
+def _dependent_stats(rows=64, cols=256):
+    """Two sums of each row of one input (its values and their squares) that a third statement
+    uses together before the output (a layer norm's one-read statistics: isl orders the sums
+    one after the other, not as siblings of a set)."""
+    b = GraphBuilder("dependent_stats")
+    x = b.input("x", (rows, cols))
+    s = b.mean(x, axes=[1], keepdims=True)
+    q = b.mean(b.mul(x, x), axes=[1], keepdims=True)
+    scale = b.sub(q, b.mul(s, s))
+    b.output(b.mul(b.sub(x, s), scale))
+    return b.build()
+
+
+@pytest.mark.parametrize("make", [_dependent_stats, None], ids=["sums", "layer_norm"])
+def test_reductions_in_sequence_that_a_later_statement_joins_share_one_loop(make):
+    if make is None:
+        b = GraphBuilder("ln")
+        b.output(b.layer_norm(b.input("x", (64, 256)), b.input("g", (256,)), b.input("bt", (256,)), epsilon=1e-5))
+        graph = b.build()
+    else:
+        graph = make()
+    front = _front(graph)
+    assert len(_fused_loops(front.schedule, front.model)) == 1
+    assert _fused_loops(_front(graph, siblings=False).schedule, front.model) == []
+    func, _ = pipeline_for(graph, "cpu").lower(None)
+    assert any(sum(n.endswith("_acc") for n in s) == 2 for s in _vector_loops_updating(func)), func
+    _check(graph)
+
+
+def test_a_statement_between_sequenced_reductions_that_reads_the_first_runs_after_the_fused_loop():
+    # mean, then a scalar of it (2 * mean), then the sum of squares: the scalar moves after the
+    # fused loop; the output reads all three
+    b = GraphBuilder("between")
+    x = b.input("x", (32, 128))
+    s = b.mean(x, axes=[1], keepdims=True)
+    twice = b.mul(s, b.const(np.float32(2.0), name="two"))
+    q = b.mean(b.mul(x, x), axes=[1], keepdims=True)
+    b.output(b.add(b.mul(x, twice), b.sub(q, b.mul(s, s))))
+    graph = b.build()
+    front = _front(graph)
+    assert len(_fused_loops(front.schedule, front.model)) == 1
+    _check(graph)

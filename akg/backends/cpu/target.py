@@ -31,6 +31,7 @@ class CpuTarget(Target):
     extra: tuple = field(default=(), compare=False)
 
     winograd: ClassVar[bool] = True  # `Target.winograd`
+    one_read_moments: ClassVar[bool] = True  # `Target.one_read_moments`
 
     def __post_init__(self):
         if not self.memory:
