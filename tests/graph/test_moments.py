@@ -10,7 +10,7 @@ import akg
 from akg.graph import GraphBuilder
 from akg.graph.expand import expand
 from akg.graph.interpreter import evaluate, random_inputs
-from akg.graph.moments import SHIFT_WINDOW, find_moments, one_read_moments
+from akg.graph.moments import find_moments, one_read_moments, shift_window
 from akg.verify import Reference, compare
 
 
@@ -77,8 +77,8 @@ def test_batch_norm_statistics_over_several_axes_and_variance_are_rewritten():
     graph = b.build()
     new = one_read_moments(graph)
     shift = next(n for n in new.nodes if n.op == "slice")
-    # the first SHIFT_WINDOW values of the innermost reduced axis, the first of the others
-    assert shift.outputs[0].shape == (1, 8, 1, SHIFT_WINDOW)
+    # the first few values of the innermost reduced axis (16 of 960 values), the first of the others
+    assert shift_window(4 * 6 * 40, 40) == 16 and shift.outputs[0].shape == (1, 8, 1, 16)
     inputs = random_inputs(graph, 2)
     kernel = akg.build(graph)
     assert compare(graph, kernel(**inputs), Reference.of(graph, inputs)) == []
@@ -124,11 +124,12 @@ def _cases(rows, cols, seed=0):
     }
 
 
+@pytest.mark.parametrize("cols", [64, 200, 1024, 4096])
 @pytest.mark.parametrize("case", list(_cases(1, 1)))
-def test_the_compiled_layer_norm_passes_check_on_data_that_defeats_the_textbook_formula(case):
+def test_the_compiled_layer_norm_passes_check_on_data_that_defeats_the_textbook_formula(case, cols):
     # E[x^2] - E[x]^2 loses every digit of the variance of 1000 + N(0, 1) in float32; a shift
     # by the first value alone errs by up to n ulps when that value is an outlier
-    rows, cols = 32, 1024
+    rows = 32
     graph = _layer_norm(rows, cols)
     kernel = akg.build(graph)
     x = _cases(rows, cols)[case].astype(np.float32)
@@ -136,6 +137,11 @@ def test_the_compiled_layer_norm_passes_check_on_data_that_defeats_the_textbook_
     inputs = {"x": x, "g": rng.standard_normal(cols).astype(np.float32),
               "bt": rng.standard_normal(cols).astype(np.float32)}
     assert compare(graph, kernel(**inputs), Reference.of(graph, inputs)) == []
+
+
+def test_the_shift_averages_the_fewest_values_that_bound_its_error():
+    assert [shift_window(n, n) for n in (2, 64, 65, 128, 256, 768, 1024, 4096)] == [1, 1, 2, 2, 4, 16, 16, 64]
+    assert shift_window(960, 10) == 10  # no more than the axis has
 
 
 def test_nan_and_infinity_reach_the_rows_they_are_in():
