@@ -340,8 +340,18 @@ def with_default_driver(url: URL) -> URL:
     return url
 
 
+# SQLite's URI parameters (https://sqlite.org/uri.html): pysqlite takes them only from a
+# `file:` name with `uri=true`; otherwise SQLAlchemy ignored them (a `?mode=ro` database was
+# opened read-write), and with `uri=true` alone SQLite created a file named `t.db?mode=ro`
+SQLITE_URI_PARAMETERS = frozenset({"mode", "cache", "immutable", "vfs", "nolock", "psow", "modeof"})
+
+
 def _create_engine(url: URL) -> Engine:
     if url.get_backend_name() == "sqlite":
+        if SQLITE_URI_PARAMETERS & set(url.query) and "uri" not in url.query and url.database:
+            # as SQLAlchemy wants a URI filename: `file:` ahead of the path, `uri=true`
+            database = url.database if url.database.startswith("file:") else f"file:{url.database}"
+            url = url.set(database=database).update_query_dict({"uri": "true"})
         in_memory = url.database in (None, "", ":memory:")
         options: dict = {"connect_args": {"timeout": BUSY_TIMEOUT_S}}
         if in_memory:

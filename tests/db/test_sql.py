@@ -67,6 +67,21 @@ def test_a_missing_folder_is_a_database_error(tmp_path):
         SqlDatabase(f"sqlite:///{tmp_path}/no/such/dir/tuning.db")
 
 
+def test_sqlite_uri_parameters_are_honoured_and_make_no_stray_file(tmp_path, rec):
+    # `?mode=ro` used to be ignored (read-write, with a warning); with `uri=true` alone SQLite
+    # created a file named "t.db?mode=ro"
+    path = tmp_path / "t.db"
+    with SqlDatabase(f"sqlite:///{path}") as db:
+        db.add(rec(1))
+    with SqlDatabase(f"sqlite:///{path}?mode=ro") as ro:
+        assert ro.best("w1", "cpu-test") == rec(1)
+        with pytest.raises(DatabaseError, match="readonly"):
+            ro.add(rec(2))
+    with pytest.raises(DatabaseError, match="unable to open database file"):
+        SqlDatabase(f"sqlite:///{tmp_path}/missing.db?mode=ro")
+    assert sorted(p.name for p in tmp_path.iterdir() if "?" in p.name or p.name.startswith("missing")) == []
+
+
 def test_an_in_memory_sqlite_url_works(rec):
     with SqlDatabase("sqlite://") as db:
         db.add(rec(1))
