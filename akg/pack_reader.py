@@ -167,7 +167,7 @@ class PackReader:
                 raise
             except Exception as e:  # noqa: BLE001  (TVM and the backends report a bad library as their own types)
                 raise self.error(f"kernel {key} cannot be loaded by the {kind} backend ({one_line(e)})") from None
-            loaded[key] = LoadedKernel(executable, info["config"], info["source"])
+            loaded[key] = LoadedKernel(executable, info["config"], info["source"], artifact=data)
         return cls(name, inputs, outputs, specs, calls, loaded, constants, plan, stats, bounds, kind,
                    complex_io=complex_io)
 

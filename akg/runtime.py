@@ -109,6 +109,9 @@ class LoadedKernel:
     source: str = "default"
     entry: object = field(default=None, repr=False)  # the kernel function, looked up on first call
     func: object = field(default=None, repr=False)  # its TIR PrimFunc when compiled here (not from a pack)
+    # the library bytes it was loaded from (a pack's), written back as they are by `save`: a
+    # loaded library cannot be exported again
+    artifact: bytes | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -480,7 +483,8 @@ class CompiledModel:
             z.writestr("manifest.json", json.dumps(manifest, indent=1))
             backend = self.backend
             for key, k in self.kernels.items():
-                z.writestr(f"kernels/{key}", backend.export(k.executable).data)
+                data = k.artifact if k.artifact is not None else backend.export(k.executable).data
+                z.writestr(f"kernels/{key}", data)
             for i, c in enumerate(self.calls):
                 if c.params:
                     z.writestr(f"params/{i}.npz", _npz({f"p{j}": np.asarray(p) for j, p in enumerate(c.params)}))

@@ -82,6 +82,10 @@ def test_akgpack_round_trip(tmp_path, transformer):
     for a, b in zip(model(**inputs), loaded(**inputs)):
         np.testing.assert_array_equal(a, b)
     assert loaded.plan.peak_bytes == model.plan.peak_bytes
+    # a loaded pack saves again (its libraries as they came: a loaded one cannot be exported)
+    again = CompiledModel.load(loaded.save(tmp_path / "again.akgpack"))
+    for a, b in zip(model(**inputs), again(**inputs)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_akgpack_errors(tmp_path):
