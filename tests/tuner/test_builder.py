@@ -124,3 +124,22 @@ def test_a_builders_own_scratch_directory_goes_when_closed_or_collected():
     del forgotten
     gc.collect()
     assert not os.path.exists(path)
+
+
+def test_scratch_directories_of_dead_processes_are_swept(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from akg.tuner.builder.compile import SCRATCH_PREFIX, sweep_scratch
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = tmp_path / f"{SCRATCH_PREFIX}{dead.stdout.strip()}-abc"
+    gone.mkdir()
+    (gone / "kernel.so").write_bytes(b"left by a killed builder")
+    mine = tmp_path / f"{SCRATCH_PREFIX}{os.getpid()}-def"
+    mine.mkdir()
+    other = tmp_path / f"{SCRATCH_PREFIX}old-style"  # no process id: not ours to judge
+    other.mkdir()
+    assert sweep_scratch(str(tmp_path)) == 1
+    assert not gone.exists() and mine.exists() and other.exists()

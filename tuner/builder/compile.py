@@ -5,6 +5,7 @@ executable as an Artifact; compute the candidate's features from what was built.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -29,19 +30,53 @@ def scratch_directory(directory: str | None):
         tempfile.tempdir = previous
 
 
+SCRATCH_PREFIX = "akg-build-"
+
+
 class ScratchDirectory:
     """A builder's directory for temporary files: its own temporary one unless given,
     removed by `close()`, or when the builder is collected or the process exits (a builder
-    nobody closed left an empty directory in /tmp per use)."""
+    nobody closed left an empty directory in /tmp per use). Its name holds the process id, so
+    that the next builder removes what a killed process left (`sweep_scratch`)."""
 
     def __init__(self, directory: str | None):
-        self.directory = directory or tempfile.mkdtemp(prefix="akg-build-")
+        if directory is None:
+            sweep_scratch()
+        self.directory = directory or tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
         self._remove = (weakref.finalize(self, shutil.rmtree, self.directory, ignore_errors=True)
                         if directory is None else None)
 
     def close(self) -> None:
         if self._remove is not None:
             self._remove()  # once: a finalizer runs at most once
+
+
+def sweep_scratch(root: str | None = None) -> int:
+    """Remove the builders' scratch directories under `root` (the temporary directory) whose
+    process is gone; returns how many."""
+    root = root or tempfile.gettempdir()
+    removed = 0
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    for name in names:
+        pid = name[len(SCRATCH_PREFIX):].split("-", 1)[0] if name.startswith(SCRATCH_PREFIX) else ""
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def build_candidate(graph: Graph, target, candidate: BuildInput, directory: str | None = None) -> BuildResult:
