@@ -40,8 +40,9 @@ from akg.graph.types import TensorType, is_float, normalize_axes
 # The error of the variance grows with (m - k)^2 / v, which is at most n / w for a shift k that
 # averages w of the n values (at most n for one value). The shift averages the fewest values
 # (a power of two) that keep n / w at most SHIFT_BOUND: a 1024-wide row's first 16, a 64-wide
-# row's first. Its sum is a chain of vector steps that every row's loop waits for (a 768-wide
-# layer norm: 6.8 us with one value, 8.3 us with 16, 9.3 us with two reads), so not more.
+# row's first. Its sum is a chain of vector steps that every row's loop waits for, so not more
+# (BERT-base's 128 x 768 layer norm, noisy host: 6.7-7.6 us with one value, 6.9-11.7 us with
+# 16, 7.6-11.1 us with two reads; docs/performance.md).
 SHIFT_BOUND = 64
 
 
