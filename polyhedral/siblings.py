@@ -19,8 +19,8 @@ uses both: the one-read statistics of a layer norm (`akg.graph.moments`) reduce 
 sum of its shifted values and to the sum of their squares, and the variance needs both, so isl
 orders them one after the other (the second inside a set with what only it feeds). A sequence
 whose subtree is only such steps (leaves, and one band over a leaf each, possibly nested in
-sets and sequences) becomes: the steps before the last of its fusible loops, one loop over those
-loops' updates, the steps after; kept, as above, only when the dependences hold (a reduction
+sets and sequences) becomes: the steps that those loops do not feed, one loop over their
+updates, the steps after; kept, as above, only when the dependences hold (a reduction
 that reads another's result, like a softmax's sum of exponentials of the row minus its
 maximum, stays where it is)."""
 
@@ -45,7 +45,7 @@ def fuse_sibling_reductions(model: PolyModel, schedule: isl.Schedule, deps: Depe
         if found is None:
             return schedule
         node, parts = found
-        fused = (_fuse(node, parts) if node.get_type() == _T.set else _fuse_steps(node, parts)).get_schedule()
+        fused = (_fuse(node, parts) if node.get_type() == _T.set else _fuse_steps(node, parts, model)).get_schedule()
         if respects(fused, deps):
             schedule = fused
         else:
@@ -85,9 +85,7 @@ def _shape(node: isl.ScheduleNode, model: PolyModel) -> list[tuple[list, isl.Sch
         band = kids[loops[0]].child(0)
         if band.band_n_member() != 1 or band.child(0).get_type() != _T.leaf:
             return None
-        names = []
-        band.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
-        stmts = [model.statement(n) for n in names]
+        stmts = _statements_of(band.get_domain(), model)
         if any(s.role != "update" or s.op.reduce is None for s in stmts):
             return None
         dtypes.update(s.op.output.dtype for s in stmts)
@@ -108,10 +106,6 @@ def _range(band: isl.ScheduleNode) -> isl.UnionSet:
 
 def _reads(stmts) -> set[str]:
     return {a.tensor.name for s in stmts for a in s.reads} - {s.write.tensor.name for s in stmts}
-
-
-def _statements(node: isl.ScheduleNode, model: PolyModel) -> list:
-    return _statements_of(node.get_domain(), model)
 
 
 def _flat(node: isl.ScheduleNode) -> list[tuple[isl.UnionSet, isl.ScheduleNode | None]] | None:
@@ -139,8 +133,8 @@ def _flat(node: isl.ScheduleNode) -> list[tuple[isl.UnionSet, isl.ScheduleNode |
 
 def _steps(node: isl.ScheduleNode, model: PolyModel):
     """For a sequence `node` of flat steps (`_flat`) with two or more reduction loops that share
-    a read (one member, one range, one dtype): (the steps, the indices of those loops, the
-    model); else None."""
+    a read (one member, one range, one dtype): (the steps, the indices of those loops); else
+    None."""
     steps = _flat(node)
     if steps is None:
         return None
@@ -148,7 +142,7 @@ def _steps(node: isl.ScheduleNode, model: PolyModel):
     for i, (_, band) in enumerate(steps):
         if band is None or band.band_n_member() != 1:
             continue
-        stmts = _statements(band, model)
+        stmts = _statements_of(band.get_domain(), model)
         if any(s.role != "update" or s.op.reduce is None for s in stmts):
             continue
         dtypes = {s.op.output.dtype for s in stmts}
@@ -161,7 +155,7 @@ def _steps(node: isl.ScheduleNode, model: PolyModel):
             best = group
     if len(best) < 2:
         return None
-    return steps, best, model
+    return steps, best
 
 
 def _read(step, model: PolyModel) -> set[str]:
@@ -181,27 +175,36 @@ def _statements_of(domain: isl.UnionSet, model: PolyModel) -> list:
 def _fuse(node: isl.ScheduleNode, parts) -> isl.ScheduleNode:
     """The set `node` replaced by: the children's filters before their loops, one loop over
     every child's updates, the filters after (`parts`: see `_shape`)."""
-    ctx = node.get_ctx()
     before = [f for pre, _, _ in parts for f in pre]
     after = [f for _, _, post in parts for f in post]
     bands = [band for _, band, _ in parts]
-    loop_domain = bands[0].get_domain()
+    seq = node.cut().insert_sequence(_list(node.get_ctx(), [*before, _domain(bands), *after]))
+    return _fused_loop(seq.child(len(before)).child(0), bands)
+
+
+def _domain(bands: list[isl.ScheduleNode]) -> isl.UnionSet:
+    out = bands[0].get_domain()
+    for band in bands[1:]:
+        out = out.union(band.get_domain())
+    return out
+
+
+def _fused_loop(leaf: isl.ScheduleNode, bands: list[isl.ScheduleNode]) -> isl.ScheduleNode:
+    """At `leaf`, one loop running the updates of every one-member band of `bands` (a
+    sequence of them in order under it), permutable and coincident where all of them are."""
     member = bands[0].band_get_partial_schedule()
     for band in bands[1:]:
-        loop_domain = loop_domain.union(band.get_domain())
         member = member.union_add(band.band_get_partial_schedule())
-    permutable = all(band.band_get_permutable() for band in bands)
-    coincident = all(band.band_member_get_coincident(0) for band in bands)
-    seq = node.cut().insert_sequence(_list(ctx, [*before, loop_domain, *after]))
-    loop = seq.child(len(before)).child(0).insert_partial_schedule(member)
-    loop = loop.band_set_permutable(int(permutable)).band_member_set_coincident(0, int(coincident))
-    return loop.child(0).insert_sequence(_list(ctx, [band.get_domain() for band in bands]))
+    loop = leaf.insert_partial_schedule(member)
+    loop = loop.band_set_permutable(int(all(b.band_get_permutable() for b in bands)))
+    loop = loop.band_member_set_coincident(0, int(all(b.band_member_get_coincident(0) for b in bands)))
+    return loop.child(0).insert_sequence(_list(leaf.get_ctx(), [band.get_domain() for band in bands]))
 
 
-def _fuse_steps(node: isl.ScheduleNode, parts) -> isl.ScheduleNode:
+def _fuse_steps(node: isl.ScheduleNode, parts, model: PolyModel) -> isl.ScheduleNode:
     """The sequence `node` replaced by the steps that the fused loops do not feed, one loop
     over the fused loops' updates, and the steps after it (`parts`: see `_steps`)."""
-    steps, loops, model = parts
+    steps, loops = parts
     # the steps between the loops go before the fused loop, unless they read (through other
     # such steps) what a fused loop writes
     later = set().union(*(_written(steps[i], model) for i in loops))
@@ -215,21 +218,12 @@ def _fuse_steps(node: isl.ScheduleNode, parts) -> isl.ScheduleNode:
         else:
             before.append(st)
     bands = [steps[i][1] for i in loops]
-    ctx = node.get_ctx()
-    loop_domain = bands[0].get_domain()
-    member = bands[0].band_get_partial_schedule()
-    for band in bands[1:]:
-        loop_domain = loop_domain.union(band.get_domain())
-        member = member.union_add(band.band_get_partial_schedule())
-    order = [*before, (loop_domain, None), *after]
-    seq = node.cut().insert_sequence(_list(ctx, [domain for domain, _ in order]))
+    order = [*before, (_domain(bands), None), *after]
+    seq = node.cut().insert_sequence(_list(node.get_ctx(), [domain for domain, _ in order]))
     for k, (_, band) in enumerate(order):
         if band is not None:
             seq = _copy_band(seq.child(k).child(0), band).parent().parent()
-    loop = seq.child(len(before)).child(0).insert_partial_schedule(member)
-    loop = loop.band_set_permutable(int(all(b.band_get_permutable() for b in bands)))
-    loop = loop.band_member_set_coincident(0, int(all(b.band_member_get_coincident(0) for b in bands)))
-    return loop.child(0).insert_sequence(_list(ctx, [band.get_domain() for band in bands]))
+    return _fused_loop(seq.child(len(before)).child(0), bands)
 
 
 def _copy_band(leaf: isl.ScheduleNode, band: isl.ScheduleNode) -> isl.ScheduleNode:
