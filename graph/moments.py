@@ -1,5 +1,6 @@
-"""One-read statistics (graph stage after simplification): a mean and a centred second moment
-of the same values over the same axes,
+"""One-read statistics (part of a kernel's lowering, `lower_graph`, on targets with
+`Target.one_read_moments`): a mean and a centred second moment of the same values over the
+same axes,
 
     m = mean(x, axes, keepdims=True);  c = x - m;  v = mean(c * c, axes)
 
@@ -62,21 +63,13 @@ class _Moments:
     var: Node
 
 
-def _uses(graph: Graph) -> dict[Value, list[Node]]:
-    uses: dict[Value, list[Node]] = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            uses.setdefault(v, []).append(node)
-    return uses
-
-
 def _axes(node: Node, rank: int) -> tuple[int, ...]:
     return tuple(sorted(normalize_axes(node.attrs["axes"], rank)))
 
 
 def find_moments(graph: Graph) -> list[_Moments]:
     """The (mean, centred second moment) pairs of `graph` that one read can compute."""
-    uses = _uses(graph)
+    uses = graph.users()
     found: list[_Moments] = []
     for node in graph.nodes:
         if node.op != "mean" or not node.attrs["keepdims"]:
@@ -167,8 +160,9 @@ def _emit(rw: _Rewriter, match: _Moments) -> tuple[Value, Value]:
     diff = value("var_residue", out.shape)
     rw.emit("sub", [q, s2], {}, [diff])
     negative = value("var_negative", out.shape, "bool")
-    rw.emit("less", [diff, const("zero", 0.0)], {}, [negative])
+    zero = const("zero", 0.0)
+    rw.emit("less", [diff, zero], {}, [negative])
     var = value("var_one_read", out.shape)
-    rw.emit("where", [negative, const("zero_", 0.0), diff], {}, [var])
+    rw.emit("where", [negative, zero, diff], {}, [var])
     rw.changes += 1
     return mean, var

@@ -40,11 +40,12 @@ class ScratchDirectory:
     that the next builder removes what a killed process left (`sweep_scratch`)."""
 
     def __init__(self, directory: str | None):
+        self._remove = None
         if directory is None:
             sweep_scratch()
-        self.directory = directory or tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
-        self._remove = (weakref.finalize(self, shutil.rmtree, self.directory, ignore_errors=True)
-                        if directory is None else None)
+            directory = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+            self._remove = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
+        self.directory = directory
 
     def close(self) -> None:
         if self._remove is not None:
