@@ -410,7 +410,9 @@ def metaschedule_peer(graph, spec, trials: int, work_dir: str) -> dict:
     from akg.graph.compute.to_te import to_te
     from akg.graph.interpreter import random_inputs
 
-    program = lower_graph(graph, moments=False)  # as akg lowers it for CUDA (`Target.one_read_moments`)
+    from akg.target import get_target
+
+    program = lower_graph(graph, moments=get_target("cuda").one_read_moments)  # as akg lowers it for CUDA
     target = cuda_tvm_target(spec)
     result = peers.tune_metaschedule(to_te(program), target, trials=trials, work_dir=work_dir)
     if result.kernel is None:
