@@ -57,6 +57,8 @@ class LoweringHooks:
     of a vector reduction's chains); `local_alloc` allocates a local buffer; `reduce_bits`
     (0: none) is the vector width of vector reductions, with `reduce_chains` accumulators;
     `fast_math` uses the vectorisable float32 expansions of exp/erf/tanh/sigmoid;
+    `nan_extrema` makes float elementwise max/min and argmax/argmin propagate NaN as NumPy does
+    (`tir_ops.extremum`; off for a target whose own max does);
     `keep_marks` lists prefixes of mark names kept in the TIR as `AttrStmt(name, "akg.mark")`
     around the code below the mark (for a backend that maps marked regions itself);
     `prefetch` builds the prefetch of one address (a `BufferLoad` of the element) for the
@@ -73,6 +75,7 @@ class LoweringHooks:
     reduce_bits: int = 0
     reduce_chains: int = 4
     fast_math: bool = True
+    nan_extrema: bool = True
     keep_marks: tuple[str, ...] = ()
     reduce_block: int = 0
     serial_block: int = 0
@@ -130,6 +133,7 @@ class TirLowering(ReductionLoops, PromotedCopies):
         self.model = model
         self.hooks = hooks
         self.fast_math = hooks.fast_math
+        self.nan_extrema = hooks.nan_extrema
         self.stream_stores = hooks.stream_stores
         self.reduce_bits = hooks.reduce_bits  # vector width for reductions (0: scalar loops, LLVM decides)
         self.reduce_chains = hooks.reduce_chains
@@ -682,9 +686,12 @@ class TirLowering(ReductionLoops, PromotedCopies):
             return self._store(t, tirx.Max(current, src), out_index)
         if red.reducer == "min":
             return self._store(t, tirx.Min(current, src), out_index)
-        # argmax / argmin: strictly better value wins, so the first extreme is kept
+        # argmax / argmin: strictly better value wins, so the first extreme is kept (with
+        # `nan_extrema` the first NaN, as NumPy's argmax)
         best = self._load(t, out_index, shadow=True)
         better = tirx.GT(src, best) if red.reducer == "argmax" else tirx.LT(src, best)
+        if self.nan_extrema and red.source.dtype.startswith("float"):
+            better = tirx.Or(better, tirx.And(tirx.isnan(src), tirx.Not(tirx.isnan(best))))
         position = env[red.axes[0]]
         return tirx.IfThenElse(better, _seq([
             self._store(t, src, out_index, shadow=True),
@@ -719,7 +726,7 @@ class TirLowering(ReductionLoops, PromotedCopies):
                     out = tirx.if_then_else(c, a, b) if lazy else tirx.Select(c, a, b)
             elif isinstance(n, Call):
                 out = tir_call(n.op, [go(a) for a in n.args], n.args, n.dtype, self.fast_math,
-                            self._fence if self._in_native_vector_loop() else None)
+                               self._fence if self._in_native_vector_loop() else None, self.nan_extrema)
                 if n.op in FENCED_CALLS:
                     out = self._fence(out, n.dtype)
             else:

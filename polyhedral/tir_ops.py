@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import tvm
 from tvm import tirx
 
 from akg.errors import LoweringError
@@ -31,7 +32,30 @@ def ident(name: str) -> str:
     return "t" + name if name[:1].isdigit() else name
 
 
+# Reductions keep TIR's own Max/Min: a NaN test on their running value's dependence chain cost
+# a 4096 x 1024 softmax 20-35% (Zen 4), so a max/min reduction still drops a NaN (docs/targets.md)
 COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": tirx.Max, "min": tirx.Min}
+
+
+def extremum(op: str, a, b, dtype: str, nan: bool = True) -> tirx.PrimExpr:
+    """The elementwise max or min (`op`) of `a` and `b`, of `dtype`. With `nan`, a NaN operand of
+    a float gives NaN, as in NumPy's maximum: TIR's Max is `a > b ? a : b` through LLVM (NaN only
+    from `b`) and C's fmaxf in C code generators (NaN from neither), so floats get
+    `isnan(b) ? NaN : (b > a ? b : a)` (one compare, one max instruction and a masked move on
+    x86), with a call `b` (a lane exchange) bound once. A number operand needs no test:
+    `c > x ? c : x` returns a NaN `x` and is one max instruction (relu, clip). Without `nan` (a
+    target whose own max propagates NaN) the plain Max/Min."""
+    plain = tirx.Max if op == "max" else tirx.Min
+    if not nan or not dtype.startswith("float"):
+        return plain(a, b)
+    wins = tirx.GT if op == "max" else tirx.LT
+    for c, x in ((a, b), (b, a)):
+        if isinstance(c, tirx.FloatImm) and not np.isnan(c.value):
+            return tirx.Select(wins(c, x), c, x)
+    if isinstance(b, tvm.ir.Call):
+        v = tirx.Var("other", dtype)
+        return tirx.Let(v, b, extremum(op, a, v, dtype, nan))
+    return tirx.Select(tirx.isnan(b), tirx.const(np.nan, dtype), tirx.Select(wins(b, a), b, a))
 
 
 def reduce_identity(reducer: str, dtype: str, value: bool = False):
@@ -49,10 +73,11 @@ def reduce_identity(reducer: str, dtype: str, value: bool = False):
     return tirx.min_value(dtype) if lowest else tirx.max_value(dtype)
 
 
-def tir_call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = True, fence=None) -> tirx.PrimExpr:
+def tir_call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = True, fence=None,
+             nan: bool = True) -> tirx.PrimExpr:
     """The compute IR's call `op` on lowered `args` (`exprs`: the IR operands, for their
     dtypes); float32 transcendental functions by their vectorisable expansions with
-    `fast_math`, fp16 math in fp32."""
+    `fast_math`, fp16 math in fp32; max and min propagate NaN with `nan` (`extremum`)."""
     if op in _FLOAT_UNARY:
         (x,) = args
         src = exprs[0].dtype
@@ -93,10 +118,8 @@ def tir_call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = Tru
         if dtype.startswith("float"):
             return a - tirx.floor(a / b) * b
         return tirx.floormod(a, b)
-    if op == "max":
-        return tirx.Max(a, b)
-    if op == "min":
-        return tirx.Min(a, b)
+    if op in ("max", "min"):
+        return extremum(op, a, b, dtype, nan)
     if op == "pow":
         if dtype == "float16":
             return tirx.Cast("float16", tirx.power(tirx.Cast("float32", a), tirx.Cast("float32", b)))

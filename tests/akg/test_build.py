@@ -97,6 +97,28 @@ def test_nans_pass_through_relu_sign_and_casts_to_bool():
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("target", ["cpu", "cuda-emu"])
+def test_nans_pass_through_maximum_minimum_clip_and_arg_reductions(target):
+    # maximum(NaN, y) was y (TIR's max is `a > b ? a : b`: NaN from the second operand only;
+    # fmaxf on CUDA from neither), argmax skipped a NaN; NumPy gives NaN and the first NaN's index
+    from akg.graph import evaluate
+
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((2, 8, 64)).astype(np.float32)
+    x[1, 5] = x[2, 0] = x[3, 63] = np.nan
+    y[4, 7] = y[1, 9] = np.nan
+    y[5, 3] = x[5, 3] = np.nan
+
+    def body(b):
+        a, c = b.input("x", x.shape), b.input("y", y.shape)
+        b.output(b.op("maximum", a, c), b.op("minimum", c, a), b.op("maximum", b.op("minimum", a, 0.5), -0.5),
+                 b.op("argmax", a, axis=1), b.op("argmin", a, axis=1))
+    g = graph(body)
+    inputs = {"x": x, "y": y}
+    for got, want in zip(akg.build(g, target=target)(**inputs), evaluate(g, inputs)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_casts_and_special_values(check_kernel):
     def body(b):
         x = b.input("x", (4, 5))

@@ -74,7 +74,8 @@ class NpuTarget(Target):
 
         from akg.schedules.npu import MARK_GRID, MARK_PAR, MARK_TILE
 
-        return LoweringHooks(keep_marks=(MARK_TILE, MARK_PAR, MARK_GRID), fast_math=False)
+        return LoweringHooks(keep_marks=(MARK_TILE, MARK_PAR, MARK_GRID), fast_math=False,
+                             nan_extrema=False)  # its vector max and min propagate NaN
 
 
 def npu_target(spec_name: str = SPEC_DEFAULT) -> NpuTarget:

@@ -85,6 +85,16 @@ def test_mapped_kernels_bind_blocks_and_threads_and_round_trip_as_artifacts():
     assert again == exe
 
 
+def test_relu_and_maximum_keep_nans_in_cuda_c():
+    # TVM prints TIR's max as CUDA's max (fmaxf), which returns the operand that is not NaN:
+    # relu(NaN) was 0 on a GPU; the kernels now choose by comparisons and test for NaN (`y != y`)
+    b = GraphBuilder("k")
+    x = b.input("x", (64, 64))
+    b.output(b.relu(x), b.op("maximum", x, b.input("y", (64, 64))))
+    source = akg.build(b.build(), target="cuda").source("source")
+    assert "max(" not in source and "CUDART_NAN_F" in source and "< 0x0p+0f" in source
+
+
 def test_nvcc_failures_name_the_kernel():
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not installed")
