@@ -6,7 +6,8 @@ fusion change, count only in their models' calls), and each tree tunes every sui
 (the same trials and seed, a fresh SQLite database each, who goes first alternating); the
 workers then time every default kernel, every tuned kernel (time_evaluator) and every
 compiled model (Python calls) in alternating rounds, each reporting its best round. For
-refactors that must leave speed alone.
+refactors that must leave speed alone: "same TIR" and "same code" (the default kernel's
+machine code without labels and directives) say which kernels can differ at all.
 
     python scripts/bench/ab_trees.py --base HEAD~3 [--rounds 9] [--seconds 0.25] [--tune-trials 32]
                                      [--models mlp,resnet_block,transformer_block] [--json out.json]
@@ -66,6 +67,18 @@ def module(kernel):
     exe = kernel.executable
     return getattr(exe, "mod", exe)
 
+def code(kernel):
+    """The kernel's machine code as text without labels and directives: two TIRs that differ
+    only in how they say it (a select for a max) often compile to the same instructions."""
+    import re
+    try:
+        asm = kernel.source("asm")
+    except Exception:
+        return None
+    lines = (l.strip() for l in asm.splitlines())
+    return "\n".join(re.sub(r"\.L\w+", "L", l) for l in lines
+                     if l and not l.startswith((".", "#")) and not re.fullmatch(r"\S+:", l))
+
 target = get_target("cpu")
 graphs = {b.name: b.graph for b in kernels.suite_benches()}
 examples = sys.argv[2]
@@ -116,7 +129,7 @@ for line in sys.stdin:
             kernel = akg.build(graphs[cmd["name"]])
             best = min(best or 1e9, time.perf_counter() - t0)
         built[cmd["name"]] = timed(kernel, graphs[cmd["name"]], cmd["seconds"])
-        out = {"build_s": best, "tir": kernel.func.script().replace(kernel.name, "kernel")}
+        out = {"build_s": best, "tir": kernel.func.script().replace(kernel.name, "kernel"), "code": code(kernel)}
     elif cmd["op"] == "tune":
         from akg.tuner.tune import tune
         t0 = time.perf_counter()
@@ -209,7 +222,8 @@ def main(argv=None) -> int:
         for name in names["kernels"]:
             b, n = base.ask(op="build", name=name, seconds=args.seconds), new.ask(op="build", name=name,
                                                                                 seconds=args.seconds)
-            rows[name] = {"build_base_s": b["build_s"], "build_new_s": n["build_s"], "same_tir": b["tir"] == n["tir"]}
+            rows[name] = {"build_base_s": b["build_s"], "build_new_s": n["build_s"], "same_tir": b["tir"] == n["tir"],
+                          "same_code": b["code"] == n["code"] if b.get("code") is not None else "-"}
             print(f"built {name}", file=sys.stderr, flush=True)
         for k, name in enumerate(n for n in names["kernels"] if ":" not in n and args.tune_trials):
             tuned = {}
@@ -234,12 +248,13 @@ def main(argv=None) -> int:
             w.close()
     # build s: one default build (best of 2); for tuned: rows the whole tune (trials measured
     # in each tree) then the build of its best config
-    lines = ["| workload | base ms | new ms | new / base | build (tune) base s | build (tune) new s | same TIR |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| workload | base ms | new ms | new / base | build (tune) base s | build (tune) new s | same TIR "
+             "| same code |", "|---|---|---|---|---|---|---|---|"]
     for key, row in rows.items():
         row["base_ms"], row["new_ms"] = best[key]["base"] * 1e3, best[key]["new"] * 1e3
         lines.append(f"| {key} | {row['base_ms']:.4f} | {row['new_ms']:.4f} | {row['new_ms'] / row['base_ms']:.3f} "
-                     f"| {row['build_base_s']:.3f} | {row['build_new_s']:.3f} | {row.get('same_tir', '-')} |")
+                     f"| {row['build_base_s']:.3f} | {row['build_new_s']:.3f} | {row.get('same_tir', '-')} "
+                     f"| {row.get('same_code', '-')} |")
     for label, kernels in only.items():
         if kernels:
             lines.append(f"\nkernels only the {label} tree cuts (timed within their models): {', '.join(kernels)}")
