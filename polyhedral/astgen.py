@@ -36,7 +36,8 @@ from akg.polyhedral.prefetch import Stream, spread
 from akg.polyhedral.promote import Promoter, RecomputeRefused, local_index, recompute_marks, without_statements
 from akg.polyhedral.promoted_copies import PromotedCopies, Scope
 from akg.polyhedral.reduction_loops import ReductionLoops
-from akg.polyhedral.tir_ops import FENCED_CALLS, MAX_VECTOR, fold_all, ident, is_zero, reduce_identity, tir_call
+from akg.polyhedral.tir_ops import (FENCED_CALLS, MAX_VECTOR, floor_div, floor_mod, fold_all, ident, is_zero,
+                                    reduce_identity, tir_call)
 from akg.target import STREAM_ATTR
 from akg.polyhedral.tirstmt import allocates, seq as _seq
 from akg.polyhedral.bands import affs_by_statement
@@ -328,9 +329,9 @@ class TirLowering(ReductionLoops, PromotedCopies):
         if op == T.mul:
             return a * b
         if op in (T.div, T.fdiv_q, T.pdiv_q):
-            return tirx.floordiv(a, b)
+            return floor_div(a, b)
         if op == T.pdiv_r:
-            return tirx.floormod(a, b)
+            return floor_mod(a, b)
         if op == T.zdiv_r:
             return tirx.truncmod(a, b)
         compare = {T.eq: tirx.EQ, T.le: tirx.LE, T.lt: tirx.LT, T.ge: tirx.GE, T.gt: tirx.GT}.get(op)

@@ -210,10 +210,28 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def respects(schedule: isl.Schedule, deps: Dependences) -> bool:
-    """Does every dependence go forward in the schedule?"""
+    """Does every dependence go forward in the schedule? The schedule's map orders the
+    children of a set node as listed, but a set leaves their order to the AST generator, which
+    may reorder them (it put a pad before the conv it pads once a band had been moved below
+    the set), so a dependence between two children of a set that the schedule above the set
+    does not order fails too."""
     sched = schedule.get_map()
     steps = deps.validity.apply_domain(sched).apply_range(sched)
-    return steps.is_subset(_forward(steps))
+    return steps.is_subset(_forward(steps)) and not _unordered_in_a_set(schedule.get_root(), deps.validity)
+
+
+def _unordered_in_a_set(node: isl.ScheduleNode, validity: isl.UnionMap) -> bool:
+    """Is there a set node below `node` with a dependence between two of its children at equal
+    values of the schedule above it?"""
+    if node.get_type() == isl.schedule_node_type.set:
+        prefix = node.get_prefix_schedule_union_map()
+        same = prefix.apply_range(prefix.reverse())
+        filters = [node.child(k).filter_get_filter() for k in range(node.n_children())]
+        for i, a in enumerate(filters):
+            for j, b in enumerate(filters):
+                if i != j and not validity.intersect_domain(a).intersect_range(b).intersect(same).is_empty():
+                    return True
+    return any(_unordered_in_a_set(node.child(k), validity) for k in range(node.n_children()))
 
 
 def _forward(steps: isl.UnionMap) -> isl.UnionMap:

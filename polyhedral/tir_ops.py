@@ -9,6 +9,7 @@ import re
 import numpy as np
 import tvm
 from tvm import tirx
+from tvm.sym import detect_linear_equation
 
 from akg.errors import LoweringError
 from akg.polyhedral.intrinsics import FAST_F32
@@ -131,6 +132,40 @@ def tir_call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = Tru
     if op in _COMPARE:
         return _COMPARE[op](a, b)
     raise LoweringError(f"no TIR lowering for '{op}'")
+
+
+def floor_div(a, b) -> tirx.PrimExpr:
+    """floordiv(a, b) for an index `a`, written so that TVM's iterator
+    simplification keeps its value. That simplification (FlattenBuffer's, on every buffer index;
+    TVM 0.27) rewrites floordiv(5 - c3, 2) as floordiv(c3, -2) + 2, off by one for odd c3, and
+    isl writes such indices for reversed loops (a pool fused after an average pool read the
+    wrong columns). So a positive constant `b` over an `a` that only decreases with its loop
+    variables gives -floordiv(b - 1 - a, b), which the simplification gets right."""
+    if not _decreasing(a, b):
+        return tirx.floordiv(a, b)
+    return -tirx.floordiv(b - 1 - a, b)
+
+
+def floor_mod(a, b) -> tirx.PrimExpr:
+    """floormod(a, b), as (b - 1) - floormod(b - 1 - a, b) where `floor_div` rewrites (its doc)."""
+    if not _decreasing(a, b):
+        return tirx.floormod(a, b)
+    return b - 1 - tirx.floormod(b - 1 - a, b)
+
+
+def _decreasing(a, b) -> bool:
+    """Is `a` linear, with every coefficient of its variables <= 0 and one < 0, and `b` a
+    positive constant?"""
+    if not isinstance(b, tirx.IntImm) or int(b.value) <= 0:
+        return False
+    free = list(tirx.analysis.undefined_vars(a))
+    if not free:
+        return False
+    coeffs = detect_linear_equation(a, free)
+    if len(coeffs) == 0:
+        return False
+    steps = [int(c.value) if isinstance(c, tirx.IntImm) else None for c in list(coeffs)[:-1]]
+    return None not in steps and min(steps) < 0 and max(steps) <= 0
 
 
 def fold_all(fn, items: list):

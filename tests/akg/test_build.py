@@ -119,6 +119,23 @@ def test_nans_pass_through_maximum_minimum_clip_and_arg_reductions(target):
         np.testing.assert_array_equal(got, want)
 
 
+def test_a_pool_after_an_average_pool_and_a_pad_after_a_strided_conv(check_kernel):
+    # two wrong kernels a fuzzer found. The max pool read the average pool's columns one off:
+    # isl ran the columns backwards and TVM's index simplification rewrote (5 - c3) // 2 as
+    # c3 // -2 + 2 (`tir_ops.floor_div`). The pad ran before the conv: a band moved below a
+    # set of the two no longer ordered them (`schedule.respects`)
+    def pools(b):
+        x = b.input("x", (1, 17, 5, 8))
+        b.output(b.max_pool2d(b.avg_pool2d(x, kernel=[3, 3], strides=[1, 1]), kernel=[2, 2], strides=[2, 2]))
+
+    def conv_pad(b):
+        x, w = b.input("x", (2, 1, 5, 4)), b.input("w", (1, 1, 3, 1))
+        c = b.conv2d(x, w, strides=[2, 2], padding=[1, 0, 1, 0])
+        b.output(b.pad(c, before=[0, 0, 1, 0], after=[0, 0, 0, 1]), b.pad(b.relu(c), before=[0, 0, 1, 0], after=[0, 0, 0, 1]))
+    check_kernel(graph(pools))
+    check_kernel(graph(conv_pad))
+
+
 def test_casts_and_special_values(check_kernel):
     def body(b):
         x = b.input("x", (4, 5))

@@ -173,3 +173,46 @@ def test_a_padded_input_is_never_fused_into_its_conv_by_running_the_loops_backwa
             node = navigate(result, path)
             assert not sched._reversed(p.model, node, statement_names(node))
 
+
+
+def _conv_then_pad():
+    # a strided, padded conv whose output is padded: isl's band carried the pad's read of the
+    # conv one row back; moved below the set of {conv, pad}, it no longer ordered them
+    b = GraphBuilder("g")
+    x, w = b.input("x", (2, 1, 5, 4)), b.input("w", (1, 1, 3, 1))
+    c = b.conv2d(x, w, strides=[2, 2], padding=[1, 0, 1, 0])
+    b.output(b.pad(c, before=[0, 0, 1, 0], after=[0, 0, 0, 1]))
+    return b.build()
+
+
+def test_a_set_whose_children_depend_on_each_other_does_not_respect_them():
+    import islpy as isl
+
+    program = lower_graph(_conv_then_pad())
+    m = build_model(program)
+    d = compute_dependences(m)
+    result = schedule(m, d, "smart")
+    assert respects(result.schedule, d)
+    # below the outer band, the conv's statements and the pad's as a set: nothing orders the pad
+    # after the conv any more; as a sequence, the conv goes first
+    domain = result.schedule.get_domain()
+    sets: list = []
+    domain.foreach_set(sets.append)
+    out = program.outputs[0].name
+    pad = [x for x in sets if m.statement(x.get_tuple_name()).op.output.name == out]
+    conv = [x for x in sets if m.statement(x.get_tuple_name()).op.output.name != out]
+    assert len(pad) == 1 and conv
+    filters = isl.UnionSetList.alloc(domain.get_ctx(), 2).add(_union(conv)).add(isl.UnionSet.from_set(pad[0]))
+    below = result.schedule.get_root().child(0).child(0)
+    as_set = below.insert_set(filters).get_schedule()
+    as_sequence = below.insert_sequence(filters).get_schedule()
+    assert respects(as_sequence, d) and not respects(as_set, d)
+
+
+def _union(sets):
+    import islpy as isl
+
+    out = isl.UnionSet.from_set(sets[0])
+    for x in sets[1:]:
+        out = out.union(isl.UnionSet.from_set(x))
+    return out
