@@ -17,6 +17,7 @@ TIR" and "Scheduling").
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import sys
@@ -41,12 +42,7 @@ def chains(rng: random.Random):
     while np.prod(shape) > 300_000:
         k = rng.randrange(len(shape))
         shape[k] = max(1, shape[k] // 2)
-    values, inputs = [b.input("x0", shape)], 1
-
-    def fresh(shp):
-        nonlocal inputs
-        inputs += 1
-        return b.input(f"x{inputs - 1}", shp)
+    values, fresh = [b.input("x0", shape)], _inputs(b, "x")
 
     for _ in range(rng.randint(1, 6)):
         v = rng.choice(values)
@@ -94,12 +90,7 @@ def images(rng: random.Random):
     b = GraphBuilder("image")
     n, c = rng.choice([1, 2]), rng.choice([1, 3, 4, 8, 16, 17])
     h, w = rng.choice([1, 4, 5, 7, 8, 14, 16]), rng.choice([1, 3, 4, 7, 8, 15, 16])
-    values, weights = [b.input("x0", (n, c, h, w))], 0
-
-    def weight(shape):
-        nonlocal weights
-        weights += 1
-        return b.input(f"w{weights}", shape)
+    values, weight = [b.input("x0", (n, c, h, w))], _inputs(b, "w")
 
     for _ in range(rng.randint(1, 4)):
         v = rng.choice(values)
@@ -144,6 +135,12 @@ def images(rng: random.Random):
 
 
 FAMILIES = {"chains": chains, "images": images}
+
+
+def _inputs(b, prefix: str):
+    """A function declaring the graph's next input `prefix`1, `prefix`2, ... of a shape."""
+    count = itertools.count(1)
+    return lambda shape: b.input(f"{prefix}{next(count)}", shape)
 
 
 def check(graph, seed: int, configs: int, target: str, rng: random.Random) -> list[dict]:

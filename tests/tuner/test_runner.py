@@ -183,3 +183,13 @@ def test_local_runner_sends_again_the_inputs_its_worker_dropped(tmp_path):
         assert again.status == Status.OK, again.error
     finally:
         runner.close()
+
+
+def test_a_task_carries_which_outputs_pass_through_float16():
+    # the runner's verification holds such an output to float16's tolerance, as `akg run --check`
+    b = GraphBuilder("f16")
+    y = b.add(b.input("x", (8,)), 1.0)
+    b.output(b.cast(b.cast(y, to="float16"), to="float32"), y)
+    task = load_task(TaskData(b.build()).payload)
+    assert task.narrowest == ["float16", "float32"]
+    assert task.expected().tolerance_dtype(0, "float32") == "float16"

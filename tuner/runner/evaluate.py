@@ -38,17 +38,24 @@ class TaskArrays:
     args: list[np.ndarray]
     reference: list[np.ndarray]
     exact: list[np.ndarray]
+    narrowest: list[str] | None = None  # `akg.verify.Reference.narrowest`
+
+    def expected(self):
+        from akg.verify import Reference
+
+        return Reference(self.reference, self.exact, self.narrowest)
 
 
 def load_task(payload: bytes) -> TaskArrays:
     with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
         data = {k: npz[k] for k in npz.files}
     names = [str(n) for n in data.pop("names")]
+    narrowest = [str(n) for n in data.pop("narrowest")] if "narrowest" in data else None
     ins = [data[f"in{k}"] for k in range(sum(1 for n in data if n.startswith("in")))]
     params = [data[f"param{k}"] for k in range(sum(1 for n in data if n.startswith("param")))]
     ref = [data[f"ref{k}"] for k in range(len(names))]
     exact = [data[f"exact{k}"] for k in range(len(names))]
-    return TaskArrays(names, ins + params, ref, exact)
+    return TaskArrays(names, ins + params, ref, exact, narrowest)
 
 
 def run_artifact(artifact: Artifact, task: TaskArrays, unit: str = "s", min_seconds: float = DEFAULT_MIN_SECONDS,
@@ -56,7 +63,7 @@ def run_artifact(artifact: Artifact, task: TaskArrays, unit: str = "s", min_seco
     """(status, cost in `unit`, error) of one candidate. In seconds, repeats run at least
     `min_seconds` each and the median counts; other units (simulated cycles, which do not
     vary) take one call."""
-    from akg.verify import Reference, compare
+    from akg.verify import compare
 
     backend = get_backend(artifact.kind)
     executable = backend.load(artifact)
@@ -67,7 +74,7 @@ def run_artifact(artifact: Artifact, task: TaskArrays, unit: str = "s", min_seco
     kernel(*tensors)
     first = time.perf_counter() - t0
     outs = [backend.to_numpy(t) for t in tensors[len(task.args):]]
-    problems = compare(task.names, outs, Reference(task.reference, task.exact))
+    problems = compare(task.names, outs, task.expected())
     if problems:
         return Status.WRONG_RESULT, None, "; ".join(map(str, problems))
     if unit != "s":
@@ -90,7 +97,7 @@ def compare_artifacts(artifacts: list, task: TaskArrays, unit: str = "s", rounds
     about `min_seconds`, the order rotating from round to round), so that a slow spell of a
     loaded host falls on every contender alike. Other units than seconds (simulated cycles,
     which do not vary) take one call each."""
-    from akg.verify import Reference, compare
+    from akg.verify import compare
 
     loaded: list = []
     out: list = [None] * len(artifacts)
@@ -102,7 +109,7 @@ def compare_artifacts(artifacts: list, task: TaskArrays, unit: str = "s", rounds
         tensors += [backend.to_device(np.zeros(r.shape, r.dtype)) for r in task.reference]
         kernel(*tensors)
         outs = [backend.to_numpy(t) for t in tensors[len(task.args):]]
-        problems = compare(task.names, outs, Reference(task.reference, task.exact))
+        problems = compare(task.names, outs, task.expected())
         if problems:
             out[i] = (Status.WRONG_RESULT, [], "; ".join(map(str, problems)))
             continue

@@ -100,7 +100,8 @@ class TaskData:
             arrays.update({f"ref{k}": a for k, a in enumerate(reference.declared)})
             arrays.update({f"exact{k}": a for k, a in enumerate(reference.exact)})
             buffer = io.BytesIO()
-            np.savez(buffer, names=np.array([v.name for v in self.graph.outputs]), **arrays)
+            np.savez(buffer, names=np.array([v.name for v in self.graph.outputs]),
+                     narrowest=np.array(reference.narrowest), **arrays)
             self._payload = buffer.getvalue()
         return self._payload
 
