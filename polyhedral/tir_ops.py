@@ -114,11 +114,11 @@ def tir_call(op: str, args: list, exprs: list, dtype: str, fast_math: bool = Tru
             return a * tirx.const(float(np.copysign(np.inf, b.value)), dtype)
         return tirx.Div(a, b)
     if op == "floordiv":
-        return tirx.floordiv(a, b)
+        return floor_div(a, b)
     if op == "floormod":
         if dtype.startswith("float"):
             return a - tirx.floor(a / b) * b
-        return tirx.floormod(a, b)
+        return floor_mod(a, b)
     if op in ("max", "min"):
         return extremum(op, a, b, dtype, nan)
     if op == "pow":
@@ -140,7 +140,8 @@ def floor_div(a, b) -> tirx.PrimExpr:
     TVM 0.27) rewrites floordiv(5 - c3, 2) as floordiv(c3, -2) + 2, off by one for odd c3, and
     isl writes such indices for reversed loops (a pool fused after an average pool read the
     wrong columns). So a positive constant `b` over an `a` that only decreases with its loop
-    variables gives -floordiv(b - 1 - a, b), which the simplification gets right."""
+    variables gives -floordiv(b - 1 - a, b), which the simplification gets right. Used for isl's
+    divisions and for the compute IR's integer floordiv (a reshape's index over such a loop)."""
     if not _decreasing(a, b):
         return tirx.floordiv(a, b)
     return -tirx.floordiv(b - 1 - a, b)
