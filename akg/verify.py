@@ -66,34 +66,19 @@ class Reference:
 
 def _narrowest(graph: Graph) -> list[str]:
     """Per output: the dtype with the loosest tolerance among the values that nodes compute on
-    the way to it (inputs and constants are exact data, whatever their dtype)."""
-    memo: dict[Value, str] = {}
-
+    the way to it (inputs and constants are exact data, whatever their dtype: ""); the graph's
+    nodes come in topological order."""
     def loosest(a: str, b: str) -> str:
         return b if TOLERANCE.get(b, 0.0) > TOLERANCE.get(a, 0.0) else a
 
-    def visit(v: Value) -> str:  # iterative: graphs can be deep
-        stack = [v]
-        while stack:
-            top = stack[-1]
-            if top in memo:
-                stack.pop()
-                continue
-            node = graph.producer(top)
-            pending = [x for x in (node.inputs if node is not None else ()) if x not in memo]
-            if pending:
-                stack.extend(pending)
-                continue
-            out = ""  # a graph input or constant: exact data, however narrow its dtype
-            if node is not None:
-                out = str(top.dtype)
-                for x in node.inputs:
-                    out = loosest(out, memo[x])
-            memo[top] = out
-            stack.pop()
-        return memo[v]
-
-    return [visit(v) for v in graph.outputs]
+    narrowest: dict[Value, str] = {}
+    for node in graph.nodes:
+        upstream = ""
+        for x in node.inputs:
+            upstream = loosest(upstream, narrowest.get(x, ""))
+        for out in node.outputs:
+            narrowest[out] = loosest(str(out.dtype), upstream)
+    return [narrowest.get(v, "") for v in graph.outputs]
 
 
 def compare(graph: Graph | Sequence[str], outputs: Sequence[np.ndarray], reference: Reference) -> list[Mismatch]:

@@ -34,7 +34,8 @@ def ident(name: str) -> str:
 
 
 # Reductions keep TIR's own Max/Min: a NaN test on their running value's dependence chain cost
-# a 4096 x 1024 softmax 20-35% (Zen 4), so a max/min reduction still drops a NaN (docs/targets.md)
+# a 4096 x 1024 softmax 15-35% (Zen 4), so a max/min reduction still drops a NaN (docs/mir.md;
+# the measurements: docs/performance.md)
 COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": tirx.Max, "min": tirx.Min}
 
 
